@@ -1,0 +1,221 @@
+"""A Llama-architecture decoder (SmolLM2-135M), assembled from the kata references.
+
+RMSNorm, rotary position embeddings (RoPE), grouped-query attention, a SwiGLU MLP and tied
+input/output embeddings. Three entry points share one per-layer loop:
+`forward` (full recompute, no cache), `prefill` (append a chunk of tokens to a KV cache) and
+`decode_step` (one token per row). Batches may be left-padded: an HF-style `attention_mask`
+marks real tokens, and each row's positions count only its real tokens.
+
+Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learner's passed katas
+can be swapped in; by default they are `solutions.attention.attention` and
+`solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
+`F.linear`, a preallocated cache and RoPE tables built once. Left out: training conveniences
+(dropout, weight decay groups), fp16/bf16 paths, sliding windows and RoPE scaling.
+`Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random and
+`solutions.weights.load_smollm2` with SmolLM2's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class LlamaConfig:
+    """Shapes and constants of a Llama model; defaults are SmolLM2-135M's."""
+
+    vocab_size: int = 49152
+    d_model: int = 576
+    n_layers: int = 30
+    n_heads: int = 9
+    n_kv_heads: int = 3
+    d_ff: int = 1536
+    max_seq_len: int = 8192
+    rope_theta: float = 100000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"LlamaConfig.{f.name} must be a positive number, got {value!r}")
+            if f.type in ("int", int) and not isinstance(value, int):
+                raise ValueError(f"LlamaConfig.{f.name} must be an integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads} "
+                "(grouped-query attention shares each KV head among a whole group of query heads)")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even: RoPE rotates pairs of dimensions")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def smollm2_135m(cls) -> LlamaConfig:
+        return cls()
+
+    @classmethod
+    def tiny(cls, **overrides) -> LlamaConfig:
+        """A model small enough for a test to run in milliseconds; same architecture."""
+        base = cls(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128,
+                   max_seq_len=256)
+        return replace(base, **overrides)
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[Tensor, Tensor]:
+    """cos and sin of position * frequency, each (max_len, head_dim), halves repeated (HF layout)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (T, D/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate dimension i with i + D/2 (the "rotate half" pairing). x (B, H, T, D); cos (B, 1, T, D)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Block(nn.Module):
+    """One decoder layer: x + attn(norm(x)), then x + mlp(norm(x)). Weights fused for speed."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        d, hd = config.d_model, config.head_dim
+        self.q_dim, self.kv_dim = config.n_heads * hd, config.n_kv_heads * hd
+        self.attn_norm = nn.Parameter(torch.empty(d))
+        self.wqkv = nn.Parameter(torch.empty(self.q_dim + 2 * self.kv_dim, d))  # rows: q | k | v
+        self.wo = nn.Parameter(torch.empty(d, self.q_dim))
+        self.ffn_norm = nn.Parameter(torch.empty(d))
+        self.w_gate_up = nn.Parameter(torch.empty(2 * config.d_ff, d))  # rows: gate | up
+        self.w_down = nn.Parameter(torch.empty(d, config.d_ff))
+
+
+class Llama(nn.Module):
+    """A Llama decoder with `forward`, `prefill` and `decode_step`; logits are fp32."""
+
+    def __init__(self, config: LlamaConfig, *, attention_fn: Callable | None = None,
+                 cache_cls: type | None = None):
+        super().__init__()
+        if attention_fn is None:
+            from solutions.attention import attention as attention_fn
+        if cache_cls is None:
+            from solutions.kv_cache import KVCache as cache_cls
+        self.config = config
+        self.attention_fn = attention_fn
+        self.cache_cls = cache_cls
+        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.d_model))  # also the LM head
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = nn.Parameter(torch.empty(config.d_model))
+        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None):
+        """An empty KV cache for `batch_size` rows and up to `max_len` positions (default: the context)."""
+        c = self.config
+        max_len = c.max_seq_len if max_len is None else max_len
+        if max_len > c.max_seq_len:
+            raise ValueError(f"cache max_len {max_len} exceeds the model's context of {c.max_seq_len}")
+        return self.cache_cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_len,
+                              dtype=self.embed.dtype, device=self.embed.device)
+
+    def forward(self, ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V) for ids (B, T), recomputing everything (no cache)."""
+        return self._run(ids, None, attention_mask)
+
+    @torch.inference_mode()
+    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
+        """Append ids (B, T) after the cache's `length` positions; logits (B, T, V).
+
+        Call it repeatedly for chunked prefill. `attention_mask` (B, cache.length + T), True = real
+        token, covers the cached and the new positions.
+        Raises ValueError if the tokens would run past the context, and the cache's error
+        (`CacheFullError`) if they would run past the cache.
+        """
+        return self._run(ids, cache, attention_mask)
+
+    @torch.inference_mode()
+    def decode_step(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
+        """One new token per row: ids (B,) -> logits (B, V); mask (B, cache.length + 1) as in prefill."""
+        if ids.dim() != 1:
+            raise ValueError(f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}")
+        return self._run(ids[:, None], cache, attention_mask)[:, -1]
+
+    def _run(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor:
+        c = self.config
+        if ids.dim() != 2 or ids.dtype != torch.long:
+            raise ValueError(f"ids must be a (B, T) tensor of torch.long; got {tuple(ids.shape)} {ids.dtype}")
+        B, T = ids.shape
+        start = 0 if cache is None else cache.length
+        if T == 0:
+            raise ValueError("ids is empty: there is no token to run")
+        if start + T > c.max_seq_len:
+            raise ValueError(f"{start} cached + {T} new tokens = {start + T} exceeds the model's context "
+                             f"of {c.max_seq_len} tokens")
+        if int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(ids.min())}..{int(ids.max())}")
+
+        if attention_mask is None:
+            positions = torch.arange(start, start + T, device=ids.device)[None]  # (1, T)
+            key_mask = None
+        else:
+            if attention_mask.shape != (B, start + T):
+                raise ValueError(f"attention_mask must be (B, cached + new) = {(B, start + T)}; "
+                                 f"got {tuple(attention_mask.shape)}")
+            key_mask = attention_mask.bool()
+            # subtle: a left-padded row counts positions from its first real token
+            positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
+        cos = self.rope_cos[positions][:, None]  # (B or 1, 1, T, D)
+        sin = self.rope_sin[positions][:, None]
+
+        hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
+        x = F.embedding(ids, self.embed)  # (B, T, d)
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.attn_norm, c.norm_eps)
+            q, k, v = F.linear(h, layer.wqkv).split([layer.q_dim, layer.kv_dim, layer.kv_dim], dim=-1)
+            q = apply_rope(q.view(B, T, nh, hd).transpose(1, 2), cos, sin)  # (B, Hq, T, D)
+            k = apply_rope(k.view(B, T, nkv, hd).transpose(1, 2), cos, sin)  # (B, Hkv, T, D)
+            v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, Hkv, T, D)
+            if cache is not None:
+                k, v = cache.update(i, k, v)  # (B, Hkv, start + T, D)
+            y = self.attention_fn(q, k, v, causal=True, key_padding_mask=key_mask)  # (B, Hq, T, D)
+            x = x + F.linear(y.transpose(1, 2).reshape(B, T, layer.q_dim), layer.wo)
+            gate, up = F.linear(rms_norm(x, layer.ffn_norm, c.norm_eps), layer.w_gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        return F.linear(rms_norm(x, self.norm, c.norm_eps), self.embed)  # (B, T, V), tied head
+
+
+def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None,
+               **config_overrides) -> Llama:
+    """A `LlamaConfig.tiny` model with deterministic random weights (the global RNG is untouched).
+
+    Linear weights ~ N(0, 1/fan_in) keep activations O(1); embeddings ~ N(0, 0.5) make the
+    next-token distribution peaked enough that greedy and beam search are not coin flips.
+    """
+    model = Llama(LlamaConfig.tiny(**config_overrides), attention_fn=attention_fn, cache_cls=cache_cls)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norm weights
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name == "embed":
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+    return model.eval()
