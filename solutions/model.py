@@ -7,7 +7,8 @@ input/output embeddings. Three entry points share one per-layer loop:
 marks real tokens, and each row's positions count only its real tokens.
 
 Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learner's passed katas
-can be swapped in; by default they are `solutions.attention.attention` and
+can be swapped in; by default they are `solutions.attention_fast.attention` (the attention kata's
+reference, dispatched to torch's fused kernel) and
 `solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
 `F.linear`, a preallocated cache and RoPE tables built once. Left out: training conveniences
 (dropout, weight decay groups), fp16/bf16 paths, sliding windows and RoPE scaling.
@@ -113,7 +114,7 @@ class Llama(nn.Module):
                  cache_cls: type | None = None):
         super().__init__()
         if attention_fn is None:
-            from solutions.attention import attention as attention_fn
+            from solutions.attention_fast import attention as attention_fn  # fused, same contract
         if cache_cls is None:
             from solutions.kv_cache import KVCache as cache_cls
         self.config = config
