@@ -1,0 +1,438 @@
+"""Hidden suite for the bpe kata: a byte-level BPE tokenizer with train, encode, decode, save, load.
+
+The oracle is written plainly below: training recounts every pair of every chunk before each merge,
+and encoding replays the merges in training order. Randomised texts come from hypothesis with a
+bounded number of examples; hand-picked cases pin the contract's edges (overlaps, threshold,
+ties, chunk boundaries, special tokens, file format).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import regex
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dojo.testing import banned_uses
+
+KATA = "bpe"
+
+GPT2 = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT4 = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+    r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
+)
+EOT = "<|endoftext|>"
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+# Small alphabets make repeated pairs (and so merges) likely; the unicode ones cover 2-4 byte UTF-8.
+texts = st.text(alphabet=st.sampled_from("aab ba\n1é漢😀'"), max_size=60)
+any_text = st.text(max_size=40)  # any code point, surrogates excluded by hypothesis
+
+
+# --------------------------------------------------------------------------- the oracle
+
+def oracle_merge(ids: list[int], pair: tuple[int, int], new: int) -> list[int]:
+    """Replace each occurrence of pair, left to right, without overlap."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def oracle_chunks(text: str, pattern: str | None) -> list[list[int]]:
+    pieces = regex.findall(pattern, text) if pattern else [text]
+    return [list(p.encode("utf-8")) for p in pieces]
+
+
+def oracle_train(text: str, threshold: int = 2, max_merges: int | None = None,
+                 pattern: str | None = None) -> dict[tuple[int, int], int]:
+    """Recount every adjacent pair of every chunk before each merge (slow, obviously right)."""
+    chunks = oracle_chunks(text, pattern)
+    merges: dict[tuple[int, int], int] = {}
+    while max_merges is None or len(merges) < max_merges:
+        counts = Counter()
+        for ids in chunks:
+            counts.update(zip(ids, ids[1:]))
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))  # most frequent, then smallest pair
+        if counts[pair] < threshold:
+            break
+        merges[pair] = 256 + len(merges)
+        chunks = [oracle_merge(ids, pair, merges[pair]) for ids in chunks]
+    return merges
+
+
+def oracle_encode(text: str, merges: dict, pattern: str | None = None, specials: dict | None = None) -> list[int]:
+    """Cut out special tokens (longest first), split into chunks, replay the merges in order."""
+    specials = specials or {}
+    parts = [text]
+    if specials:
+        alternation = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
+        parts = re.split(f"({alternation})", text)
+    out = []
+    for n, part in enumerate(parts):
+        if n % 2:
+            out.append(specials[part])
+            continue
+        for ids in oracle_chunks(part, pattern) if part else []:
+            for pair, new in merges.items():
+                ids = oracle_merge(ids, pair, new)
+            out += ids
+    return out
+
+
+def oracle_vocab(merges: dict) -> dict[int, bytes]:
+    vocab = {i: bytes([i]) for i in range(256)}
+    for (a, b), new in merges.items():
+        vocab[new] = vocab[a] + vocab[b]
+    return vocab
+
+
+# --------------------------------------------------------------------------- helpers
+
+def trained(kata, text: str, threshold: int = 2, max_merges: int | None = None, pattern=None, specials=None):
+    tok = kata.BPETokenizer(pattern=pattern, special_tokens=specials)
+    tok.train(text, threshold=threshold, max_merges=max_merges)
+    return tok
+
+
+def show(merges: dict) -> str:
+    """Merges as readable byte strings: {(b'a', b'a'): 256, ...}."""
+    vocab = oracle_vocab(merges) if all(v >= 256 for v in merges.values()) else {}
+    return "{" + ", ".join(f"({vocab.get(a, a)!r}, {vocab.get(b, b)!r}): {n}" for (a, b), n in merges.items()) + "}"
+
+
+def raises(exc_type, fn, what: str) -> str:
+    """Call fn, demand exc_type, return its message."""
+    try:
+        fn()
+    except exc_type as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
+        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want {exc_type.__name__}", pytrace=False)
+    pytest.fail(f"{what}: raised nothing, want {exc_type.__name__}", pytrace=False)
+
+
+# --------------------------------------------------------------------------- README examples
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_readme_training_example(kata):
+    """training merges the most frequent pair, overlaps counted, ties to the smallest pair"""
+    tok = trained(kata, "aaabdaaabac", threshold=2)
+    want = {(97, 97): 256, (97, 98): 257, (256, 257): 258}
+    assert dict(tok.merges) == want, f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
+    assert list(tok.merges) == list(want), f"merges must be in training order: got {list(tok.merges)}"
+    got = tok.encode("aaabdaaabac")
+    assert got == [258, 100, 258, 97, 99], f"encode('aaabdaaabac') after training on it: got {got}, want [258, 100, 258, 97, 99]"
+    assert tok.vocab[258] == b"aaab", f"vocab[258] should be b'aaab' (b'aa' + b'ab'), got {tok.vocab.get(258)!r}"
+
+
+@pytest.mark.example
+def test_readme_overlap_example(kata):
+    """'aaaaa' holds the pair (a, a) four times, and a merge replaces it left to right"""
+    tok = trained(kata, "aaaaa", threshold=4)
+    assert tok.merges == {(97, 97): 256}, f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
+    got = tok.encode("aaaaa")
+    assert got == [256, 256, 97], f"encode('aaaaa') with merge aa: got {got}, want [256, 256, 97] (left to right, no overlap)"
+
+
+@pytest.mark.example
+def test_readme_pattern_example(kata):
+    """with a split pattern, pairs never cross a chunk boundary"""
+    tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
+    want = {(97, 98): 256, (32, 256): 257}
+    assert tok.merges == want, f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"
+    got = tok.encode("ab ab")
+    assert got == [256, 257], f"encode('ab ab'): got {got}, want [256, 257]"
+
+
+@pytest.mark.example
+def test_readme_special_tokens_example(kata):
+    """special tokens are kept whole and decode to their text"""
+    tok = kata.BPETokenizer(special_tokens={EOT: 300})
+    got = tok.encode(f"hi{EOT}")
+    assert got == [104, 105, 300], f"encode('hi<|endoftext|>') with <|endoftext|> = 300: got {got}, want [104, 105, 300]"
+    got = tok.decode([104, 105, 300])
+    assert got == f"hi{EOT}", f"decode([104, 105, 300]): got {got!r}, want 'hi<|endoftext|>'"
+
+
+@pytest.mark.example
+def test_readme_decode_example(kata):
+    """decode replaces invalid UTF-8 with U+FFFD and rejects unknown ids"""
+    tok = kata.BPETokenizer()
+    got = tok.decode([104, 0xFF, 105])
+    assert got == "h\ufffdi", f"decode([104, 255, 105]): got {got!r}, want 'h\\ufffdi'"
+    msg = raises(ValueError, lambda: tok.decode([104, 999]), "decode([104, 999]) on an untrained tokenizer")
+    assert "999" in msg, f"the error for an unknown id should name it (999), got {msg!r}"
+
+
+# --------------------------------------------------------------------------- training
+
+@pytest.mark.points(3)
+@SETTINGS
+@given(text=texts, threshold=st.integers(1, 3), use_pattern=st.booleans())
+def test_training_matches_oracle(kata, text, threshold, use_pattern):
+    """training gives the same merges, in the same order, as recounting before every merge"""
+    pattern = GPT2 if use_pattern else None
+    got = trained(kata, text, threshold=threshold, pattern=pattern).merges
+    want = oracle_train(text, threshold=threshold, pattern=pattern)
+    assert list(got.items()) == list(want.items()), (
+        f"train({text!r}, threshold={threshold}, pattern={'GPT-2' if use_pattern else None}): "
+        f"got {show(got)}, want {show(want)}")
+
+
+@pytest.mark.points(2)
+def test_overlapping_pairs_counted(kata):
+    """pair counts include overlaps: 'aaa' holds (a, a) twice"""
+    for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
+        tok = trained(kata, text, threshold=count)
+        assert (97, 97) in tok.merges, f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
+
+
+@pytest.mark.points(2)
+def test_threshold_is_inclusive(kata):
+    """a pair whose count equals the threshold is merged; one below it is not"""
+    text = "ab.ab.ab"  # (a, b) three times, everything else at most twice
+    tok = trained(kata, text, threshold=3)
+    assert tok.merges == {(97, 98): 256}, f"train({text!r}, threshold=3): (a, b) occurs 3 times, got {show(tok.merges)}, want {{(b'a', b'b'): 256}}"
+    tok = trained(kata, text, threshold=4)
+    assert tok.merges == {}, f"train({text!r}, threshold=4): no pair occurs 4 times, got {show(tok.merges)}, want {{}}"
+
+
+@pytest.mark.points(2)
+def test_ties_go_to_smallest_pair(kata):
+    """among equally frequent pairs the smallest (left, right) pair is merged first"""
+    for text, want in [("dcba", (98, 97)), ("abcd", (97, 98)), ("zyzy ayay", (97, 121))]:
+        tok = trained(kata, text, threshold=1, max_merges=1)
+        got = next(iter(tok.merges), None)
+        assert got == want, f"train({text!r}, threshold=1, max_merges=1): first merge {got}, want {want} (smallest pair wins a tie)"
+
+
+@pytest.mark.points(1)
+def test_max_merges(kata):
+    """training stops after max_merges merges, or earlier when no pair is left"""
+    text = "the cat sat on the mat with the hat"
+    for n in (0, 1, 3):
+        got = len(trained(kata, text, threshold=1, max_merges=n).merges)
+        assert got == n, f"train(..., threshold=1, max_merges={n}): made {got} merges, want {n}"
+    got = len(trained(kata, "abc", threshold=1, max_merges=10).merges)
+    assert got == 2, f"train('abc', threshold=1, max_merges=10): made {got} merges, want 2 (then one token is left)"
+
+
+@pytest.mark.points(2)
+def test_no_merges_across_chunks(kata):
+    """with a pattern, no merge joins the end of one chunk to the start of the next"""
+    text = "dog, dog, dog, dog"
+    tok = trained(kata, text, threshold=2, pattern=GPT2)
+    crossing = [tok.vocab[n] for n in tok.merges.values() if b", " in tok.vocab[n] or b"g," in tok.vocab[n]]
+    assert not crossing, f"train({text!r}, GPT-2 pattern) made tokens across chunk boundaries: {crossing}"
+    want = oracle_train(text, threshold=2, pattern=GPT4)
+    got = trained(kata, text, threshold=2, pattern=GPT4).merges
+    assert got == want, f"train({text!r}, GPT-4 pattern): got {show(got)}, want {show(want)}"
+
+
+@pytest.mark.points(1)
+def test_vocab_holds_merged_bytes(kata):
+    """vocab maps 0..255 to single bytes and each merge's id to its two parts' bytes"""
+    tok = trained(kata, "hello hello hello world", threshold=2)
+    for i in (0, 65, 255):
+        assert tok.vocab[i] == bytes([i]), f"vocab[{i}]: got {tok.vocab.get(i)!r}, want {bytes([i])!r}"
+    for (a, b), new in tok.merges.items():
+        assert tok.vocab[new] == tok.vocab[a] + tok.vocab[b], f"vocab[{new}] should be vocab[{a}] + vocab[{b}]"
+    assert len(tok.vocab) == 256 + len(tok.merges), f"vocab size {len(tok.vocab)}, want 256 + {len(tok.merges)} merges"
+
+
+@pytest.mark.points(1)
+def test_training_is_deterministic_and_fresh(kata):
+    """training twice on the same text gives the same merges; retraining starts from bytes"""
+    tok = trained(kata, "low lower lowest", threshold=2)
+    first = list(tok.merges.items())
+    tok.train("zzzz", threshold=2)
+    assert tok.merges == {(122, 122): 256}, f"train('zzzz') after another training: got {show(tok.merges)}, want only (z, z) -> 256"
+    tok.train("low lower lowest", threshold=2)
+    assert list(tok.merges.items()) == first, "training on the same text again gave different merges"
+
+
+@pytest.mark.points(1)
+def test_bad_training_arguments(kata):
+    """a threshold below 1 or a negative max_merges is a ValueError"""
+    tok = kata.BPETokenizer()
+    raises(ValueError, lambda: tok.train("aaaa", threshold=0), "train('aaaa', threshold=0)")
+    raises(ValueError, lambda: tok.train("aaaa", threshold=-1), "train('aaaa', threshold=-1)")
+    raises(ValueError, lambda: tok.train("aaaa", max_merges=-1), "train('aaaa', max_merges=-1)")
+
+
+# --------------------------------------------------------------------------- encoding and decoding
+
+@pytest.mark.points(3)
+@SETTINGS
+@given(train_text=texts, text=texts, use_pattern=st.booleans())
+def test_encode_replays_training(kata, train_text, text, use_pattern):
+    """encode applies merges by rank: the same tokens as replaying training's merges in order"""
+    pattern = GPT2 if use_pattern else None
+    tok = trained(kata, train_text, threshold=1, pattern=pattern)
+    merges = oracle_train(train_text, threshold=1, pattern=pattern)
+    for sample in (train_text, text):
+        got, want = tok.encode(sample), oracle_encode(sample, merges, pattern)
+        assert got == want, f"encode({sample!r}) after train({train_text!r}, threshold=1): got {got}, want {want}"
+
+
+@pytest.mark.points(1)
+def test_encode_by_rank_not_longest_match(kata):
+    """encode merges the earliest-learned pair first, not the longest vocabulary match"""
+    tok = trained(kata, "bc bc bc ab ab abc", threshold=2)  # (b, c) is learned before (a, b)
+    merges = oracle_train("bc bc bc ab ab abc", threshold=2)
+    got, want = tok.encode("abc"), oracle_encode("abc", merges)
+    assert got == want, f"encode('abc') after learning bc before ab: got {got}, want {want}"
+
+
+@pytest.mark.points(2)
+@SETTINGS
+@given(text=any_text, use_pattern=st.booleans())
+def test_round_trip_any_text(kata, text, use_pattern):
+    """decode(encode(text)) == text for any unicode text"""
+    tok = trained(kata, "Hello wörld 漢字 😀 1234 \t\n" * 3 + "the theme then them", threshold=2,
+                  pattern=GPT4 if use_pattern else None)
+    got = tok.decode(tok.encode(text))
+    assert got == text, f"decode(encode({text!r})) gave {got!r}"
+
+
+@pytest.mark.points(2)
+@SETTINGS
+@given(data=st.binary(max_size=40))
+def test_decode_any_ids(kata, data):
+    """decode of any ids is their bytes decoded as UTF-8 with replacement"""
+    tok = trained(kata, "aaab aaab ééé", threshold=2)
+    vocab = oracle_vocab(tok.merges)
+    ids = list(data) + [max(vocab)] if data and data[0] % 2 else list(data)
+    want = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    got = tok.decode(ids)
+    assert got == want, f"decode({ids}): got {got!r}, want {want!r}"
+
+
+@pytest.mark.points(1)
+def test_empty_string(kata):
+    """the empty string encodes to no ids, decodes from none, and trains no merges"""
+    tok = trained(kata, "", threshold=1)
+    assert tok.merges == {}, f"train(''): got {show(tok.merges)}, want {{}}"
+    assert tok.encode("") == [], f"encode(''): got {tok.encode('')}, want []"
+    assert tok.decode([]) == "", f"decode([]): got {tok.decode([])!r}, want ''"
+
+
+@pytest.mark.points(1)
+def test_unknown_ids(kata):
+    """decode raises ValueError naming an id that is neither a token nor a special token"""
+    tok = trained(kata, "aaaa", threshold=2, specials={EOT: 1000})
+    for bad in (257, 999, -1):
+        msg = raises(ValueError, lambda: tok.decode([97, bad]), f"decode([97, {bad}]) with tokens 0..256 and special 1000")
+        assert str(bad) in msg, f"the error for unknown id {bad} should name it, got {msg!r}"
+
+
+# --------------------------------------------------------------------------- special tokens
+
+@pytest.mark.points(2)
+@SETTINGS
+@given(pieces=st.lists(st.sampled_from(["a", "ab", " ", "<|", "|>", EOT, "<|im_start|>", "<|im_end|>", "é"]), max_size=12))
+def test_special_tokens_never_broken(kata, pieces):
+    """special tokens are matched before splitting and never broken, around any text"""
+    specials = {EOT: 1000, "<|im_start|>": 1001, "<|im_end|>": 1002}
+    tok = trained(kata, "ab ab <|ab|> <|<| |>|>", threshold=2, pattern=GPT2, specials=specials)
+    text = "".join(pieces)
+    want = oracle_encode(text, oracle_train("ab ab <|ab|> <|<| |>|>", threshold=2, pattern=GPT2), GPT2, specials)
+    got = tok.encode(text)
+    assert got == want, f"encode({text!r}) with special tokens {list(specials)}: got {got}, want {want}"
+    assert tok.decode(got) == text, f"decode(encode({text!r})) gave {tok.decode(got)!r}"
+
+
+@pytest.mark.points(1)
+def test_longest_special_token_wins(kata):
+    """when two special tokens start at the same place, the longer one is matched"""
+    tok = kata.BPETokenizer(special_tokens={"<s>": 500, "<s>x": 501})
+    got = tok.encode("a<s>x<s>")
+    assert got == [97, 501, 500], f"encode('a<s>x<s>') with <s> = 500 and <s>x = 501: got {got}, want [97, 501, 500]"
+
+
+@pytest.mark.points(1)
+def test_special_id_collisions(kata):
+    """a special token whose id is already a vocabulary id is a ValueError"""
+    raises(ValueError, lambda: kata.BPETokenizer(special_tokens={EOT: 65}), "special token with id 65 (the byte 'A')")
+    raises(ValueError, lambda: kata.BPETokenizer(special_tokens={EOT: 300, "<x>": 300}), "two special tokens with id 300")
+    tok = kata.BPETokenizer(special_tokens={EOT: 257})
+    raises(ValueError, lambda: tok.train("aaaa bbbb cccc", threshold=2),
+           "training 3 merges (ids 256, 257, 258) with a special token at 257")
+
+
+# --------------------------------------------------------------------------- save and load
+
+@pytest.mark.points(2)
+def test_save_load_round_trip(kata, tmp_path):
+    """load(save(t)) has the same pattern, special tokens, merges and vocab, and encodes alike"""
+    pattern = GPT2 + r'|"quoted"|\n'
+    tok = trained(kata, "the cat sat on the mat 'quoted' 12 12 12 é é é", threshold=2,
+                  pattern=pattern, specials={EOT: 1000, "<|x y|>": 1001})
+    path = tmp_path / "tok.bpe"
+    tok.save(path)
+    back = kata.BPETokenizer.load(path)
+    assert back.pattern == pattern, f"pattern after save/load: got {back.pattern!r}, want {pattern!r}"
+    assert back.special_tokens == tok.special_tokens, f"special tokens after save/load: got {back.special_tokens}"
+    assert list(back.merges.items()) == list(tok.merges.items()), "merges (or their order) changed through save/load"
+    assert back.vocab == tok.vocab, "vocab changed through save/load"
+    text = f"the mat{EOT}sat 12 é<|x y|>"
+    assert back.encode(text) == tok.encode(text), f"encode({text!r}) differs after save/load"
+    plain = kata.BPETokenizer()
+    plain.save(tmp_path / "plain.bpe")
+    back = kata.BPETokenizer.load(tmp_path / "plain.bpe")
+    assert back.pattern is None and back.merges == {} and back.special_tokens == {}, "an untrained tokenizer without pattern did not round-trip"
+
+
+@pytest.mark.example
+@pytest.mark.points(1)
+def test_readme_file_format_example(kata, tmp_path):
+    """load reads the documented text format"""
+    path = tmp_path / "hand.bpe"
+    path.write_text('bpe v1\npattern null\nspecial 300 "<|endoftext|>"\nmerge 97 97\nmerge 256 98\n', encoding="utf-8")
+    tok = kata.BPETokenizer.load(path)
+    assert tok.merges == {(97, 97): 256, (256, 98): 257}, f"merges read from the README's file: got {tok.merges}"
+    got = tok.encode("aabaa<|endoftext|>")
+    assert got == [257, 256, 300], f"encode('aabaa<|endoftext|>') with the README's file: got {got}, want [257, 256, 300]"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("content, line", [
+    ("bpe v2\npattern null\n", 1),
+    ("bpe v1\npatern null\n", 2),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4),
+    ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
+    ('bpe v1\npattern "(unclosed"\n', 2),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
+])
+def test_malformed_file(kata, tmp_path, content, line):
+    """load raises ValueError naming the line of a malformed file"""
+    path = tmp_path / "bad.bpe"
+    path.write_text(content, encoding="utf-8")
+    msg = raises(ValueError, lambda: kata.BPETokenizer.load(path), f"load of a file with a bad line {line}: {content!r}")
+    assert re.search(rf"\bline {line}\b", msg), f"load of {content!r}: the error should name line {line}, got {msg!r}"
+
+
+# --------------------------------------------------------------------------- shortcuts
+
+@pytest.mark.points(1)
+def test_no_tokenizer_libraries(kata, kata_path):
+    """works without tiktoken, tokenizers, sentencepiece or transformers"""
+    tok = trained(kata, "aaab", threshold=2)
+    assert tok.encode("aaab") == [256, 97, 98], f"encode('aaab') after training on it: got {tok.encode('aaab')}"
+    found = banned_uses(kata_path, {"tiktoken", "tokenizers", "sentencepiece", "transformers"})
+    assert not found, f"the tokenizer must be written by hand; found {found}"
