@@ -1,0 +1,521 @@
+"""Hidden suite for the generate kata: greedy, sampling and beam search on a KV cache.
+
+Models used: a bigram toy (next token depends only on the last one; the README's worked
+examples), the reference tiny Llama with random weights (a real KV cache to reorder), and the
+same with a 4-token vocabulary, small enough to enumerate every output. Oracles are written
+plainly here: a no-cache greedy loop, a list-based beam search with the HuggingFace semantics,
+an exhaustive search, and the filtered sampling distribution.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from solutions.kv_cache import KVCache
+from solutions.model import tiny_model
+
+KATA = "generate"
+EOS = 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and lose a lot on a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models that follow the protocol of the kata README.
+
+class BigramModel:
+    """Next-token probabilities depend only on the previous token: probs[prev][next]."""
+
+    def __init__(self, probs: list[list[float]]):
+        self.table = torch.tensor(probs, dtype=torch.float32).log()  # (V, V) logits
+        self.config = SimpleNamespace(vocab_size=len(probs), max_seq_len=64)
+
+    def new_cache(self, batch_size, max_len=None):
+        return SimpleNamespace(length=0, reorder=lambda index: None)
+
+    def prefill(self, ids, cache, attention_mask=None):
+        cache.length += ids.shape[1]
+        return self.table[ids]  # (B, T, V)
+
+    def decode_step(self, ids, cache, attention_mask=None):
+        cache.length += 1
+        return self.table[ids]  # (B, V)
+
+
+BIGRAM = [[.25, .25, .25, .25],  # after 0 (EOS)
+          [.10, .05, .50, .35],  # after 1
+          [.20, .30, .10, .40],  # after 2
+          [.90, .04, .03, .03]]  # after 3
+
+
+class EosBiased:
+    """A Llama with `bias` added to its EOS logit, so that hypotheses often end early."""
+
+    def __init__(self, model, bias: float):
+        self.model, self.config = model, model.config
+        self.bias = torch.zeros(model.config.vocab_size)
+        self.bias[EOS] = bias
+
+    def new_cache(self, batch_size, max_len=None):
+        return self.model.new_cache(batch_size, max_len)
+
+    def prefill(self, ids, cache, attention_mask=None):
+        return self.model.prefill(ids, cache, attention_mask) + self.bias
+
+    def decode_step(self, ids, cache, attention_mask=None):
+        return self.model.decode_step(ids, cache, attention_mask) + self.bias
+
+    def forward(self, ids):
+        with torch.no_grad():
+            return self.model.forward(ids) + self.bias
+
+
+def flat_llama(seed: int, vocab_size: int, eos_bias: float, **config) -> EosBiased:
+    """A tiny Llama whose distribution is flattened (beams change places often) and EOS-prone."""
+    model = tiny_model(seed, vocab_size=vocab_size, **config)
+    with torch.no_grad():
+        model.norm.mul_(0.5)
+    return EosBiased(model, eos_bias)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return flat_llama(0, 24, 2.0)
+
+
+@pytest.fixture(scope="module")
+def plain_llama():
+    return tiny_model(1, vocab_size=64)
+
+
+PROMPTS = [[3, 5, 7, 1], [9, 2], [11, 4, 6]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracles: slow and plain, no cache.
+
+def next_logprobs(model, seqs: list[list[int]]) -> list[list[float]]:
+    """log p(next | seq) for each sequence, from a full forward pass with no cache."""
+    out = []
+    for seq in seqs:
+        logits = model.forward(torch.tensor([seq]))[0, -1]
+        out.append(torch.log_softmax(logits.float(), -1).tolist())
+    return out
+
+
+def greedy_oracle(model, prompt, max_new_tokens, eos=()):
+    seq = []
+    for _ in range(max_new_tokens):
+        logp = next_logprobs(model, [prompt + seq])[0]
+        seq.append(max(range(len(logp)), key=lambda v: (logp[v], -v)))
+        if seq[-1] in eos:
+            break
+    return seq
+
+
+def beam_oracle(model, prompt, max_new_tokens, eos, num_beams, length_penalty, early_stopping):
+    """HuggingFace (>= 4.50) beam search for one prompt with Python lists; finished, best first."""
+    nb = num_beams
+    running = [(0.0, [])] + [(-math.inf, [])] * (nb - 1)  # (sum log p, tokens)
+    finished = []  # (score, tokens)
+    settled = False
+    for step in range(max_new_tokens):
+        logps = next_logprobs(model, [prompt + toks for _, toks in running])
+        cands = [(score + lp, b, v) for b, (score, _) in enumerate(running) for v, lp in enumerate(logps[b])]
+        cands = sorted(cands, key=lambda c: -c[0])[:max(2, 1 + len(eos)) * nb]
+        last = step == max_new_tokens - 1
+        if not settled and not (early_stopping is True and len(finished) == nb):
+            for score, b, v in cands[:nb]:  # only the top nb candidates may finish
+                if v in eos or last:
+                    finished.append((score / (step + 1) ** length_penalty, running[b][1] + [v]))
+            finished = sorted(finished, key=lambda h: -h[0])[:nb]
+        if last:
+            break
+        running = [(score, running[b][1] + [v]) for score, b, v in cands if v not in eos][:nb]
+        length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else step + 1
+        if len(finished) == nb and running[0][0] / length ** length_penalty <= finished[-1][0]:
+            settled = True
+        if settled or (early_stopping is True and len(finished) == nb):
+            break
+    return finished
+
+
+def sequence_logprob(model, prompt, tokens) -> float:
+    logits = model.forward(torch.tensor([prompt + tokens]))[0, len(prompt) - 1:-1]
+    logp = torch.log_softmax(logits.float(), -1)
+    return float(logp[torch.arange(len(tokens)), torch.tensor(tokens)].sum())
+
+
+def sampling_oracle(logits: list[float], temperature, top_k, top_p) -> list[float]:
+    """Temperature, then top-k (ties with the k-th kept), then top-p (keep while mass before < p)."""
+    z = [x / temperature for x in logits]
+    if top_k is not None:
+        kth = sorted(z, reverse=True)[min(top_k, len(z)) - 1]
+        z = [x if x >= kth else -math.inf for x in z]
+    e = [math.exp(x - max(z)) for x in z]
+    p = [x / sum(e) for x in e]
+    if top_p is not None:
+        keep, mass = set(), 0.0
+        for v in sorted(range(len(p)), key=lambda v: (-p[v], v)):
+            if mass < top_p:
+                keep.add(v)
+            mass += p[v]
+        p = [x if v in keep else 0.0 for v, x in enumerate(p)]
+    return [x / sum(p) for x in p]
+
+
+# ---------------------------------------------------------------------------------------------
+# Worked examples (README).
+
+@pytest.mark.example
+@pytest.mark.points(1)
+def test_example_greedy_bigram(kata):
+    """Greedy picks the most probable next token until EOS"""
+    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0)
+    assert r.tokens == [[2, 3, 0]], f"greedy from [1] on the README bigram: got {r.tokens}, want [[2, 3, 0]]"
+    assert r.scores[0] == pytest.approx(math.log(.5 * .4 * .9) / 3, abs=1e-4), \
+        f"greedy score is sum(log p) / 3 tokens: got {r.scores[0]}, want {math.log(.18) / 3:.4f}"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_beam_finds_more_probable(kata):
+    """Beam search finds a more probable sequence than greedy (length_penalty=0)"""
+    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
+                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
+    assert r.tokens == [[3, 0], [2, 3, 0]], \
+        f"beam search, 2 beams, length_penalty 0 from [1]: got {r.tokens}, want [[3, 0], [2, 3, 0]]"
+    want = [math.log(.35 * .9), math.log(.5 * .4 * .9)]
+    assert r.scores == pytest.approx(want, abs=1e-4), f"beam scores are raw sum(log p): got {r.scores}, want {want}"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_early_stopping_false_keeps_searching(kata):
+    """early_stopping=False keeps searching after num_beams hypotheses finish"""
+    got = {}
+    for es in (True, False):
+        r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
+                          num_beams=2, length_penalty=2.0, early_stopping=es, num_return_sequences=2)
+        got[es] = r.tokens
+    want = {True: [[2, 3, 0], [3, 0]], False: [[2, 3, 0], [2, 1, 3, 0]]}
+    assert got == want, f"2 beams, length_penalty 2 from [1], by early_stopping: got {got}, want {want}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy and sampling.
+
+@pytest.mark.points(2)
+def test_greedy_equals_no_cache_loop(kata, plain_llama):
+    """Greedy with the KV cache equals a greedy loop that recomputes everything"""
+    for prompt in ([5], [3, 9, 27, 1, 8]):
+        got = kata.generate(plain_llama, [prompt], max_new_tokens=10).tokens[0]
+        want = greedy_oracle(plain_llama, prompt, 10)
+        assert got == want, f"greedy from prompt {prompt}: got {got}, want {want}"
+
+
+@pytest.mark.points(1)
+def test_greedy_tie_takes_lowest_index(kata):
+    """Greedy breaks a tie by taking the lowest token id"""
+    model = BigramModel([[.1, .3, .3, .3]] * 4)
+    got = kata.generate(model, [[2]], max_new_tokens=2).tokens
+    assert got == [[1, 1]], f"tokens 1, 2, 3 tie at p=0.3: got {got}, want [[1, 1]]"
+
+
+@pytest.mark.points(2)
+def test_batched_equals_unbatched(kata, llama):
+    """Prompts of different lengths batched together give each prompt's solo result"""
+    for kwargs in (dict(), dict(strategy="beam", num_beams=3, num_return_sequences=2)):
+        batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, **kwargs)
+        solo_tokens, solo_scores = [], []
+        for p in PROMPTS:
+            r = kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS, **kwargs)
+            solo_tokens += r.tokens
+            solo_scores += r.scores
+        assert batched.tokens == solo_tokens, \
+            f"{kwargs or 'greedy'} on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
+        assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
+            f"{kwargs or 'greedy'}: batched scores {batched.scores}, one by one {solo_scores}"
+
+
+def first_new_token(seq: list[int]) -> int:
+    """Position of the first token that differs from every earlier one (greedy output repeats)."""
+    return next(k for k in range(1, len(seq)) if seq[k] not in seq[:k])
+
+
+@pytest.mark.points(1)
+def test_finished_rows_stop_growing(kata, llama):
+    """A row stops at its EOS (kept as its last token) while the others go on"""
+    free = kata.generate(llama, PROMPTS, max_new_tokens=8).tokens
+    k = first_new_token(free[0])
+    eos = free[0][k]
+    assert all(eos not in row for row in free[1:]), f"test setup: pick another EOS than {eos} for {free}"
+    got = kata.generate(llama, PROMPTS, max_new_tokens=8, eos_token_id=eos).tokens
+    want = [free[0][:k + 1]] + free[1:]
+    assert got == want, f"greedy gives {free}; with eos_token_id={eos} want {want}, got {got}"
+
+
+@pytest.mark.points(1)
+def test_several_eos_ids(kata, llama):
+    """eos_token_id may be a list: any of them ends a sequence"""
+    first = kata.generate(llama, [[3, 5, 7, 1]], max_new_tokens=6).tokens[0]
+    k = first_new_token(first)
+    eos = [next(v for v in range(24) if v not in first), first[k]]
+    got = kata.generate(llama, [[3, 5, 7, 1]], max_new_tokens=6, eos_token_id=eos).tokens[0]
+    assert got == first[:k + 1], f"greedy gives {first}; with eos_token_id={eos} want {first[:k + 1]}, got {got}"
+
+
+SAMPLE_LOGITS = [2.0, 1.6, 1.2, 1.2, 0.4, -0.3, -1.0, -2.5]
+CHI2_CRITICAL_001 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32]  # df = 1..7, p = 0.001
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("temperature, top_k, top_p", [
+    (1.0, None, None), (2.5, None, None), (0.5, None, None), (1.0, 3, None),
+    (1.0, None, 0.7), (2.0, None, 0.5), (0.7, 4, 0.9)])
+def test_sampling_matches_filtered_distribution(kata, temperature, top_k, top_p):
+    """Sampled tokens follow softmax(logits / temperature) after top-k then top-p"""
+    model = BigramModel([torch.tensor(SAMPLE_LOGITS).softmax(-1).tolist()] * len(SAMPLE_LOGITS))
+    n = 6000  # one batch of n identical prompts: n independent first tokens from one seeded call
+    r = kata.generate(model, [[0]] * n, max_new_tokens=1, strategy="sample", temperature=temperature,
+                      top_k=top_k, top_p=top_p, seed=1234)
+    counts = [0] * len(SAMPLE_LOGITS)
+    for toks in r.tokens:
+        counts[toks[0]] += 1
+    want = sampling_oracle(SAMPLE_LOGITS, temperature, top_k, top_p)
+    where = f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
+    banned = [v for v, p in enumerate(want) if p == 0 and counts[v]]
+    assert not banned, f"{where}: filtered-out tokens {banned} were drawn; counts {counts}"
+    kept = [v for v, p in enumerate(want) if p > 0]
+    chi2 = sum((counts[v] - n * want[v]) ** 2 / (n * want[v]) for v in kept)
+    critical = CHI2_CRITICAL_001[len(kept) - 2] if len(kept) > 1 else 0.0
+    assert chi2 <= critical, (f"{where}: {n} draws give counts {counts}, expected "
+                              f"{[round(n * p) for p in want]} (chi-square {chi2:.1f} > {critical})")
+
+
+@pytest.mark.points(1)
+def test_sampling_reproducible_with_seed(kata, plain_llama):
+    """The same seed gives the same tokens; other seeds give other tokens"""
+    kwargs = dict(max_new_tokens=12, strategy="sample", temperature=1.5)
+    a = kata.generate(plain_llama, PROMPTS, seed=7, **kwargs).tokens
+    b = kata.generate(plain_llama, PROMPTS, seed=7, **kwargs).tokens
+    assert a == b, f"two runs with seed=7 differ: {a} vs {b}"
+    others = [kata.generate(plain_llama, PROMPTS, seed=s, **kwargs).tokens for s in (8, 9)]
+    assert any(o != a for o in others), f"seeds 7, 8, 9 all sampled the same tokens {a}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search.
+
+@pytest.mark.points(1)
+def test_one_beam_equals_greedy(kata, llama):
+    """strategy='beam' with num_beams=1 gives the greedy result"""
+    for es in (True, False, "never"):
+        beam = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam",
+                             num_beams=1, early_stopping=es).tokens
+        greedy = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS).tokens
+        assert beam == greedy, f"num_beams=1, early_stopping={es}: got {beam}, greedy gives {greedy}"
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize("num_beams", [2, 3])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+def test_beam_search_equals_plain_implementation(kata, llama, num_beams, early_stopping):
+    """Beam search equals a plain list-based beam search with the HuggingFace semantics"""
+    for length_penalty in (0.0, 1.0, 2.0, -1.0):
+        r = kata.generate(llama, PROMPTS, max_new_tokens=7, eos_token_id=EOS, strategy="beam",
+                          num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
+                          num_return_sequences=num_beams)
+        for i, p in enumerate(PROMPTS):
+            want = beam_oracle(llama, p, 7, (EOS,), num_beams, length_penalty, early_stopping)
+            rows = slice(i * num_beams, (i + 1) * num_beams)
+            got_toks, got_scores = r.tokens[rows], r.scores[rows]
+            where = (f"prompt {p}, num_beams={num_beams}, length_penalty={length_penalty}, "
+                     f"early_stopping={early_stopping!r}, EOS={EOS}")
+            assert got_toks == [t for _, t in want], f"{where}: got {got_toks}, want {[t for _, t in want]}"
+            assert got_scores == pytest.approx([s for s, _ in want], abs=1e-4), \
+                f"{where}: scores {got_scores}, want {[round(s, 5) for s, _ in want]}"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+def test_beam_search_exhaustive_on_tiny_vocabulary(kata, length_penalty):
+    """With enough beams and early_stopping='never', beam search finds the best of all outputs"""
+    model = flat_llama(3, 4, 0.5, d_model=32, n_heads=2, n_kv_heads=1, d_ff=64)
+    prompt, max_new, V = [1, 2], 3, 4
+    outputs = [list(s) for n in range(1, max_new + 1) for s in itertools.product(range(V), repeat=n)
+               if EOS not in s[:-1] and (n == max_new or s[-1] == EOS)]
+    scored = [(sequence_logprob(model, prompt, s) / len(s) ** length_penalty, s) for s in outputs]
+    best_score, best = max(scored)
+    r = kata.generate(model, [prompt], max_new_tokens=max_new, eos_token_id=EOS, strategy="beam",
+                      num_beams=36, length_penalty=length_penalty, early_stopping="never")
+    assert r.tokens[0] == best, (f"4-token vocabulary, prompt {prompt}, length_penalty={length_penalty}: "
+                                 f"got {r.tokens[0]}, the best of all {len(outputs)} outputs is {best}")
+    assert r.scores[0] == pytest.approx(best_score, abs=1e-4), f"score {r.scores[0]}, want {best_score}"
+
+
+@pytest.mark.points(2)
+def test_beam_scores_are_length_penalised_logprobs(kata, llama):
+    """A beam's score is sum(log p) / (new tokens incl. EOS) ** length_penalty"""
+    for lp in (0.0, 1.0, 2.0, -0.5):
+        r = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam", num_beams=3,
+                          length_penalty=lp, num_return_sequences=3)
+        for row, (toks, score) in enumerate(zip(r.tokens, r.scores)):
+            want = sequence_logprob(llama, PROMPTS[row // 3], toks) / len(toks) ** lp
+            assert score == pytest.approx(want, abs=1e-4), \
+                f"length_penalty={lp}, prompt {PROMPTS[row // 3]}, output {toks}: score {score}, want {want}"
+        assert r.scores[:3] == sorted(r.scores[:3], reverse=True), f"returned best first: {r.scores[:3]}"
+
+
+@pytest.mark.points(1)
+def test_negative_length_penalty_favours_short(kata, llama):
+    """A negative length_penalty favours short outputs, a positive one long outputs"""
+    kwargs = dict(max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3)
+    short = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=-2.0, **kwargs).tokens]
+    long = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=2.0, **kwargs).tokens]
+    assert all(s <= n for s, n in zip(short, long)) and sum(short) < sum(long), \
+        f"best output lengths: length_penalty=-2 gives {short}, +2 gives {long}"
+
+
+@pytest.mark.points(1)
+def test_eos_outside_top_beams_does_not_finish(kata):
+    """An EOS ranked below the top num_beams candidates does not finish a hypothesis"""
+    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
+                      num_beams=2, length_penalty=-1.0, early_stopping="never", num_return_sequences=2)
+    assert [0] not in r.tokens, (f"from [1], EOS (p=0.1) ranks 3rd of the first 4 candidates and must not "
+                                 f"finish [0], yet the output holds it: {r.tokens}")
+
+
+@pytest.mark.points(1)
+def test_num_return_sequences(kata, llama):
+    """num_return_sequences returns that many distinct hypotheses per prompt, best first"""
+    r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS, strategy="beam", num_beams=4,
+                      num_return_sequences=3)
+    assert len(r.tokens) == len(r.scores) == 9, f"3 prompts x 3 sequences: got {len(r.tokens)} rows"
+    for i in range(3):
+        toks, scores = r.tokens[3 * i:3 * i + 3], r.scores[3 * i:3 * i + 3]
+        assert len({tuple(t) for t in toks}) == 3, f"prompt {PROMPTS[i]}: repeated hypotheses {toks}"
+        assert scores == sorted(scores, reverse=True), f"prompt {PROMPTS[i]}: not best first {scores}"
+
+
+class Recorder:
+    """Wraps a model; logs every forward (kind, rows) and every cache reorder."""
+
+    def __init__(self, model, events):
+        self.model, self.config, self.events = model, model.config, events
+
+    def new_cache(self, batch_size, max_len=None):
+        cache = self.model.new_cache(batch_size, max_len)
+        reorder = cache.reorder
+
+        def logged_reorder(index):
+            self.events.append(("reorder", len(index)))
+            reorder(index)
+        cache.reorder = logged_reorder
+        return cache
+
+    def prefill(self, ids, cache, attention_mask=None):
+        self.events.append(("prefill", ids.shape[0]))
+        return self.model.prefill(ids, cache, attention_mask)
+
+    def decode_step(self, ids, cache, attention_mask=None):
+        self.events.append(("decode", ids.shape[0]))
+        return self.model.decode_step(ids, cache, attention_mask)
+
+
+@pytest.mark.points(2)
+def test_one_batched_forward_per_step(kata, llama):
+    """All beams of all prompts advance in one forward pass per step, the cache reordered each step"""
+    events = []
+    r = kata.generate(Recorder(llama, events), PROMPTS, max_new_tokens=5, strategy="beam", num_beams=3)
+    rows = len(PROMPTS) * 3
+    forwards = [e for e in events if e[0] in ("prefill", "decode")]
+    decodes = [e for e in events if e[0] == "decode"]
+    assert forwards[0][0] == "prefill" and all(n == rows for _, n in forwards), \
+        f"3 prompts x 3 beams should run as {rows} rows per forward; forwards were {forwards}"
+    assert len(decodes) == 4, f"5 new tokens need 1 prefill + 4 decode steps, got {forwards}"
+    between = [events[i + 1][0] for i, e in enumerate(events[:-1]) if e[0] in ("prefill", "decode")]
+    assert between[:4] == ["reorder"] * 4, f"the cache must be reordered before every decode step: {events}"
+    assert len(r.tokens) == 3
+
+
+@pytest.mark.points(2)
+def test_skipping_cache_reorder_breaks_beam_search(kata, llama):
+    """Each beam continues from its own parent's keys and values (the cache follows the beams)"""
+    kept = []
+
+    class Spy(KVCache):
+        def reorder(self, index):
+            kept.append(index.tolist())
+            super().reorder(index)
+
+    model = EosBiased(tiny_model(0, vocab_size=24, cache_cls=Spy), 2.0)
+    with torch.no_grad():
+        model.model.norm.mul_(0.5)
+    prompt = [11, 4, 6]
+    r = kata.generate(model, [prompt], max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3,
+                      length_penalty=0.0, early_stopping="never", num_return_sequences=3)
+    want = beam_oracle(model, prompt, 7, (EOS,), 3, 0.0, "never")
+    swaps = [ix for ix in kept if ix != sorted(ix)]
+    assert swaps, f"the beams never changed parents (reorder indices {kept}): the test needs a swap"
+    assert r.tokens == [t for _, t in want], \
+        f"prompt {prompt}, 3 beams: got {r.tokens}, want {[t for _, t in want]}; reorder indices were {kept}"
+
+
+@pytest.mark.points(1)
+def test_on_token_streams(kata, llama):
+    """on_token(row, token) is called for each new token as it is produced"""
+    events = []
+    model = Recorder(llama, events)
+    r = kata.generate(model, PROMPTS, max_new_tokens=4, on_token=lambda row, tok: events.append(("token", row, tok)))
+    streamed = [[e[2] for e in events if e[0] == "token" and e[1] == row] for row in range(3)]
+    assert streamed == r.tokens, f"streamed tokens {streamed} differ from the result {r.tokens}"
+    kinds = [e[0] for e in events]
+    first_decode = kinds.index("decode")
+    assert kinds[:first_decode].count("token") == 3, \
+        f"each row's first token should be streamed before the first decode step; events {kinds}"
+
+
+@pytest.mark.points(1)
+def test_result_timings(kata, llama):
+    """The result reports prefill and decode seconds and the number of tokens generated"""
+    r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS)
+    assert r.tokens_generated == sum(map(len, r.tokens)), \
+        f"tokens_generated {r.tokens_generated}, but the sequences hold {sum(map(len, r.tokens))}"
+    assert r.prefill_seconds > 0 and r.decode_seconds > 0, \
+        f"timings must be positive: prefill {r.prefill_seconds}, decode {r.decode_seconds}"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("bad, name", [
+    (dict(num_beams=0, strategy="beam"), "num_beams"),
+    (dict(num_beams=2, strategy="beam", num_return_sequences=3), "num_return_sequences"),
+    (dict(strategy="sample", temperature=0.0), "temperature"),
+    (dict(strategy="sample", top_p=0.0), "top_p"),
+    (dict(strategy="sample", top_p=1.5), "top_p"),
+    (dict(strategy="sample", top_k=0), "top_k"),
+    (dict(strategy="nucleus"), "strategy"),
+    (dict(strategy="beam", num_beams=2, early_stopping="sometimes"), "early_stopping"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
+    (dict(prompts=[[1, 2], []]), "prompts"),
+])
+def test_invalid_arguments(kata, plain_llama, bad, name):
+    """Invalid arguments raise ValueError naming the argument"""
+    kwargs = dict(prompts=[[1, 2, 3]], max_new_tokens=4) | bad
+    prompts = kwargs.pop("prompts")
+    with pytest.raises(ValueError) as info:
+        kata.generate(plain_llama, prompts, **kwargs)
+    assert name in str(info.value), f"generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
