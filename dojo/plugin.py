@@ -7,13 +7,18 @@ line of a test's docstring is its *property*, the name a learner reads in the re
 
 With `--dojo-results FILE` the plugin writes one JSON document with a row per test (id,
 property, outcome, points, message, duration); the runner reads that, never pytest's text.
+While the run goes on it also appends to FILE.jsonl (the collected tests, each test as it starts,
+each row as it ends), so a run killed for a hang or a crash still tells how far it got.
+`--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
 Loaded for every pytest run through `addopts = -p dojo.plugin` in pyproject.toml.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -30,6 +35,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--examples-only", action="store_true", help="run only the README's worked examples")
     group.addoption("--dojo-results", default=None, metavar="FILE", help="write structured results as JSON")
+    group.addoption(
+        "--dojo-test-timeout", type=float, default=None, metavar="S", help="fail any test that runs past S seconds"
+    )
+
+
+class TestTimeout(BaseException):
+    """Raised inside a test that ran past --dojo-test-timeout (a BaseException, so `except Exception` in a
+    learner's loop cannot swallow it)."""
+
+    __test__ = False  # not a test class, whatever its name
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,6 +85,8 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
         return targets.load_module(kata_path, f"dojo_target_{slug}")
     except SystemExit as exc:
         pytest.fail(f"{kata_path.name} called sys.exit({exc.code}) while being imported", pytrace=False)
+    except TestTimeout as exc:
+        pytest.fail(f"{kata_path.name} did not finish importing: {exc}", pytrace=False)
     except Exception as exc:  # the learner's import-time error is the result
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
 
@@ -86,25 +103,86 @@ def points_of(item: pytest.Item) -> int:
     return int(marker.args[0]) if marker and marker.args else 1
 
 
-def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr) -> str:
-    """The readable part of a failure: the assertion's own message, or the exception and where."""
+def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str | None = None) -> str:
+    """The readable part of a failure: the assertion's own message, or the exception and where in the
+    learner's file (`target`) it was raised; plus any notes (hypothesis's falsifying example)."""
     if excinfo is None:
         return str(longrepr or "")[-2000:]
     exc = excinfo.value
+    notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()) if isinstance(note, str))
     if isinstance(exc, AssertionError):
         text = str(exc).split("\nassert ")[0].strip()
-        return text or "assertion failed"
+        return (text or "assertion failed") + notes
     if isinstance(exc, pytest.fail.Exception):
         return str(exc.msg if hasattr(exc, "msg") else exc)
     if isinstance(exc, pytest.skip.Exception):
         return str(exc)
-    where = ""
-    for entry in reversed(excinfo.traceback):
-        path = str(entry.path)
-        if "dojo_target" in path or not ("/tests/" in path or "site-packages" in path or "/dojo/" in path):
-            where = f" (at {Path(path).name}:{entry.lineno + 1})"
-            break
+    return _describe(exc, _where(excinfo, target)) + notes
+
+
+def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
+    """" (at file.py:LINE, in func)" for the innermost frame in the learner's file (or, failing that, in
+    any file that is not the suite's, the plugin's or a library's)."""
+    entries = list(reversed(excinfo.traceback))
+    mine = [e for e in entries if target and str(e.path) == target]
+    others = [e for e in entries if not any(part in str(e.path) for part in ("/tests/", "site-packages", "/dojo/"))]
+    for entry in mine or others:
+        return f" (at {Path(str(entry.path)).name}:{entry.lineno + 1}, in {entry.name})"
+    return ""
+
+
+def _describe(exc: BaseException, where: str) -> str:
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code}){where}: return a value or raise instead"
+    if isinstance(exc, TestTimeout):
+        return f"{exc}{where}"
+    if isinstance(exc, MemoryError):
+        return f"MemoryError: ran out of memory (the grader limits memory){where}"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return f"wrote or printed more output than the grader allows{where}"
+    if isinstance(exc, NotImplementedError) and not str(exc):
+        return f"NotImplementedError: not written yet{where}"
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _on_alarm(signum, frame):
+    seconds = _alarm_seconds
+    raise TestTimeout(f"still running after {seconds:g} s: an infinite loop, or far too slow")
+
+
+_alarm_seconds = 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _time_limit(item.config):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _time_limit(item.config):
+        yield
+
+
+class _time_limit:
+    """Arm SIGALRM for one phase of a test when --dojo-test-timeout is set (main thread only)."""
+
+    def __init__(self, config: pytest.Config):
+        self.seconds = config.getoption("--dojo-test-timeout")
+
+    def __enter__(self):
+        global _alarm_seconds
+        if self.seconds:
+            _alarm_seconds = self.seconds
+            self.previous = signal.signal(signal.SIGALRM, _on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+        return False
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -119,18 +197,64 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             "points": points_of(item),
             "example": item.get_closest_marker("example") is not None,
             "outcome": "passed" if report.passed else ("skipped" if report.skipped else "failed"),
-            "message": "" if report.passed else failure_message(call.excinfo, report.longrepr),
+            "message": "" if report.passed else failure_message(call.excinfo, report.longrepr, _target_file(item)),
             "duration": round(call.duration, 4),
         }
 
 
+def _target_file(item: pytest.Item) -> str | None:
+    module = getattr(item, "funcargs", {}).get("kata")
+    return getattr(module, "__file__", None)
+
+
 _rows: list[dict] = []  # one per graded test, in run order
+_stream = None  # FILE.jsonl of --dojo-results, line-buffered
+
+
+def _emit(config: pytest.Config, record: dict) -> None:
+    global _stream
+    path = config.getoption("--dojo-results")
+    if not path:
+        return
+    if _stream is None:
+        _stream = open(f"{path}.jsonl", "a", buffering=1)
+    _stream.write(json.dumps(record) + "\n")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    tests = [
+        {
+            "id": item.nodeid,
+            "name": item.name,
+            "property": property_of(item),
+            "points": points_of(item),
+            "example": item.get_closest_marker("example") is not None,
+        }
+        for item in session.items
+    ]
+    _emit(session.config, {"collected": tests})
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    if _config is not None:
+        _emit(_config, {"start": nodeid})
+
+
+_config: pytest.Config | None = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _config
+    _config = session.config
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     row = getattr(report, "dojo_row", None)
     if row is not None:
         _rows.append(row)
+        if _config is not None:
+            _emit(_config, {"row": row})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from dojo import KATAS_DIR, ROOT, SOLUTIONS_DIR
+from dojo import KATAS_DIR, ROOT
 
 NAMED_TARGETS = ("solutions", "katas", "workspace")
 
@@ -25,6 +25,21 @@ def workspace_dir() -> Path:
     return Path(os.environ.get("DOJO_WORKSPACE") or ROOT / "workspace").resolve()
 
 
+def katas_dir() -> Path:
+    """The kata folders and katas.toml: $DOJO_KATAS_DIR (the runner's own tests use a toy one), or katas/."""
+    return Path(os.environ.get("DOJO_KATAS_DIR") or KATAS_DIR).resolve()
+
+
+def solutions_dir() -> Path:
+    """The reference solutions: solutions/ beside the katas folder."""
+    return katas_dir().parent / "solutions"
+
+
+def suites_dir() -> Path:
+    """The hidden suites (test_<slug>.py) and their mutants: tests/katas/ beside the katas folder."""
+    return katas_dir().parent / "tests" / "katas"
+
+
 def resolve(slug: str, target: str) -> Path:
     """The file that implements `slug` for `target`.
 
@@ -32,9 +47,9 @@ def resolve(slug: str, target: str) -> Path:
     FileNotFoundError (with the command that fixes it) when the file is missing.
     """
     if target == "solutions":
-        path = SOLUTIONS_DIR / f"{slug}.py"
+        path = solutions_dir() / f"{slug}.py"
     elif target == "katas":
-        path = KATAS_DIR / slug / f"{slug}.py"
+        path = katas_dir() / slug / f"{slug}.py"
     elif target == "workspace":
         path = workspace_dir() / f"{slug}.py"
         if not path.exists():

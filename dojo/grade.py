@@ -1,0 +1,359 @@
+"""Grading: run a kata's hidden suite on one implementation, in a sandboxed subprocess.
+
+`grade(slug, target)` copies the suite, the reference package and the grading plugin to a
+temporary folder (the *pristine copies*), runs pytest there in a child process with a wall-clock
+timeout, a memory limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps,
+and reads the plugin's structured results, never pytest's text. Whatever the learner's code does
+(loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
+tests), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
+loop's step: grade, write workspace/results/<slug>.json, record the attempt.
+Not a security boundary against a hostile user: code in the test process can always lie to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dojo
+from dojo import catalog, targets
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", 120))  # the whole suite, start-up included
+DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", 30))  # any one test
+DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT", 3 * 2**30)))  # bytes of address space
+OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
+OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    property: str  # what the test checks, in the kata's terms (first docstring line)
+    points: int
+    example: bool  # a README worked example
+    outcome: str  # passed | failed | skipped
+    message: str = ""
+    duration: float = 0.0
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass
+class GradeResult:
+    slug: str
+    target: str  # as asked: workspace | solutions | katas | a path
+    path: str  # the file graded
+    tests: list[TestResult]
+    points: int  # earned
+    total: int  # available
+    passed: bool  # every test passed and nothing went wrong
+    duration: float  # seconds, wall clock
+    started: float  # epoch seconds
+    error: str | None = None  # why the run ended abnormally, or could not run
+    examples_only: bool = False
+    notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
+    output: str = ""  # tail of the test process's own output, for diagnosis
+
+    @property
+    def status(self) -> str:
+        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke)."""
+        if self.error and not self.tests:
+            return "error"
+        return "pass" if self.passed else "fail"
+
+    def to_json(self) -> dict:
+        """The results.json document: Exercism's version-3 fields plus dojo's points and properties."""
+        failing = [t for t in self.tests if t.outcome != "passed"]
+        message = self.error or (
+            f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
+        )
+        return {
+            "version": 3,
+            "status": self.status,
+            "message": message,
+            "kata": self.slug,
+            "target": self.target,
+            "path": self.path,
+            "points": self.points,
+            "total": self.total,
+            "duration": round(self.duration, 3),
+            "started": self.started,
+            "examples_only": self.examples_only,
+            "notes": self.notes,
+            "tests": [
+                {
+                    "name": t.property,
+                    "status": "pass" if t.outcome == "passed" else ("skip" if t.outcome == "skipped" else "fail"),
+                    "message": t.message or None,
+                    **{k: v for k, v in asdict(t).items() if k != "property"},
+                }
+                for t in self.tests
+            ],
+        }
+
+
+class NoSuite(FileNotFoundError):
+    """The kata has no hidden suite yet."""
+
+
+def grade(
+    slug: str,
+    target: str = "workspace",
+    *,
+    examples_only: bool = False,
+    timeout: float | None = None,
+    test_timeout: float | None = None,
+    memory_limit: int | None = None,
+    notebook: Path | None = None,
+) -> GradeResult:
+    """Run the hidden suite of `slug` on `target` and return what happened.
+
+    target: workspace | solutions | katas | a directory of <slug>.py files | one .py file.
+    notebook: a .ipynb to grade instead; dojo.notebook.extract(notebook, slug, dest) turns it into a .py.
+    Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
+    how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
+    """
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
+    test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
+    memory_limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else memory_limit
+    kata = catalog.get(slug)
+    if not kata.has_suite:
+        raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
+        tmp = Path(tmp_name)
+        if notebook is not None:
+            from dojo import notebook as notebooks  # the notebook helper's module
+
+            path = Path(notebooks.extract(Path(notebook), slug, tmp / "notebook")).resolve()
+        else:
+            path = targets.resolve(slug, target)
+        watched = _pristine_copies(tmp)
+        before = {p: _digest(p) for p in watched}
+        results = tmp / "results.json"
+        cmd = [
+            sys.executable, "-m", "pytest", str(tmp / "tests" / "katas" / kata.suite.name),
+            "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
+            "-p", "dojo.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
+            f"--target={path}", f"--dojo-results={results}", f"--dojo-test-timeout={test_timeout:g}",
+        ] + (["--examples-only"] if examples_only else [])
+        env = {
+            **os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
+        }
+        returncode, timed_out = _run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt")
+        output = _tail(tmp / "output.txt")
+        result = _read_results(results, returncode, timed_out, timeout, output)
+        notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
+        notes += _restore_tampered(watched, before, tmp)
+    tests, error = result
+    points = sum(t.points for t in tests if t.outcome == "passed")
+    total = sum(t.points for t in tests if t.outcome != "skipped")
+    passed = error is None and bool(tests) and all(t.outcome == "passed" for t in tests if t.outcome != "skipped")
+    return GradeResult(
+        slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
+        duration=time.time() - started, started=started, error=error, examples_only=examples_only,
+        notes=notes, output=output,
+    )
+
+
+def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None) -> GradeResult:
+    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt."""
+    from dojo import history, report, workspace
+
+    result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
+    report.write_results(result, workspace.results_file(slug))
+    history.record_result(result, mode=mode)
+    return result
+
+
+# ---- the child process -------------------------------------------------------------------------
+
+
+def _pristine_copies(tmp: Path) -> list[Path]:
+    """Copy suites (without mutants), solutions and the dojo package under `tmp`; return the originals'
+    files, to check after the run that the learner's code left them alone."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "mutants", ".hypothesis")
+    sources = {
+        targets.suites_dir(): tmp / "tests" / "katas",
+        targets.solutions_dir(): tmp / "solutions",
+        Path(dojo.__file__).resolve().parent: tmp / "dojo",
+    }
+    watched = []
+    for src, dst in sources.items():
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=skip)
+            watched += [dst_src for dst_src in _files(src)]
+    return watched
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and "mutants" not in p.parts and ".hypothesis" not in p.parts
+    )
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _restore_tampered(watched: list[Path], before: dict[Path, str | None], tmp: Path) -> list[str]:
+    """Put back any test, reference or plugin file the run changed or deleted; say which."""
+    roots = {
+        targets.suites_dir(): tmp / "tests" / "katas",
+        targets.solutions_dir(): tmp / "solutions",
+        Path(dojo.__file__).resolve().parent: tmp / "dojo",
+    }
+    notes = []
+    for path in watched:
+        if _digest(path) == before[path]:
+            continue
+        root = next(r for r in roots if path.is_relative_to(r))
+        copy = roots[root] / path.relative_to(root)
+        shutil.copy2(copy, path)
+        notes.append(f"your code changed {path} while being graded: it was restored from the pristine copy")
+    return notes
+
+
+def _write_ini(tmp: Path) -> Path:
+    ini = tmp / "pytest.ini"
+    ini.write_text("[pytest]\nmarkers =\n    slow: loads the real SmolLM2 model\n")
+    return ini
+
+
+def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path) -> tuple[int | None, bool]:
+    """Run `cmd` in its own session under resource limits; (returncode, timed_out). Output goes to a file."""
+
+    def limits() -> None:  # runs in the child, between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=limits, start_new_session=True,
+        )
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            return None, True
+        finally:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - OUTPUT_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+# ---- reading what the plugin wrote -------------------------------------------------------------
+
+
+def _read_results(results: Path, returncode, timed_out: bool, timeout: float, output: str):
+    """(tests, error) from the plugin's final document or, when the run ended early, its stream."""
+    doc = _load_json(results)
+    if doc is not None and not timed_out and doc.get("exitstatus") == returncode:
+        tests = [TestResult(**row) for row in doc["tests"]]
+        if tests:
+            return tests, None
+        if returncode == 5:
+            return [], "the suite selected no tests" + (" (it has no example tests)" if doc.get("examples_only") else "")
+        return [], f"the test suite could not run (pytest exit code {returncode}):\n{_last_lines(output)}"
+    collected, started, rows = _read_stream(Path(f"{results}.jsonl"))
+    current = next((t for t in reversed(started) if t not in rows), None)
+    current_prop = next((t["property"] for t in collected if t["id"] == current), None)
+    reason = _why_stopped(returncode, timed_out, timeout, current_prop)
+    if not collected:
+        return [], f"{reason}; no test ran.\n{_last_lines(output)}".rstrip()
+    tests = []
+    for test in collected:
+        if test["id"] in rows:
+            tests.append(TestResult(**rows[test["id"]]))
+        elif test["id"] == current:
+            tests.append(TestResult(**test, outcome="failed", message=reason))
+        else:
+            tests.append(TestResult(**test, outcome="failed", message="not run: the grading run had stopped"))
+    return tests, reason
+
+
+def _why_stopped(returncode, timed_out: bool, timeout: float, current: str | None) -> str:
+    during = f" while testing '{current}'" if current else ""
+    if timed_out:
+        return f"grading stopped after the {timeout:g} s time limit{during}: an infinite loop, or far too slow"
+    if returncode is not None and returncode < 0:
+        sig = -returncode
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+        why = {
+            signal.SIGSEGV: "crashed with a segmentation fault",
+            signal.SIGBUS: "crashed with a bus error",
+            signal.SIGABRT: "aborted",
+            signal.SIGKILL: "was killed (SIGKILL), most likely for using too much memory",
+            signal.SIGXFSZ: f"wrote more than {OUTPUT_LIMIT // 2**20} MiB of output and was stopped",
+        }.get(sig, f"was killed by {name}")
+        return f"the test process {why}{during}"
+    return (
+        f"the test process exited with code {returncode} before it finished{during}: "
+        "does your code call os._exit() or exit the process?"
+    )
+
+
+def _read_stream(path: Path) -> tuple[list[dict], list[str], dict[str, dict]]:
+    collected, started, rows = [], [], {}
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return collected, started, rows
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if "collected" in record:
+            collected = record["collected"]
+        elif "start" in record:
+            started.append(record["start"])
+        elif "row" in record:
+            rows[record["row"]["id"]] = record["row"]
+    return collected, started, rows
+
+
+def _load_json(path: Path) -> dict | None:
+    try:
+        doc = json.loads(path.read_text())
+        return doc if isinstance(doc, dict) and isinstance(doc.get("tests"), list) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _last_lines(text: str, n: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
