@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 
-def check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                  attn_mask: Tensor | None) -> None:
     """Raise ValueError, naming the shapes, unless the inputs follow `attention`'s contract."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -32,10 +32,10 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | Non
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share batch size B and head dim D")
     if hkv == 0 or hq % hkv != 0:
         raise ValueError(f"query heads Hq={hq} must be a multiple of key/value heads Hkv={hkv}")
-    if key_padding_mask is not None:
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (b, tk):
-            raise ValueError(f"key_padding_mask must be a bool (B, Tk) = {(b, tk)} tensor: "
-                             f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    if key_padding_mask is not None and (key_padding_mask.dtype != torch.bool
+                                         or tuple(key_padding_mask.shape) != (b, tk)):
+        raise ValueError(f"key_padding_mask must be a bool (B, Tk) = {(b, tk)} tensor: "
+                         f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
     if attn_mask is not None:
         full = (b, hq, tq, tk)
         try:
@@ -67,8 +67,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     to (B, Hq, Tq, Tk): bool (True = may attend) or float (added to the scaled scores). `scale`
     defaults to 1 / sqrt(D). A query that can see no key gets zeros. Raises ValueError on bad shapes.
     """
-    check_inputs(q, k, v, key_padding_mask, attn_mask)
-    b, hq, tq, d = q.shape
+    _check_inputs(q, k, v, key_padding_mask, attn_mask)
+    hq, tq, d = q.shape[1:]
     hkv, tk = k.shape[1], k.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(d)  # a Python float keeps fp32 tensors fp32

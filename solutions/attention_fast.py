@@ -19,7 +19,6 @@ tests/system/test_attention_fast.py checks this module against the readable path
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -33,7 +32,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     if attn_mask is not None:
         return readable.attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask,
                                   attn_mask=attn_mask, scale=scale)
-    readable.check_inputs(q, k, v, key_padding_mask, None)
+    readable._check_inputs(q, k, v, key_padding_mask, None)
     b, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     group = hq // hkv

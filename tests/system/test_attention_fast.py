@@ -12,7 +12,7 @@ from solutions import attention_fast as fast
 def random_case(seed: int, dtype: torch.dtype = torch.float32):
     """Random q, k, v and masks: GQA groups 1..3, Tq above, at and below Tk, padding with blind rows."""
     g = torch.Generator().manual_seed(seed)
-    pick = lambda lo, hi: int(torch.randint(lo, hi + 1, (), generator=g))  # noqa: E731
+    pick = lambda lo, hi: int(torch.randint(lo, hi + 1, (), generator=g))
     b, hkv, group, tq, tk, d = pick(1, 3), pick(1, 3), pick(1, 3), pick(1, 6), pick(1, 8), pick(1, 16)
     q = torch.randn(b, hkv * group, tq, d, generator=g).to(dtype)
     k = torch.randn(b, hkv, tk, d, generator=g).to(dtype)
