@@ -21,6 +21,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
+
+from solutions.roofline import phase_cost
 
 BLOCK = 32  # weights per block, both formats
 Q4_1_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles
@@ -138,6 +141,7 @@ def bytes_per_weight(fmt: str) -> float:
     return _BYTES_PER_WEIGHT[key]
 
 
+
 def _n_params(config) -> int:
     """Parameters of a Llama config: tied embedding once, attention, SwiGLU MLP, norms."""
     d, hd = config.d_model, config.head_dim
@@ -146,25 +150,24 @@ def _n_params(config) -> int:
     return config.vocab_size * d + config.n_layers * layer + d  # + final norm
 
 
-def _kv_bytes_per_step(config, batch: int, context_len: int, kv_dtype: str) -> float:
-    """One decode step reads context_len cached positions of K and V and writes one new position."""
-    per_position = 2 * config.n_layers * config.n_kv_heads * config.head_dim * bytes_per_weight(kv_dtype)
-    return batch * (context_len + 1) * per_position
+_FLOAT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
     """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`.
 
     Decode at small batch is bandwidth-bound, so a step's time is proportional to the bytes it
-    moves: all weights once (n_params x bytes_per_weight) plus the KV cache. Only the weights
-    change format; the KV cache stays in `from_dtype`. Returns bytes(from) / bytes(to).
-    Raises ValueError for a quantized `from_dtype` (it also sets the cache's dtype), an unknown
-    format, batch < 1 or context_len < 0.
+    moves: the roofline's phase_cost("decode") in from_dtype (every parameter once, the new
+    token's embedding row, the KV cache read and written). Only the parameters change format:
+    their n_params x bytes_per_weight(from_dtype) bytes become n_params x bytes_per_weight(to_fmt);
+    the KV cache and activations stay in from_dtype. Returns bytes(from) / bytes(to).
+    Raises ValueError for a from_dtype that is not fp32/fp16/bf16 (it also sets the cache's dtype),
+    an unknown to_fmt, and whatever phase_cost rejects (batch < 1, context_len < 0, past max_seq_len).
     """
-    if str(from_dtype).lower() not in ("fp32", "fp16", "bf16"):
+    key = str(from_dtype).lower()
+    if key not in _FLOAT_DTYPES:
         raise ValueError(f"from_dtype is the model's float dtype (fp32, fp16 or bf16), got {from_dtype!r}")
-    if batch < 1 or context_len < 0:
-        raise ValueError(f"need batch >= 1 and context_len >= 0, got batch={batch}, context_len={context_len}")
+    before = phase_cost(config, "decode", batch, 1, context_len, _FLOAT_DTYPES[key]).bytes
     n = _n_params(config)
-    kv = _kv_bytes_per_step(config, batch, context_len, from_dtype)
-    return (n * bytes_per_weight(from_dtype) + kv) / (n * bytes_per_weight(to_fmt) + kv)
+    after = before - n * bytes_per_weight(key) + n * bytes_per_weight(to_fmt)
+    return before / after
