@@ -1,0 +1,330 @@
+"""`python -m dojo.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
+
+For each kata in katas.toml that has a suite: the suite passes on the reference (solutions), every
+graded test fails on the stub (katas), and every mutant in tests/katas/mutants/<slug>/ fails at least
+one test. Prints a table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
+
+Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
+each run is a fork of this warm process (no per-run interpreter start-up); runs go N at a time,
+references first; a mutant stops at its first failing test (-x) with the tests ordered fastest
+first by the reference's timings; and a run whose inputs (suite, target, solutions/, the plugin)
+are byte-identical to a cached run is not repeated (--no-cache forces everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dojo
+from dojo import catalog, targets
+
+RUN_TIMEOUT_S = 300.0
+TEST_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Run:
+    slug: str
+    kind: str  # reference | stub | mutant
+    target: Path
+    suite: Path
+    order: list[str] | None = None  # node ids, fastest first (for mutants)
+    rows: list[dict] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.target.stem if self.kind == "mutant" else self.kind
+
+    def args(self, results: Path, ini: Path) -> list[str]:
+        tests = [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order] if self.order else [str(self.suite)]
+        return [
+            *tests, "-c", str(ini), "--rootdir", str(targets.katas_dir().parent),
+            "--confcutdir", str(self.suite.parent), "-p", "dojo.plugin", "-p", "no:cacheprovider",
+            "-q", "--tb=no", "--no-header", f"--target={self.target}", f"--dojo-results={results}",
+            f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
+        ] + (["-x"] if self.kind == "mutant" else [])
+
+
+# ---- verdicts ----------------------------------------------------------------------------------
+
+
+def violations(run: Run) -> list[str]:
+    """What is wrong with the suite, judged by this run (empty: nothing)."""
+    graded = [r for r in run.rows if r["outcome"] != "skipped"]
+    if run.kind == "reference":
+        if run.error or not graded:
+            return [f"{run.slug}: the suite does not run on the reference: {run.error or 'no tests ran'}"]
+        return [f"{run.slug}: reference fails '{r['property']}': {r['message'][:300]}" for r in graded if r["outcome"] != "passed"]
+    if run.kind == "stub":
+        if not run.target.exists():
+            return [f"{run.slug}: no stub at {run.target}"]
+        return [f"{run.slug}: '{r['property']}' passes on the untouched stub" for r in graded if r["outcome"] == "passed"]
+    killed = bool(run.error) or any(r["outcome"] == "failed" for r in graded)
+    return [] if killed else [f"{run.slug}: mutant {run.target.name} survives: no test fails on it ({_first_doc_line(run.target)})"]
+
+
+def _first_doc_line(path: Path) -> str:
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    except (OSError, SyntaxError):
+        return ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+# ---- the cache ---------------------------------------------------------------------------------
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get("DOJO_CHECK_CACHE") or dojo.ROOT / ".pytest_cache" / "dojo" / "check_katas.json")
+
+
+def _shared_digest() -> str:
+    """Everything a run's verdict depends on besides its suite and target."""
+    h = hashlib.sha256()
+    package = Path(dojo.__file__).resolve().parent
+    files = sorted(targets.solutions_dir().rglob("*.py")) + [package / n for n in ("plugin.py", "targets.py", "testing.py")]
+    files += sorted(targets.suites_dir().glob("conftest.py"))
+    for path in files:
+        if "__pycache__" not in path.parts and path.is_file():
+            h.update(str(path).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def run_key(run: Run, shared: str) -> str:
+    h = hashlib.sha256(shared.encode())
+    for path in (run.suite, run.target):
+        h.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>"))
+    h.update(run.kind.encode())
+    return h.hexdigest()
+
+
+def load_cache() -> dict:
+    try:
+        doc = json.loads(cache_path().read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_cache(cache: dict) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache))
+    tmp.replace(path)
+
+
+# ---- running: forks of a warm process ----------------------------------------------------------
+
+
+def _warm_up() -> None:
+    """Import once what every suite imports, so each forked run starts in milliseconds."""
+    import pytest  # noqa: F401
+
+    import dojo.plugin  # noqa: F401
+    import dojo.testing  # noqa: F401
+
+    for name in ("numpy", "torch", "hypothesis", "hypothesis.strategies"):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
+    """In the forked child: run pytest on one target and exit; never returns."""
+    code = 99
+    try:
+        os.setpgid(0, 0)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+        import pytest
+
+        code = int(pytest.main(run.args(results, ini)))
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: float = RUN_TIMEOUT_S) -> None:
+    """Fill in rows/error/seconds of every run: references first, each kata's other runs after its
+    reference (ordered by its timings), `jobs` at a time."""
+    shared = _shared_digest()
+    cache = load_cache() if use_cache else {}
+    refs = {r.slug: r for r in runs if r.kind == "reference"}
+    waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference"] for slug in refs}
+    ready: list[Run] = []
+    for run in refs.values():
+        ready.append(run)
+    running: dict[int, tuple[Run, Path, float]] = {}
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    _warm_up()
+    with tempfile.TemporaryDirectory(prefix="dojo-check-katas-") as tmp_name:
+        tmp = Path(tmp_name)
+        ini = tmp / "pytest.ini"
+        ini.write_text("[pytest]\nmarkers =\n    slow: loads the real SmolLM2 model\n")
+
+        def finished(run: Run) -> None:
+            if run.kind == "reference":
+                order = sorted(run.rows, key=lambda r: r["duration"])
+                for other in waiting.get(run.slug, []):
+                    if other.kind == "mutant" and order and not run.error:
+                        other.order = [r["id"] for r in order]
+                    ready.append(other)
+
+        n = 0
+        while ready or running:
+            while ready and len(running) < jobs:
+                run = ready.pop(0)
+                key = run_key(run, shared)
+                if key in cache:
+                    run.rows, run.error, run.seconds, run.cached = cache[key]["rows"], cache[key]["error"], 0.0, True
+                    finished(run)
+                    continue
+                n += 1
+                results, log = tmp / f"{n}.json", tmp / f"{n}.log"
+                pid = os.fork()
+                if pid == 0:
+                    _child(run, results, ini, log, threads)
+                running[pid] = (run, results, time.monotonic(), key, log)
+            if not running:
+                continue
+            pid, status = _wait_any(running, timeout)
+            run, results, started, key, log = running.pop(pid)
+            run.seconds = time.monotonic() - started
+            _collect(run, results, status, log, timeout)
+            if run.error is None:
+                cache[key] = {"rows": run.rows, "error": run.error}
+            finished(run)
+    if use_cache:
+        save_cache(cache)
+
+
+def _wait_any(running: dict, timeout: float) -> tuple[int, int | None]:
+    """Wait for any child; kill (and report as None status) one that ran past `timeout`."""
+    while True:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid in running:
+            return pid, status
+        now = time.monotonic()
+        for pid, (_, _, started, _, _) in running.items():
+            if now - started > timeout:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                os.waitpid(pid, 0)
+                return pid, None
+        time.sleep(0.02)
+
+
+def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: float) -> None:
+    try:
+        doc = json.loads(results.read_text())
+        run.rows = doc["tests"]
+    except (OSError, ValueError, KeyError):
+        doc = None
+    if status is None:
+        run.error = f"ran past {timeout:g} s and was stopped"
+    elif doc is None:
+        code = os.waitstatus_to_exitcode(status)
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        run.error = f"pytest ended without results (exit {code})" + ("".join(f"\n    {line}" for line in tail))
+    elif not run.rows and doc.get("exitstatus") not in (0, 1):
+        tail = log.read_text(errors="replace").strip().splitlines()[-8:] if log.exists() else []
+        run.error = f"pytest exit {doc.get('exitstatus')}" + ("".join(f"\n    {line}" for line in tail))
+
+
+# ---- planning and the table --------------------------------------------------------------------
+
+
+def plan(katas: list[catalog.Kata]) -> list[Run]:
+    runs = []
+    for kata in katas:
+        if not kata.has_suite:
+            continue
+        runs.append(Run(kata.slug, "reference", kata.reference, kata.suite))
+        runs.append(Run(kata.slug, "stub", kata.stub, kata.suite))
+        runs += [Run(kata.slug, "mutant", m, kata.suite) for m in kata.mutants]
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dojo.check_katas", description=__doc__.splitlines()[0])
+    parser.add_argument("slugs", nargs="*", help="katas to check (default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument("--no-cache", action="store_true", help="re-run everything, even unchanged runs")
+    parser.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="seconds one run may take")
+    args = parser.parse_args(argv)
+    try:
+        katas = [catalog.get(s) for s in args.slugs] if args.slugs else catalog.load()
+    except catalog.UnknownKata as exc:
+        print(f"check_katas: {exc}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    runs = plan(katas)
+    execute(runs, args.jobs, use_cache=not args.no_cache, timeout=args.timeout)
+    problems = [v for run in runs for v in violations(run)]
+    _print_table(katas, runs, time.monotonic() - started)
+    for problem in problems:
+        print(f"VIOLATION {problem}")
+    print(f"{len(problems)} violation{'s' if len(problems) != 1 else ''} in {len(katas)} katas" if problems else "all katas OK")
+    return 1 if problems else 0
+
+
+def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("kata", "tests", "reference", "stub", "mutants killed", "seconds"):
+        table.add_column(column)
+    for kata in katas:
+        mine = [r for r in runs if r.slug == kata.slug]
+        if not mine:
+            table.add_row(kata.slug, "-", "no suite yet", "-", "-", "-")
+            continue
+        ref = next(r for r in mine if r.kind == "reference")
+        stub = next(r for r in mine if r.kind == "stub")
+        mutants = [r for r in mine if r.kind == "mutant"]
+        graded = [r for r in ref.rows if r["outcome"] != "skipped"]
+        ok_ref = sum(r["outcome"] == "passed" for r in graded)
+        stub_rows = [r for r in stub.rows if r["outcome"] != "skipped"]
+        failing = sum(r["outcome"] == "failed" for r in stub_rows)
+        killed = sum(not violations(m) for m in mutants)
+        table.add_row(
+            kata.slug,
+            str(len(graded)),
+            ("ok " if not violations(ref) else "BAD ") + f"{ok_ref}/{len(graded)} pass",
+            ("ok " if not violations(stub) else "BAD ") + f"{failing}/{len(stub_rows)} fail",
+            ("ok " if killed == len(mutants) else "BAD ") + f"{killed}/{len(mutants)}" if mutants else "none",
+            f"{sum(r.seconds for r in mine):.1f}" + (" (cached)" if all(r.cached for r in mine) else ""),
+        )
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    console.print(table, markup=False)
+    fresh = sum(not r.cached for r in runs)
+    console.print(f"{len(runs)} runs ({fresh} run, {len(runs) - fresh} cached) in {seconds:.1f} s", markup=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
