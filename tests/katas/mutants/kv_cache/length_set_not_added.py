@@ -88,21 +88,27 @@ class KVCache:
         Returns views (not copies) of this layer's keys and values so far, each
         (B, H_kv, length + T_new, D). Raises CacheFullError past max_len, and ValueError for a
         layer out of range, a layer writing twice before the others caught up, or k/v of the
-        wrong shape, dtype or device.
+        wrong shape or dtype. (k, v on another device are copied over by the write.)
         """
         if not isinstance(layer, int) or not 0 <= layer < self.n_layers:
             raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
-        self._check_kv(k, v)
+        shape = getattr(k, "shape", None)  # (B, H_kv, T_new, D)
+        if (  # the fast path: a few comparisons, no tensor ops; _kv_problem says what is wrong
+            shape is None or len(shape) != 4 or shape[0] != self.batch_size or shape[1] != self.n_kv_heads
+            or shape[3] != self.head_dim or getattr(v, "shape", None) != shape
+            or k.dtype != self.dtype or v.dtype != self.dtype
+        ):
+            raise ValueError(self._kv_problem(k, v))
         start = self._lens[layer]
         if start != self.length:
             raise ValueError(
                 f"layer {layer} already holds {start} positions while the cache length is {self.length}: "
                 "every layer must write the new positions before any layer writes again"
             )
-        end = start + k.shape[2]
+        end = start + shape[2]
         if end > self.max_len:
             raise CacheFullError(
-                f"cache full: {start} positions cached + {k.shape[2]} new = {end} > max_len {self.max_len}"
+                f"cache full: {start} positions cached + {shape[2]} new = {end} > max_len {self.max_len}"
             )
         kbuf, vbuf = self.k[layer], self.v[layer]
         kbuf[:, :, start:end] = k  # in place: no new storage
@@ -110,20 +116,16 @@ class KVCache:
         self._lens[layer] = end - start
         return kbuf[:, :, :end], vbuf[:, :, :end]
 
-    def _check_kv(self, k: Tensor, v: Tensor) -> None:
+    def _kv_problem(self, k, v) -> str:
+        """What is wrong with k, v (only called once the fast check has failed)."""
         if not isinstance(k, Tensor) or not isinstance(v, Tensor):
-            raise ValueError(f"k and v must be tensors, got {type(k).__name__} and {type(v).__name__}")
+            return f"k and v must be tensors, got {type(k).__name__} and {type(v).__name__}"
         if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+            return f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
         B, H, D = self.batch_size, self.n_kv_heads, self.head_dim
         if k.dim() != 4 or k.shape[0] != B or k.shape[1] != H or k.shape[3] != D:
-            raise ValueError(
-                f"k and v must be (batch {B}, kv heads {H}, T_new, head_dim {D}), got {tuple(k.shape)}"
-            )
-        if k.dtype != self.dtype or v.dtype != self.dtype:
-            raise ValueError(f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}")
-        if k.device != self.device or v.device != self.device:
-            raise ValueError(f"k and v must be on {self.device} like the cache, got {k.device} and {v.device}")
+            return f"k and v must be (batch {B}, kv heads {H}, T_new, head_dim {D}), got {tuple(k.shape)}"
+        return f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}"
 
     def reorder(self, index: Tensor) -> None:
         """Beam search: row i of every layer becomes old row index[i] (index: (B,) integer tensor).
