@@ -16,7 +16,7 @@ from solutions.model import tiny_model
 
 KATA = "kv_cache"
 
-TOL = dict(rtol=1e-5, atol=1e-5)  # logits of cached vs recomputed runs
+TOL = {"rtol": 1e-5, "atol": 1e-5}  # logits of cached vs recomputed runs
 
 
 # --------------------------------------------------------------------------- helpers
@@ -255,7 +255,7 @@ def test_rejects_bad_updates(kata):
         "float64 k and v for a float32 cache": (0, good.double(), good.double()),
     }
     for what, (layer, k, v) in cases.items():
-        raises(ValueError, lambda: cache.update(layer, k, v), f"update with {what}")
+        raises(ValueError, lambda layer=layer, k=k, v=v: cache.update(layer, k, v), f"update with {what}")
     assert cache.length == 0, f"rejected updates changed length to {cache.length}"
 
 

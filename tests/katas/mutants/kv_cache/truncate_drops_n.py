@@ -67,8 +67,8 @@ class KVCache:
         _check_positive(
             n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads, head_dim=head_dim, max_len=max_len
         )
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+        if not isinstance(dtype, torch.dtype):  # a ValueError, like every bad input in the contract
+            raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")  # noqa: TRY004
         itemsize = torch.empty((), dtype=dtype).element_size()
         return 2 * n_layers * batch_size * n_kv_heads * head_dim * max_len * itemsize
 
