@@ -7,8 +7,9 @@ one test. Prints a table (kata, tests, reference, stub, mutants killed); exits 1
 Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
 each run is a fork of this warm process (no per-run interpreter start-up); runs go N at a time,
 references first; a mutant stops at its first failing test (-x) with the tests ordered fastest
-first by the reference's timings; and a run whose inputs (suite, target, solutions/, the plugin)
-are byte-identical to a cached run is not repeated (--no-cache forces everything).
+first by the reference's timings; and a run whose inputs (suite, target, the plugin
+and the reference modules it imported) are byte-identical to a cached run's is not repeated
+(--no-cache forces everything).
 """
 
 from __future__ import annotations
@@ -92,24 +93,31 @@ def cache_path() -> Path:
     return Path(os.environ.get("DOJO_CHECK_CACHE") or dojo.ROOT / ".pytest_cache" / "dojo" / "check_katas.json")
 
 
-def _shared_digest() -> str:
-    """Everything a run's verdict depends on besides its suite and target."""
+def _digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
+    return h.hexdigest()
+
+
+def _inputs(run: Run, deps: list[str]) -> list[Path]:
+    """Every file a run's verdict depends on: the plugin, the suite, the target, and the reference
+    modules and suite helpers that the run imported (recorded by the run itself)."""
     package = Path(dojo.__file__).resolve().parent
-    files = sorted(targets.solutions_dir().rglob("*.py")) + [package / n for n in ("plugin.py", "targets.py", "testing.py")]
-    files += sorted(targets.suites_dir().glob("conftest.py"))
-    for path in files:
-        if "__pycache__" not in path.parts and path.is_file():
-            h.update(str(path).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
+    own = [package / n for n in ("plugin.py", "targets.py", "testing.py")]
+    return own + [run.suite, run.target] + [Path(d) for d in deps]
 
 
-def run_key(run: Run, shared: str) -> str:
-    h = hashlib.sha256(shared.encode())
-    for path in (run.suite, run.target):
-        h.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>"))
-    h.update(run.kind.encode())
-    return h.hexdigest()
+def run_key(run: Run) -> str:
+    return f"{run.kind}:{run.suite}:{run.target}"
+
+
+def cached(run: Run, cache: dict) -> dict | None:
+    """The cache entry for `run` if none of its inputs changed since it was stored."""
+    entry = cache.get(run_key(run))
+    if entry and entry.get("digest") == _digest(_inputs(run, entry.get("deps", []))):
+        return entry
+    return None
 
 
 def load_cache() -> dict:
@@ -158,6 +166,12 @@ def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
         import pytest
 
         code = int(pytest.main(run.args(results, ini)))
+        roots = (str(targets.solutions_dir()) + os.sep, str(targets.suites_dir()) + os.sep)
+        deps = sorted({
+            str(Path(f).resolve()) for m in list(sys.modules.values())
+            if (f := getattr(m, "__file__", None)) and str(Path(f).resolve()).startswith(roots)
+        })
+        Path(f"{results}.deps").write_text(json.dumps(deps))
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -167,7 +181,6 @@ def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
 def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: float = RUN_TIMEOUT_S) -> None:
     """Fill in rows/error/seconds of every run: references first, each kata's other runs after its
     reference (ordered by its timings), `jobs` at a time."""
-    shared = _shared_digest()
     cache = load_cache() if use_cache else {}
     refs = {r.slug: r for r in runs if r.kind == "reference"}
     waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference"] for slug in refs}
@@ -178,7 +191,7 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
-    _warm_up()
+    warm = False
     with tempfile.TemporaryDirectory(prefix="dojo-check-katas-") as tmp_name:
         tmp = Path(tmp_name)
         ini = tmp / "pytest.ini"
@@ -196,11 +209,15 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
         while ready or running:
             while ready and len(running) < jobs:
                 run = ready.pop(0)
-                key = run_key(run, shared)
-                if key in cache:
-                    run.rows, run.error, run.seconds, run.cached = cache[key]["rows"], cache[key]["error"], 0.0, True
+                key = run_key(run)
+                hit = cached(run, cache) if use_cache else None
+                if hit:
+                    run.rows, run.error, run.seconds, run.cached = hit["rows"], hit["error"], 0.0, True
                     finished(run)
                     continue
+                if not warm:
+                    _warm_up()  # only when something has to run: a fully cached check stays instant
+                    warm = True
                 n += 1
                 results, log = tmp / f"{n}.json", tmp / f"{n}.log"
                 pid = os.fork()
@@ -214,7 +231,12 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
             run.seconds = time.monotonic() - started
             _collect(run, results, status, log, timeout)
             if run.error is None:
-                cache[key] = {"rows": run.rows, "error": run.error}
+                try:
+                    deps = json.loads(Path(f"{results}.deps").read_text())
+                except (OSError, ValueError):
+                    deps = None
+                if deps is not None:
+                    cache[key] = {"digest": _digest(_inputs(run, deps)), "deps": deps, "rows": run.rows, "error": None}
             finished(run)
     if use_cache:
         save_cache(cache)
