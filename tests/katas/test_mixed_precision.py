@@ -1,0 +1,210 @@
+"""Hidden suite for the mixed_precision kata: autocast train_step, fp32 master weights, a dynamic loss scaler.
+
+The model is the reference tiny Llama (solutions.model.tiny_model); the oracle for one step is
+the same step in plain fp32, written here.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dojo.testing import banned_uses
+from solutions.model import tiny_model
+
+KATA = "mixed_precision"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest, and steadiest, on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def toy_batch(seed: int = 0, batch: int = 4, length: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token prediction on random ids of the tiny vocabulary (256)."""
+    ids = torch.randint(0, 256, (batch, length + 1), generator=torch.Generator().manual_seed(seed))
+    return ids[:, :-1], ids[:, 1:]
+
+
+def fp32_step(model, batch, lr: float) -> None:
+    """The oracle: plain fp32 SGD step, no autocast, no scaling."""
+    inputs, targets = batch
+    logits = model(inputs)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+
+
+def max_update_error(model, oracle, start) -> float:
+    """Largest |update - oracle update| relative to the largest oracle update, over all parameters."""
+    with torch.no_grad():
+        num = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), oracle.parameters()))
+        den = max(float((q - s).abs().max()) for q, s in zip(oracle.parameters(), start.parameters()))
+    return num / den
+
+
+def unchanged(model, start) -> bool:
+    return all(torch.equal(p, s) for p, s in zip(model.parameters(), start.parameters()))
+
+
+# ---------------------------------------------------------------- README worked examples
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_scaler_policy(kata):
+    """Scaler policy: double after growth_interval good steps in a row, halve and reset on overflow."""
+    s = kata.DynamicLossScaler(init_scale=8.0, growth_interval=2)
+    trace = []
+    for overflow in [False, False, False, True, False, False]:
+        s.update(found_overflow=overflow)
+        trace.append((s.scale, s.good_steps))
+    want = [(8.0, 1), (16.0, 0), (16.0, 1), (8.0, 0), (8.0, 1), (16.0, 0)]
+    assert trace == want, f"(scale, good_steps) after updates good, good, good, overflow, good, good: got {trace}, want {want}"
+
+
+@pytest.mark.example
+def test_example_scale_and_unscale(kata):
+    """scale_loss multiplies by the scale; unscale_ divides gradients in place and reports finiteness."""
+    s = kata.DynamicLossScaler(init_scale=1024.0)
+    got = s.scale_loss(torch.tensor(0.5))
+    assert float(got) == 512.0, f"scale_loss(0.5) at scale 1024: got {float(got)}, want 512.0"
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    a.grad, b.grad = torch.tensor([2048.0, -1024.0]), None
+    assert s.unscale_([a, b]) is True, "unscale_ of finite gradients (and one None) should return True"
+    assert a.grad.tolist() == [2.0, -1.0], f"unscale_ at scale 1024 of [2048, -1024]: got {a.grad.tolist()}, want [2.0, -1.0]"
+    a.grad = torch.tensor([1.0, float("nan")])
+    assert s.unscale_([a]) is False, "unscale_ of a gradient holding NaN should return False"
+
+
+# ---------------------------------------------------------------- one step against fp32
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype, init_scale", [(torch.bfloat16, None), (torch.float16, 2.0**10)])
+def test_one_step_matches_fp32(kata, dtype, init_scale):
+    """One autocast step moves the weights as an fp32 step does, within low-precision tolerance."""
+    start, batch = tiny_model(0).train(), toy_batch(0)
+    model, oracle = copy.deepcopy(start), copy.deepcopy(start)
+    scaler = None if init_scale is None else kata.DynamicLossScaler(init_scale=init_scale)
+    result = kata.train_step(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), scaler, dtype)
+    fp32_step(oracle, batch, lr=0.5)
+    assert not result.skipped, f"a {dtype} step at scale {init_scale} was skipped, but its gradients are finite"
+    err = max_update_error(model, oracle, start)
+    tol = 0.1 if dtype == torch.bfloat16 else 0.02
+    assert err < tol, f"{dtype} step differs from the fp32 step by {err:.3g} of the largest update (tolerance {tol})"
+
+
+@pytest.mark.points(2)
+def test_fp32_gradients_are_unscaled_exactly(kata):
+    """With a power-of-two scale, the gradients the optimizer sees equal the unscaled ones exactly."""
+    start, batch = tiny_model(1).train(), toy_batch(1)
+    model, oracle = copy.deepcopy(start), copy.deepcopy(start)
+    kata.train_step(model, batch, torch.optim.SGD(model.parameters(), lr=0.0), kata.DynamicLossScaler(2.0**12),
+                    torch.float32)
+    fp32_step(oracle, batch, lr=0.0)
+    for (name, p), q in zip(model.named_parameters(), oracle.parameters()):
+        assert p.grad is not None and torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-8), (
+            f"gradient of {name} after unscaling at scale 4096 differs from the fp32 gradient: "
+            f"max |diff| {float((p.grad - q.grad).abs().max()) if p.grad is not None else 'no grad'}")
+
+
+@pytest.mark.points(2)
+def test_master_weights_stay_fp32(kata):
+    """Parameters and their gradients stay fp32 after bf16 and fp16 steps; autocast makes the copies."""
+    for dtype, scaler in [(torch.bfloat16, None), (torch.float16, kata.DynamicLossScaler(2.0**8))]:
+        model = tiny_model(2).train()
+        kata.train_step(model, toy_batch(2), torch.optim.Adam(model.parameters(), lr=1e-3), scaler, dtype)
+        bad = [(n, p.dtype, None if p.grad is None else p.grad.dtype) for n, p in model.named_parameters()
+               if p.dtype != torch.float32 or (p.grad is not None and p.grad.dtype != torch.float32)]
+        assert not bad, f"after a {dtype} step these parameters (or grads) are not fp32: {bad[:3]}"
+
+
+# ---------------------------------------------------------------- overflow and growth
+
+@pytest.mark.points(3)
+def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
+    """An fp16 step whose gradients overflow changes no weight, halves the scale and resets the count."""
+    found = banned_uses(kata_path, {"GradScaler", "_amp_update_scale_", "_amp_foreach_non_finite_check_and_unscale_"})
+    assert not found, f"{kata_path.name} uses torch's own loss scaler; write DynamicLossScaler by hand: {found}"
+    start = tiny_model(3).train()
+    model = copy.deepcopy(start)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = kata.DynamicLossScaler(init_scale=2.0**60, growth_interval=5)  # fp16 tops out at 65504
+    scaler.good_steps = 3
+    result = kata.train_step(model, toy_batch(3), optimizer, scaler, torch.float16)
+    assert result.skipped, "an fp16 step at scale 2**60 overflows, but train_step did not report it skipped"
+    assert unchanged(model, start), "an overflowing step changed the weights: the optimizer must not step"
+    assert not optimizer.state, "an overflowing step updated the optimizer state (momentum): it must be skipped whole"
+    assert scaler.scale == 2.0**59, f"scale after an overflow at 2**60: got {scaler.scale}, want 2**59"
+    assert scaler.good_steps == 0, f"good_steps after an overflow: got {scaler.good_steps}, want 0"
+
+
+@pytest.mark.points(2)
+def test_nan_gradients_are_skipped(kata):
+    """A NaN gradient (not only inf) skips the step and halves the scale."""
+    start = tiny_model(4).train()
+    with torch.no_grad():
+        start.layers[0].w_down[0, 0] = float("nan")
+    model = copy.deepcopy(start)
+    scaler = kata.DynamicLossScaler(init_scale=4.0)
+    result = kata.train_step(model, toy_batch(4), torch.optim.SGD(model.parameters(), lr=0.1), scaler, torch.float32)
+    same = all(torch.allclose(p, s, equal_nan=True) for p, s in zip(model.parameters(), start.parameters()))
+    assert result.skipped and same, f"a step with NaN gradients: skipped={result.skipped}, weights unchanged={same}"
+    assert scaler.scale == 2.0, f"scale after a NaN step at 4.0: got {scaler.scale}, want 2.0"
+
+
+@pytest.mark.points(2)
+def test_scale_grows_after_n_good_steps(kata):
+    """The scale doubles on exactly the growth_interval-th good train_step, and not before."""
+    model = tiny_model(5).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = kata.DynamicLossScaler(init_scale=2.0**8, growth_interval=3)
+    scales = []
+    for step in range(4):
+        result = kata.train_step(model, toy_batch(10 + step), optimizer, scaler, torch.float16)
+        assert not result.skipped, f"step {step} at scale {scales[-1] if scales else 256} was skipped; its gradients are finite"
+        scales.append(scaler.scale)
+    assert scales == [256.0, 256.0, 512.0, 512.0], f"scale after each of 4 good steps (growth_interval 3): got {scales}, want [256, 256, 512, 512]"
+
+
+# ---------------------------------------------------------------- training and errors
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_loss_falls_over_50_steps(kata, dtype):
+    """Fifty mixed-precision Adam steps on one batch of a toy task cut the loss by more than half."""
+    model, batch = tiny_model(6).train(), toy_batch(6, batch=2, length=8)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    scaler = kata.DynamicLossScaler(init_scale=2.0**16, growth_interval=10) if dtype == torch.float16 else None
+    losses = [kata.train_step(model, batch, optimizer, scaler, dtype).loss for _ in range(50)]
+    assert losses[-1] < 0.5 * losses[0], f"{dtype} loss over 50 steps: {losses[0]:.3f} -> {losses[-1]:.3f}, want below half"
+
+
+def test_bad_arguments_raise(kata):
+    """fp16 without a scaler, an unsupported dtype, non-fp32 parameters and a bad scaler raise ValueError."""
+    batch = toy_batch(7)
+    model = tiny_model(7).train()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    half_model = copy.deepcopy(model).to(torch.bfloat16)
+    cases = {
+        "fp16 without a scaler": lambda: kata.train_step(model, batch, sgd, None, torch.float16),
+        "dtype torch.float64": lambda: kata.train_step(model, batch, sgd, None, torch.float64),
+        "bf16 parameters": lambda: kata.train_step(half_model, batch, torch.optim.SGD(half_model.parameters(), lr=0.1),
+                                                   None, torch.bfloat16),
+        "init_scale 0": lambda: kata.DynamicLossScaler(init_scale=0.0),
+        "backoff_factor 2": lambda: kata.DynamicLossScaler(backoff_factor=2.0),
+        "growth_interval 0": lambda: kata.DynamicLossScaler(growth_interval=0),
+    }
+    for label, case in cases.items():
+        with pytest.raises(ValueError):
+            case()
+            pytest.fail(f"{label} did not raise ValueError")
