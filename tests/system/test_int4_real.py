@@ -1,0 +1,54 @@
+"""The int4 reference's dequantizers on every quantized tensor of the real SmolLM2 GGUF.
+
+Bit-exact against gguf.quants.dequantize, tensor by tensor: 210 Q4_1 matrices and the Q8_0
+embedding. This is the dequantizer solutions/weights.py loads SmolLM2 with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solutions.int4 import dequantize_q4_1, dequantize_q8_0
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def reader(smollm2_path):
+    return gguf.GGUFReader(smollm2_path)
+
+
+def test_every_quantized_tensor_is_bit_exact(reader):
+    """Every Q4_1 and Q8_0 tensor of SmolLM2 dequantizes bit-exactly as gguf.quants does."""
+    ours = {QT.Q4_1: dequantize_q4_1, QT.Q8_0: dequantize_q8_0}
+    seen = {QT.Q4_1: 0, QT.Q8_0: 0}
+    for t in reader.tensors:
+        if t.tensor_type not in ours:
+            continue
+        shape = tuple(int(s) for s in reversed(t.shape))  # numpy order: gguf lists ne0 (columns) first
+        got, want = ours[t.tensor_type](t.data, shape), gguf_dequantize(t.data, t.tensor_type)
+        assert got.shape == want.shape == shape, f"{t.name}: shape {got.shape}, gguf {want.shape}, expected {shape}"
+        assert got.dtype == np.float32, f"{t.name}: dtype {got.dtype}"
+        same = got.view(np.uint32) == want.view(np.uint32)
+        if not same.all():
+            idx = tuple(int(i) for i in np.argwhere(~same)[0])
+            pytest.fail(f"{t.name} ({t.tensor_type.name}) differs at {idx}: ours {got[idx]!r}, gguf {want[idx]!r}")
+        seen[t.tensor_type] += 1
+    assert seen == {QT.Q4_1: 210, QT.Q8_0: 1}, f"expected 210 Q4_1 tensors and 1 Q8_0, checked {seen}"
+
+
+def test_quantize_round_trips_real_blocks(reader):
+    """Re-quantizing a dequantized SmolLM2 Q4_1 matrix reproduces it within half a step per weight."""
+    from solutions.int4 import quantize_q4_1
+
+    t = next(t for t in reader.tensors if t.name == "blk.0.attn_q.weight")
+    shape = tuple(int(s) for s in reversed(t.shape))
+    w = dequantize_q4_1(t.data, shape)
+    back = dequantize_q4_1(quantize_q4_1(w), shape)
+    blocks = w.reshape(-1, 32)
+    step = (blocks.max(1) - blocks.min(1)) / 15
+    err = np.abs(back - w).reshape(-1, 32).max(1)
+    assert np.all(err <= step * 0.51 + np.abs(blocks).max(1) * 2.0**-10), f"worst block error {err.max():.3g}"
