@@ -15,6 +15,7 @@ and the reference modules it imported) are byte-identical to a cached run's is n
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -77,8 +78,6 @@ def violations(run: Run) -> list[str]:
 
 
 def _first_doc_line(path: Path) -> str:
-    import ast
-
     try:
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     except (OSError, SyntaxError):
@@ -139,18 +138,29 @@ def save_cache(cache: dict) -> None:
 # ---- running: forks of a warm process ----------------------------------------------------------
 
 
-def _warm_up() -> None:
-    """Import once what every suite imports, so each forked run starts in milliseconds."""
+def _warm_up(suites: set[Path]) -> None:
+    """Import once the heavy libraries the suites use (directly, or through solutions/), so each forked
+    run starts in milliseconds. Reference modules themselves are left to each run."""
     import pytest  # noqa: F401
 
     import dojo.plugin  # noqa: F401
     import dojo.testing  # noqa: F401
 
-    for name in ("numpy", "torch", "hypothesis", "hypothesis.strategies"):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+    used = set()
+    for suite in suites:
+        for node in ast.walk(ast.parse(suite.read_text())):
+            if isinstance(node, ast.Import):
+                used |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                used.add(node.module.split(".")[0])
+    if "solutions" in used:
+        used |= {"numpy", "torch"}
+    for name in ("numpy", "torch", "hypothesis"):
+        if name in used:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
 
 
 def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
@@ -216,7 +226,7 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
                     finished(run)
                     continue
                 if not warm:
-                    _warm_up()  # only when something has to run: a fully cached check stays instant
+                    _warm_up({r.suite for r in runs})  # only when something has to run
                     warm = True
                 n += 1
                 results, log = tmp / f"{n}.json", tmp / f"{n}.log"

@@ -1,0 +1,105 @@
+"""Take-home grading, the kata checker, the catalog's parsing and the CLI's plugin loading."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+
+import pytest
+
+from dojo import catalog, cli
+
+
+def test_grade_submissions_writes_one_report(dojo, tmp_path):
+    """grade PATH...: every kata file in each submission, per-test JSON, a summary table"""
+    good, bad, empty = (tmp_path / n for n in ("good", "bad", "empty"))
+    for folder in (good, bad, empty):
+        folder.mkdir()
+    shutil.copy(dojo.reference, good / "toy.py")
+    shutil.copy(dojo.toy / "katas" / "toy" / "toy.py", bad / "toy.py")
+    out = dojo("grade", str(good), str(bad), str(empty), "--json", str(tmp_path / "report.json"), "--jobs", "2")
+    assert out.returncode == 1, out.stdout + out.stderr  # one submission fails
+    doc = json.loads((tmp_path / "report.json").read_text())
+    by_path = {s["path"]: s for s in doc["submissions"]}
+    assert by_path[str(good)]["katas"]["toy"]["status"] == "pass" and by_path[str(good)]["points"] == 6
+    assert by_path[str(bad)]["katas"]["toy"]["points"] == 0
+    assert len(by_path[str(bad)]["katas"]["toy"]["tests"]) == 4
+    assert by_path[str(empty)]["katas"] == {}
+    assert "6/6" in out.stdout and "no kata files" in out.stdout
+    assert not dojo.db.exists()  # a grader's runs are not the grader's own practice
+
+
+def test_grade_rejects_a_file_path(dojo, tmp_path):
+    """grade wants directories: a file is a usage error"""
+    out = dojo("grade", str(dojo.reference))
+    assert out.returncode == 2 and "not a directory" in out.stderr
+
+
+def test_check_katas_passes_on_a_sound_kata(dojo):
+    """check_katas: reference passes, stub fails every test, each mutant is killed: exit 0, a table"""
+    out = dojo("--jobs", "2", module="dojo.check_katas")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ok 4/4 pass" in out.stdout and "ok 4/4 fail" in out.stdout and "ok 1/1" in out.stdout
+    again = dojo(module="dojo.check_katas")
+    assert "(0 run, 3 cached)" in again.stdout
+
+
+def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):
+    """check_katas exits 1 and names the violation when a mutant survives or a stub passes a test"""
+    mutants = dojo.toy / "tests" / "katas" / "mutants" / "toy"
+    shutil.copy(dojo.reference, mutants / "harmless.py")
+    stub = dojo.toy / "katas" / "toy" / "toy.py"
+    stub.write_text(stub.read_text().replace("    \"\"\"a + b.\"\"\"\n    raise NotImplementedError", "    return a + b"))
+    out = dojo("--no-cache", module="dojo.check_katas")
+    assert out.returncode == 1
+    assert "VIOLATION toy: mutant harmless.py survives" in out.stdout
+    assert "VIOLATION toy: 'add(2, 3) is 5' passes on the untouched stub" in out.stdout
+
+
+def test_catalog_parses_hints_and_questions(dojo, monkeypatch):
+    """HINTS.md splits at '## Hint N'; QUESTIONS.md gives question, model answer and rubric bullets"""
+    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
+    kata = catalog.get("toy")
+    assert kata.hints() == ["Addition is built in.", "`str.split()` with no argument splits on any whitespace."]
+    (q,) = kata.questions()
+    assert q.question == "What does count_words do with punctuation?"
+    assert q.answer.startswith("It keeps it")
+    assert q.rubric == ["says punctuation is kept", "suggests a regex to strip it"]
+    with pytest.raises(catalog.UnknownKata, match="choose one of toy, later"):
+        catalog.get("nope")
+
+
+def test_real_manifest_is_well_formed():
+    """katas/katas.toml: unique slugs, difficulties 1..5, prerequisites that exist and come earlier"""
+    katas = catalog.load()
+    slugs = [k.slug for k in katas]
+    assert len(set(slugs)) == len(slugs)
+    for kata in katas:
+        assert 1 <= kata.difficulty <= 5 and kata.minutes > 0
+        for pre in kata.prerequisites:
+            assert pre in slugs[: slugs.index(kata.slug)], f"{kata.slug} needs {pre}, which is not listed before it"
+
+
+def test_plugins_load_and_missing_ones_are_skipped(monkeypatch, tmp_path):
+    """PLUGINS: a listed module adds its commands; one not written yet is skipped; a broken one is an error"""
+    module = types.ModuleType("dojo_fake_plugin")
+    module.register = lambda sub: sub.add_parser("fake").set_defaults(func=lambda args: 7)
+    monkeypatch.setitem(sys.modules, "dojo_fake_plugin", module)
+    monkeypatch.setattr(cli, "PLUGINS", ("dojo_fake_plugin", "dojo_not_written_yet"))
+    assert cli.main(["fake"]) == 7
+
+    (tmp_path / "dojo_broken_plugin.py").write_text("import dojo_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli, "PLUGINS", ("dojo_broken_plugin",))
+    with pytest.raises(ModuleNotFoundError, match="dojo_missing_dependency"):
+        cli.build_parser()
+    assert cli.main(["status"]) == 0  # built-in commands do not load plugins at all
+
+
+def test_console_script_is_installed():
+    """the `dojo` console script exists beside this interpreter"""
+    from pathlib import Path
+
+    assert (Path(sys.executable).parent / "dojo").exists()

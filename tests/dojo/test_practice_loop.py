@@ -1,0 +1,182 @@
+"""The practice loop as a learner meets it: welcome, list, start, check, hint, reset, solution, status."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+
+def test_welcome_suggests_the_first_kata(dojo):
+    """`dojo` alone: what the katas are, progress, the next kata and how to start it"""
+    out = dojo()
+    assert out.returncode == 0, out.stderr
+    assert "2 katas" in out.stdout and "0 of 2 passing" in out.stdout
+    assert "dojo start toy" in out.stdout
+
+
+def test_list_shows_every_kata_with_status(dojo):
+    """`dojo list`: number, slug, title, difficulty, minutes and status of each kata, in manifest order"""
+    out = dojo("list")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert lines[1].split()[:2] == ["1", "toy"] and "not started" in lines[1] and " 5 " in lines[1]
+    assert lines[2].split()[:2] == ["2", "later"] and "no tests yet" in lines[2]
+
+
+def test_start_check_fail_then_pass(dojo):
+    """start copies the stub and shows the prompt; check fails on the stub, passes on the reference"""
+    out = dojo("start", "toy")
+    assert out.returncode == 0, out.stderr
+    assert "Implement `add(a, b)`" in out.stdout and str(dojo.file()) in out.stdout
+    assert dojo.file().read_text() == (dojo.toy / "katas" / "toy" / "toy.py").read_text()
+
+    out = dojo("check")  # the kata in progress
+    assert out.returncode == 1
+    assert "FAIL  0/2 pt  add works for negative numbers" in out.stdout
+    assert "NotImplementedError: not written yet (at toy.py:6, in add)" in out.stdout
+    assert "Score 0/6 points" in out.stdout
+    doc = json.loads(dojo.results().read_text())
+    assert doc["status"] == "fail" and doc["points"] == 0 and doc["total"] == 6 and len(doc["tests"]) == 4
+
+    shutil.copy(dojo.reference, dojo.file())
+    out = dojo("check", "toy")
+    assert out.returncode == 0, out.stdout
+    assert "Score 6/6 points" in out.stdout and "FAIL" not in out.stdout
+    assert "pristine copies" in out.stdout
+    assert json.loads(dojo.results().read_text())["status"] == "pass"
+    assert dojo.attempts() == [("toy", "check", 0, 6, 0), ("toy", "check", 6, 6, 1)]
+    assert "passing, best 6/6" in dojo("list").stdout
+
+
+def test_failure_message_names_the_property_and_input(dojo):
+    """a wrong answer shows the suite's own message: the call, what came back, what was wanted"""
+    dojo.write("def add(a, b):\n    return a - b\n\ndef count_words(text):\n    return {}\n")
+    out = dojo("check", "toy")
+    assert "add(-2, -3): got 1, want -5" in out.stdout
+
+
+def test_examples_only_runs_the_readme_examples(dojo):
+    """check --examples-only grades only the README's worked examples, and never counts as a pass"""
+    shutil.copy(dojo.reference, dojo.write(""))
+    out = dojo("check", "toy", "--examples-only")
+    assert out.returncode == 0 and "2/2 tests passing" in out.stdout
+    assert dojo.attempts() == [("toy", "check", 2, 2, 0)]
+
+
+def test_start_never_overwrites_work_without_force(dojo):
+    """start keeps existing work; --force replaces it after a backup"""
+    dojo("start", "toy")
+    dojo.write("# my work\n")
+    out = dojo("start", "toy")
+    assert out.returncode == 0 and "kept it" in out.stdout
+    assert dojo.file().read_text() == "# my work\n"
+    out = dojo("start", "toy", "--force")
+    assert out.returncode == 0 and "backed up" in out.stdout
+    backups = list((dojo.workspace / ".dojo" / "backups").glob("toy-*.py"))
+    assert [b.read_text() for b in backups] == ["# my work\n"]
+    assert "raise NotImplementedError" in dojo.file().read_text()
+
+
+def test_missing_workspace_file_says_run_start(dojo):
+    """check on a kata never started tells the user to run `dojo start <slug>`"""
+    out = dojo("check", "toy")
+    assert out.returncode == 1 and "dojo start toy" in out.stderr
+
+
+def test_check_without_kata_in_progress(dojo):
+    """check with no slug and nothing started says how to start, exit 2"""
+    out = dojo("check")
+    assert out.returncode == 2 and "dojo start" in out.stderr
+
+
+def test_kata_without_suite(dojo):
+    """a kata listed in the manifest but without a suite yet says so"""
+    dojo.write("x = 1\n", slug="later")
+    out = dojo("check", "later")
+    assert out.returncode == 1 and "no tests yet" in out.stderr
+
+
+@pytest.mark.parametrize("args", [("start", "nope"), ("check", "nope"), ("hint", "nope"), ("reset", "nope", "--yes"),
+                                  ("solution", "nope"), ("watch", "nope")])
+def test_unknown_slug_lists_valid_ones(dojo, args):
+    """an unknown slug: one line naming the valid slugs, exit 2"""
+    out = dojo(*args)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["dojo: unknown kata 'nope': choose one of toy, later"]
+
+
+def test_hints_one_at_a_time(dojo):
+    """hint shows the next unseen hint and records it; --all shows those seen"""
+    out = dojo("hint", "toy", "--all")
+    assert "No hints seen yet" in out.stdout
+    out = dojo("hint", "toy")
+    assert "Hint 1 of 2" in out.stdout and "Addition is built in." in out.stdout
+    out = dojo("hint", "toy")
+    assert "Hint 2 of 2" in out.stdout and "str.split()" in out.stdout
+    out = dojo("hint", "toy")
+    assert "seen all 2 hints" in out.stdout
+    out = dojo("hint", "toy", "--all")
+    assert "Hint 1 of 2" in out.stdout and "Hint 2 of 2" in out.stdout
+
+
+def test_reset_asks_and_keeps_a_backup(dojo):
+    """reset refuses without --yes when it cannot ask; with --yes restores the stub and backs up"""
+    dojo("start", "toy")
+    dojo.write("def add(a, b):\n    return 0\n")
+    out = dojo("reset", "toy")
+    assert out.returncode == 2 and "--yes" in out.stderr
+    assert "return 0" in dojo.file().read_text()
+    out = dojo("reset", "toy", "--yes")
+    assert out.returncode == 0 and "backed up" in out.stdout
+    assert "raise NotImplementedError" in dojo.file().read_text()
+    assert any("return 0" in b.read_text() for b in (dojo.workspace / ".dojo" / "backups").iterdir())
+
+
+def test_solution_only_after_a_pass_or_forced(dojo):
+    """solution is locked until the kata passes; --force shows it and records a reveal"""
+    out = dojo("solution", "toy")
+    assert out.returncode == 1 and "--force" in out.stdout and "def add" not in out.stdout
+    out = dojo("solution", "toy", "--force")
+    assert out.returncode == 0 and "counts[word] = counts.get(word, 0) + 1" in out.stdout  # no markup mangling
+    assert "recorded as a reveal" in out.stdout
+    import sqlite3
+
+    with sqlite3.connect(dojo.db) as conn:
+        assert conn.execute("SELECT kata, kind, detail FROM events WHERE kind='reveal'").fetchall() == [
+            ("toy", "reveal", "forced")
+        ]
+    shutil.copy(dojo.reference, dojo.write(""))
+    assert dojo("check", "toy").returncode == 0
+    out = dojo("solution", "toy")
+    assert out.returncode == 0 and "def count_words" in out.stdout and "reveal" not in out.stdout
+
+
+def test_status_shows_the_kata_in_progress(dojo):
+    """status names the kata in progress, its file, last score and hints seen"""
+    assert "No kata in progress" in dojo("status").stdout
+    dojo("start", "toy")
+    dojo("check")
+    dojo("hint")
+    out = dojo("status")
+    assert "In progress: toy" in out.stdout and "Last check: 0/6 points" in out.stdout
+    assert "Hints seen: 1 of 2" in out.stdout
+
+
+def test_watch_regrades_on_save(dojo):
+    """watch grades at once, then again on every save of the workspace file"""
+    import time
+
+    dojo("start", "toy")
+    proc = dojo.popen("watch", "--runs", "2", "--interval", "0.1", "--timeout", "30")
+    deadline = time.time() + 30
+    while not dojo.results().exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert dojo.results().exists(), "watch never graded"
+    time.sleep(0.3)
+    shutil.copy(dojo.reference, dojo.file())
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    assert out.count("Score ") == 2 and "Score 0/6" in out and "Score 6/6" in out
+    assert [a[1] for a in dojo.attempts()] == ["watch", "watch"]
