@@ -109,7 +109,7 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     if excinfo is None:
         return str(longrepr or "")[-2000:]
     exc = excinfo.value
-    notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()) if isinstance(note, str))
+    notes = "".join(f"\n{note}" for note in _notes(exc))
     if isinstance(exc, AssertionError):
         text = str(exc).split("\nassert ")[0].strip()
         return (text or "assertion failed") + notes
@@ -118,6 +118,17 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     if isinstance(exc, pytest.skip.Exception):
         return str(exc)
     return _describe(exc, _where(excinfo, target)) + notes
+
+
+def _notes(exc: BaseException) -> list[str]:
+    """Notes attached to the exception (hypothesis's failing example), without the kata module's repr
+    and hypothesis's commentary lines."""
+    out = []
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, str):
+            lines = [line for line in note.splitlines() if "kata=<module" not in line and "The test always failed" not in line]
+            out.append("\n".join(lines))
+    return out
 
 
 def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
