@@ -1,0 +1,140 @@
+"""`dojo roofline`: measure this machine's ceilings and place SmolLM2's prefill and decode under them.
+
+Measures copy bandwidth and matmul peak (solutions.roofline), times the reference model's prefill
+of a prompt and one decode step after it, prints a table (ceilings; per phase: intensity,
+achieved and attainable FLOP/s, share of the roof, verdict) and saves the roofline plot under
+the workspace. On a CUDA GPU it repeats everything there. The numbers come from
+`solutions.roofline`; this module only chooses sizes, formats and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solutions import roofline
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What one device can do: copy bandwidth (bytes/s) and matmul peak (FLOP/s), and how measured."""
+
+    device: str
+    threads: int
+    bandwidth: float
+    peak_flops: float
+    copy_bytes: int
+    matmul_n: int
+
+    @property
+    def ridge(self) -> float:
+        return roofline.ridge_point(self.peak_flops, self.bandwidth)
+
+
+def measure_ceilings(device: str, copy_bytes: int | None, matmul_n: int, repeats: int) -> Ceilings:
+    if copy_bytes is None:
+        llc = roofline.last_level_cache_bytes() if device == "cpu" else 0
+        copy_bytes = 4 * llc if llc else 1 << 30  # the contract's default, made visible
+    bandwidth = roofline.measure_bandwidth(copy_bytes, repeats, device=device)
+    peak = roofline.measure_peak_flops(matmul_n, torch.float32, repeats, device=device)
+    return Ceilings(device, torch.get_num_threads(), bandwidth, peak, copy_bytes, matmul_n)
+
+
+def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[roofline.Measurement]:
+    """Prefill of `prompt_tokens`, then one decode step with those tokens in the cache."""
+    prefill = roofline.measure_phase(model, "prefill", batch, prompt_tokens, 0, repeats)
+    decode = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
+    return [prefill, decode]
+
+
+def random_smollm2():
+    """SmolLM2's shapes with random weights: no file to read, the same FLOPs and bytes."""
+    from solutions.model import Llama, LlamaConfig
+
+    model = Llama(LlamaConfig.smollm2_135m())
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)  # subtle: uninitialised memory may hold slow denormals
+    return model.eval()
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def table(ceilings: Ceilings, phases: list[roofline.Measurement], labels: list[str], batch: int) -> list[str]:
+    """The report's lines: ceilings, one row per phase, then decode's tokens/s against its ceiling."""
+    c = ceilings
+    lines = [
+        f"{c.device}" + (f" ({c.threads} thread{'s' * (c.threads != 1)})" if c.device == "cpu" else ""),
+        f"  bandwidth {_si(c.bandwidth, 'B/s'):>14}   copy of {c.copy_bytes / 2**20:.0f} MiB, read + written",
+        f"  peak      {_si(c.peak_flops, 'FLOP/s'):>14}   fp32 matmul, n = {c.matmul_n}",
+        f"  ridge     {c.ridge:>9.3g} FLOP/byte",
+        "",
+        f"  {'phase':<28}{'FLOP/byte':>10}{'achieved':>16}{'attainable':>16}{'share':>7}{'moved':>14}  verdict",
+    ]
+    for label, m in zip(labels, phases):
+        roof = roofline.attainable(m.intensity, c.peak_flops, c.bandwidth)
+        verdict = roofline.bound(m.intensity, c.peak_flops, c.bandwidth) + "-bound"
+        lines.append(f"  {label:<28}{m.intensity:>10.3g}{_si(m.flops_per_s, 'FLOP/s'):>16}"
+                     f"{_si(roof, 'FLOP/s'):>16}{m.flops_per_s / roof:>7.0%}{_si(m.bytes_per_s, 'B/s'):>14}"
+                     f"  {verdict}")
+    decode = phases[-1]
+    lines.append(f"  decode: {batch / decode.seconds:.3g} tokens/s; the bandwidth ceiling allows "
+                 f"{batch * c.bandwidth / decode.cost.bytes:.3g} ({decode.cost.bytes / 1e6:.1f} MB per step)")
+    return lines
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "roofline", help="measure this machine's ceilings and place SmolLM2's prefill and decode on them")
+    p.add_argument("--random-weights", action="store_true",
+                   help="SmolLM2-shaped random weights: nothing to load, identical cost")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prefill length; decode runs after it")
+    p.add_argument("--batch", type=int, default=1, help="rows per pass (default 1)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--copy-mib", type=int, default=None,
+                   help="MiB per copied array (default: 4x the last-level cache)")
+    p.add_argument("--matmul-n", type=int, default=2048, help="size of the square matmul (default 2048)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement; the median is kept")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dojo.targets import workspace_dir
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    copy_bytes = None if args.copy_mib is None else args.copy_mib << 20
+    started = time.perf_counter()
+    if args.random_weights:
+        model, what = random_smollm2(), "random weights"
+    else:
+        from solutions.weights import load_smollm2
+
+        print("loading SmolLM2-135M from its GGUF ...", flush=True)
+        model, what = load_smollm2(), "real weights"
+    print(f"SmolLM2-135M, fp32, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
+    labels = [f"prefill {args.prompt_tokens} tokens", f"decode after {args.prompt_tokens}"]
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    out_dir = workspace_dir() / "roofline"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for device in devices:
+        model = model.to(device)
+        ceilings = measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats)
+        phases = measure_phases(model, args.prompt_tokens, args.batch, args.repeats)
+        print("\n".join(table(ceilings, phases, labels, args.batch)))
+        points = {label: (m.intensity, m.flops_per_s) for label, m in zip(labels, phases)}
+        path = out_dir / f"roofline-{device}.png"
+        roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
+        print(f"  plot: {path}\n")
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    return 0

@@ -1,0 +1,48 @@
+"""`dojo roofline`: the command runs end to end at small sizes, and its table says what it measured."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dojo import ROOT
+from dojo.roofline_tool import Ceilings, table
+from solutions.model import LlamaConfig
+from solutions.roofline import Measurement, phase_cost
+
+
+def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
+    """dojo roofline --random-weights: ceilings, both phases with verdicts, and a PNG under the workspace"""
+    env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
+    cmd = [sys.executable, "-m", "dojo", "roofline", "--random-weights", "--prompt-tokens", "8",
+           "--copy-mib", "8", "--matmul-n", "128", "--repeats", "1", "--threads", "1"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    out = done.stdout
+    for want in ("bandwidth", "peak", "ridge", "prefill 8 tokens", "decode after 8", "memory-bound",
+                 "cpu (1 thread)", "copy of 8 MiB", "n = 128", "tokens/s"):
+        assert want in out, f"{want!r} missing from:\n{out}"
+    plot = tmp_path / "roofline" / "roofline-cpu.png"
+    assert f"plot: {plot}" in out, out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{plot} is not a PNG"
+
+
+def test_table_shares_and_verdicts():
+    """The table divides achieved by attainable FLOP/s and names the bound side of the ridge"""
+    smol = LlamaConfig.smollm2_135m()
+    ceilings = Ceilings("cpu", 2, bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048)
+    prefill_cost = phase_cost(smol, "prefill", 1, 512, 0)
+    decode_cost = phase_cost(smol, "decode", 1, 1, 512)
+    prefill = Measurement("prefill", prefill_cost.flops / 5e10, prefill_cost)  # half the peak
+    decode = Measurement("decode", decode_cost.bytes / 5e9, decode_cost)  # half the bandwidth
+    lines = table(ceilings, [prefill, decode], ["prefill 512", "decode after 512"], batch=1)
+    rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith("  prefill")
+            or line.startswith("  decode after")}
+    assert "50%" in rows["prefill 512"] and rows["prefill 512"].endswith("compute-bound"), rows
+    assert "50%" in rows["decode after"] and rows["decode after"].endswith("memory-bound"), rows
+    assert "ridge" in lines[3] and "10 FLOP/byte" in lines[3], lines[3]
+    tokens = [line for line in lines if "tokens/s" in line][0]
+    assert tokens.split()[1] == f"{5e9 / decode_cost.bytes:.3g}", tokens  # half the ceiling's tokens/s
+    assert Path(ROOT / "dojo" / "roofline_tool.py").exists()
