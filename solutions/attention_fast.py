@@ -40,7 +40,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     allowed = None  # bool, broadcastable to (B, 1, Tq, Tk); None = every query sees every key
     if causal and tq > 1:  # one query after Tk - 1 earlier keys sees them all
         allowed = readable.causal_mask(tq, tk, q.device)  # (Tq, Tk)
-    if key_padding_mask is not None:
+    if key_padding_mask is not None and not bool(key_padding_mask.all()):  # all real: no mask needed
         keys = key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
         allowed = keys if allowed is None else allowed & keys  # (B, 1, Tq, Tk)
     blind = None  # (.., Tq, 1) queries that can see no key

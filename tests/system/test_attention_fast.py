@@ -62,9 +62,10 @@ def test_decode_shape_from_a_cache_view():
     buf_k, buf_v = torch.randn(2, 3, 64, 64), torch.randn(2, 3, 64, 64)
     k, v = buf_k[:, :, :40], buf_v[:, :, :40]  # (B, Hkv, Tk, D) views, as KVCache.update returns
     q = torch.randn(2, 9, 1, 64)
-    padding = torch.ones(2, 40, dtype=torch.bool)
+    all_real = torch.ones(2, 40, dtype=torch.bool)
+    padding = all_real.clone()
     padding[1, :7] = False  # a left-padded row
-    for mask in (None, padding):
+    for mask in (None, all_real, padding):
         got = fast.attention(q, k, v, causal=True, key_padding_mask=mask)
         want = readable.attention(q, k, v, causal=True, key_padding_mask=mask)
         assert got.dtype == torch.float32
