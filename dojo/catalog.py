@@ -9,9 +9,10 @@ Parsing is deliberately plain: markdown headings split hints and questions, noth
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from dojo import targets
 

@@ -143,7 +143,7 @@ def _warm_up(suites: set[Path]) -> None:
     run starts in milliseconds. Reference modules themselves are left to each run."""
     import pytest  # noqa: F401
 
-    import dojo.plugin  # noqa: F401
+    import dojo.plugin
     import dojo.testing  # noqa: F401
 
     used = set()

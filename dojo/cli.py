@@ -33,7 +33,7 @@ class UsageError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(load_plugins=not argv or argv[0] not in BUILTIN)
+    parser = build_parser(load_plugins=bool(argv) and argv[0] not in BUILTIN)  # plugins may import torch
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning
     try:

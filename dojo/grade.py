@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -28,9 +27,9 @@ from pathlib import Path
 import dojo
 from dojo import catalog, targets
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", 120))  # the whole suite, start-up included
-DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", 30))  # any one test
-DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT", 3 * 2**30)))  # bytes of address space
+DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
+DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
+DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
 OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
 OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
 
@@ -221,6 +220,10 @@ def _restore_tampered(watched: list[Path], before: dict[Path, str | None], tmp: 
         Path(dojo.__file__).resolve().parent: tmp / "dojo",
     }
     notes = []
+    for root in roots:
+        for path in _files(root) if root.is_dir() else []:
+            if path not in before:
+                notes.append(f"your code created {path} while being graded: delete it, it is not part of dojo")
     for path in watched:
         if _digest(path) == before[path]:
             continue
@@ -237,18 +240,26 @@ def _write_ini(tmp: Path) -> Path:
     return ini
 
 
+# Sets the limits, then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
+# `dojo grade --jobs N` starts children from several threads.
+_LAUNCH = (
+    "import os, resource, sys\n"
+    "memory, output = int(sys.argv[1]), int(sys.argv[2])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])\n"
+)
+
+
 def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path) -> tuple[int | None, bool]:
-    """Run `cmd` in its own session under resource limits; (returncode, timed_out). Output goes to a file."""
-
-    def limits() -> None:  # runs in the child, between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
+    """Run `cmd` (a python command line) in its own session under resource limits; (returncode,
+    timed_out). Its output goes to a file, never a pipe that could fill up."""
+    launch = [sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *cmd[1:]]
     with open(output, "wb") as out:
         proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            preexec_fn=limits, start_new_session=True,
+            launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             return proc.wait(timeout=timeout), False

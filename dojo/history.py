@@ -15,10 +15,10 @@ import shutil
 import sqlite3
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from dojo.targets import workspace_dir
 

@@ -26,6 +26,7 @@ import pytest
 
 from dojo import targets
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dojo", "decode-dojo grading")
     group.addoption(

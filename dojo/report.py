@@ -60,6 +60,8 @@ def _test_line(test) -> Text:
     earned = test.points if test.outcome == "passed" else 0
     line.append(f"{earned}/{test.points} pt  ", style="dim")
     line.append(test.property)
+    if "[" in test.name:  # a parametrized case: say which
+        line.append(f" [{test.name.split('[', 1)[1]}", style="dim")
     if test.example:
         line.append("  (README example)", style="dim")
     return line

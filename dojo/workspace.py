@@ -16,7 +16,7 @@ from pathlib import Path
 from dojo.catalog import Kata
 from dojo.targets import workspace_dir
 
-__all__ = ["workspace_dir", "kata_file", "results_file", "backups_dir", "StartResult", "start", "reset", "WorkExists"]
+__all__ = ["StartResult", "WorkExists", "backups_dir", "kata_file", "reset", "results_file", "start", "workspace_dir"]
 
 
 class WorkExists(FileExistsError):
