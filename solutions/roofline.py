@@ -224,9 +224,9 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
         if context_len:
             model.prefill(ids[:, :context_len], cache)
         if phase == "prefill":
-            run = lambda: model.prefill(new, cache)  # noqa: E731
+            run = lambda: model.prefill(new, cache)
         else:
-            run = lambda: model.decode_step(new[:, 0], cache)  # noqa: E731
+            run = lambda: model.decode_step(new[:, 0], cache)
         seconds = _median_seconds(run, repeats, param.device, setup=lambda: cache.truncate(context_len))
     return Measurement(phase, seconds, cost)
 

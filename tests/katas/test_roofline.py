@@ -10,6 +10,7 @@ SmolLM2-shaped random model (538 MB) for the physics.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -142,8 +143,8 @@ def oracle_cost(config: LlamaConfig, batch: int, seq_len: int, context_len: int,
 @pytest.mark.parametrize("overrides, phase, batch, seq_len, context_len", [
     ({}, "prefill", 1, 7, 0),
     ({}, "decode", 3, 1, 10),
-    (dict(n_heads=8, n_kv_heads=2, d_model=128, d_ff=96, n_layers=3, vocab_size=100), "prefill", 2, 5, 4),
-    (dict(n_heads=6, n_kv_heads=6, d_model=48, n_layers=1), "decode", 1, 1, 30),
+    ({"n_heads": 8, "n_kv_heads": 2, "d_model": 128, "d_ff": 96, "n_layers": 3, "vocab_size": 100}, "prefill", 2, 5, 4),
+    ({"n_heads": 6, "n_kv_heads": 6, "d_model": 48, "n_layers": 1}, "decode", 1, 1, 30),
 ])
 def test_cost_matches_parameter_count(kata, overrides, phase, batch, seq_len, context_len):
     """Any Llama config: bytes and FLOPs match a count over the model's own parameters"""
@@ -158,7 +159,7 @@ def test_cost_matches_parameter_count(kata, overrides, phase, batch, seq_len, co
 def test_prefill_intensity_grows_with_tokens(kata):
     """Prefill intensity grows with the number of tokens: each weight read serves every token"""
     ais = [kata.arithmetic_intensity(kata.phase_cost(SMOL, "prefill", 1, t, 0)) for t in (1, 8, 64, 512)]
-    assert all(a < b for a, b in zip(ais, ais[1:])), f"prefill intensity at 1, 8, 64, 512 tokens: {ais}"
+    assert all(a < b for a, b in itertools.pairwise(ais)), f"prefill intensity at 1, 8, 64, 512 tokens: {ais}"
     assert ais[-1] > 200, f"prefill of 512 tokens: {ais[-1]:.1f} FLOP/byte, want about 266"
 
 
@@ -263,9 +264,9 @@ def oracle_flops(n: int) -> float:
     return 2 * n**3 / oracle_seconds(lambda: torch.matmul(a, b, out=out))
 
 
-def agrees(measure, oracle, tries: int = 3) -> tuple[bool, float]:
-    """Kata and oracle side by side, the best of three each (contention only slows things down):
-    within a factor 1.4 either way?"""
+def agrees(measure, oracle, tries: int) -> tuple[bool, float]:
+    """Kata and oracle side by side, the best of `tries` each (contention only ever slows a run
+    down): within a factor 1.4 either way?"""
     got, want = 0.0, 0.0
     for _ in range(tries):
         want = max(want, oracle())
@@ -274,29 +275,29 @@ def agrees(measure, oracle, tries: int = 3) -> tuple[bool, float]:
     return 1 / 1.4 <= ratio <= 1.4, ratio
 
 
-COPY_BYTES = 32 << 20  # small enough to be quick here; the contract's default is 4x the LLC
+COPY_BYTES = 16 << 20  # small enough to be quick here; the contract's default is 4x the LLC
 
 
 @pytest.mark.points(2)
 def test_bandwidth_plausible(kata, one_thread):
     """measure_bandwidth returns bytes/s between 1 GB/s and 2 TB/s"""
     bw = kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=3)
-    assert 1e9 < bw < 2e12, f"measure_bandwidth(32 MiB) = {bw / 1e9:.3g} GB/s, want 1 GB/s .. 2 TB/s"
+    assert 1e9 < bw < 2e12, f"measure_bandwidth(16 MiB) = {bw / 1e9:.3g} GB/s, want 1 GB/s .. 2 TB/s"
 
 
 @pytest.mark.points(2)
 def test_bandwidth_counts_read_and_write(kata, one_thread):
     """A copy of N bytes moves 2N: N read plus N written"""
     ok, ratio = agrees(lambda: kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5),
-                       lambda: oracle_bandwidth(COPY_BYTES))
-    assert ok, (f"measure_bandwidth(32 MiB) is {ratio:.2f}x a plain timing of dst.copy_(src) credited with "
-                "2 x 32 MiB; near 0.5 means the copy was counted as N bytes, not N read + N written")
+                       lambda: oracle_bandwidth(COPY_BYTES), tries=4)
+    assert ok, (f"measure_bandwidth(16 MiB) is {ratio:.2f}x a plain timing of dst.copy_(src) credited with "
+                "2 x 16 MiB; near 0.5 means the copy was counted as N bytes, not N read + N written")
 
 
 @pytest.mark.points(2)
 def test_matmul_counts_two_flops_per_multiply_add(kata, one_thread):
     """An (n, n) @ (n, n) matmul is 2 n^3 FLOPs: a multiply and an add per term"""
-    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=512, repeats=5), lambda: oracle_flops(512))
+    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=512, repeats=5), lambda: oracle_flops(512), tries=8)
     assert ok, (f"measure_peak_flops(n=512) is {ratio:.2f}x a plain timing of a @ b credited with 2 * 512**3; "
                 "near 0.5 means n**3 FLOPs were counted")
 
@@ -379,11 +380,11 @@ def smollm2_shaped():
 def test_decode_cannot_beat_the_bandwidth_ceiling(kata, one_thread, smollm2_shaped):
     """A decode step of a 538 MB model moves its bytes no faster than the copy bandwidth (+10%)"""
     decode = kata.measure_phase(smollm2_shaped, "decode", batch=1, seq_len=1, context_len=16, repeats=3)
-    bw = kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5)
+    bw = max(kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5) for _ in range(3))  # the best case
     assert decode.bytes_per_s <= 1.1 * bw, (
         f"decode moved {decode.bytes_per_s / 1e9:.3g} GB/s, above the measured ceiling of {bw / 1e9:.3g} GB/s: "
         "the bytes of a pass, the bandwidth, or the timing is off")
-    peak = kata.measure_peak_flops(n=512, repeats=3)
+    peak = max(kata.measure_peak_flops(n=512, repeats=3) for _ in range(3))
     assert peak > 4 * bw * decode.intensity, (
         f"matmul peak {peak / 1e9:.3g} GFLOP/s is not well above bandwidth x decode intensity = "
         f"{bw * decode.intensity / 1e9:.3g} GFLOP/s")
@@ -473,7 +474,7 @@ def test_plot_points_sit_where_they_should(plotted):
         assert any(label in text for text in labels), f"no text or legend entry says {label!r}"
         assert x0 < point[0] < x1 and y0 < point[1] < y1, f"{label} {point} lies outside the axes limits"
         px, py = ax.transData.transform(point)
-        row, col = int(round(height - py)), int(round(px))
+        row, col = int(height - py + 0.5), int(px + 0.5)
         patch = image[row - 1:row + 2, col - 1:col + 2]
         assert (patch < 0.8).any(), f"the PNG is blank where {label} should be (pixel {col}, {row})"
 
