@@ -73,23 +73,29 @@ class LlamaConfig:
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension (torch's fused kernel, same math)."""
+    return F.rms_norm(x, weight.shape, weight, eps)
 
 
 def rope_tables(head_dim: int, max_len: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos and sin of position * frequency, each (max_len, head_dim), halves repeated (HF layout)."""
+    """cos and signed sin of position * frequency, each (max_len, head_dim), for `apply_rope`.
+
+    Dimension i (< D/2) and i + D/2 share frequency theta^(-2i/D), as in HF's Llama. The sin table's
+    first half is negated, folding rotate-half's minus sign into the table.
+    """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (T, D/2)
-    angles = torch.cat([angles, angles], dim=-1)  # (T, D)
-    return angles.cos(), angles.sin()
+    sin = angles.sin()
+    return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-sin, sin], dim=-1)  # (T, D) each
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate dimension i with i + D/2 (the "rotate half" pairing). x (B, H, T, D); cos (B, 1, T, D)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """Rotate each pair (i, i + D/2) of x (..., D) by its position's angle; tables broadcast to x.
+
+    Readable form: x * cos + cat(-x2, x1) * sin, with x1, x2 the two halves ("rotate half").
+    Here cat(x2, x1) is x.roll(D/2) and the minus sign lives in `signed_sin`: three ops, not six.
+    """
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class Block(nn.Module):
@@ -125,7 +131,7 @@ class Llama(nn.Module):
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_signed_sin", sin, persistent=False)
 
     def new_cache(self, batch_size: int, max_len: int | None = None):
         """An empty KV cache for `batch_size` rows and up to `max_len` positions (default: the context)."""
@@ -182,17 +188,17 @@ class Llama(nn.Module):
             key_mask = attention_mask.bool()
             # subtle: a left-padded row counts positions from its first real token
             positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
-        cos = self.rope_cos[positions][:, None]  # (B or 1, 1, T, D)
-        sin = self.rope_sin[positions][:, None]
+        cos = self.rope_cos[positions][:, :, None]  # (B or 1, T, 1, D)
+        sin = self.rope_signed_sin[positions][:, :, None]
 
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
         x = F.embedding(ids, self.embed)  # (B, T, d)
         for i, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.attn_norm, c.norm_eps)
-            q, k, v = F.linear(h, layer.wqkv).split([layer.q_dim, layer.kv_dim, layer.kv_dim], dim=-1)
-            q = apply_rope(q.view(B, T, nh, hd).transpose(1, 2), cos, sin)  # (B, Hq, T, D)
-            k = apply_rope(k.view(B, T, nkv, hd).transpose(1, 2), cos, sin)  # (B, Hkv, T, D)
-            v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, Hkv, T, D)
+            qkv = F.linear(rms_norm(x, layer.attn_norm, c.norm_eps), layer.wqkv).view(B, T, nh + 2 * nkv, hd)
+            qk = apply_rope(qkv[:, :, :nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
+            q = qk[:, :, :nh].transpose(1, 2)  # (B, Hq, T, D)
+            k = qk[:, :, nh:].transpose(1, 2)  # (B, Hkv, T, D)
+            v = qkv[:, :, nh + nkv:].transpose(1, 2)  # (B, Hkv, T, D)
             if cache is not None:
                 k, v = cache.update(i, k, v)  # (B, Hkv, start + T, D)
             y = self.attention_fn(q, k, v, causal=True, key_padding_mask=key_mask)  # (B, Hq, T, D)

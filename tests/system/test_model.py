@@ -7,8 +7,6 @@ RoPE pairing still produces plausible English.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -24,23 +22,12 @@ EOS = 2  # <|im_end|>; also the pad id in SmolLM2, so padding is found by the ma
 
 
 @pytest.fixture(scope="module")
-def encode_chat(request, smollm2_path):
-    """user text -> prompt ids (1, T) through the chat template; our tokenizer once it exists, else HF's."""
-    if importlib.util.find_spec("solutions.tokenizer") is not None:
-        tok = request.getfixturevalue("smollm2_tokenizer")
-        to_text = tok.apply_chat_template
-        to_ids = tok.encode
-    else:  # the prompts hold no digit runs, where HF's GGUF tokenizer differs from SmolLM2's own
-        transformers = pytest.importorskip("transformers")
-        tok = transformers.AutoTokenizer.from_pretrained(
-            str(smollm2_path.parent), gguf_file=smollm2_path.name, local_files_only=True)
-        to_text = lambda messages, add_generation_prompt: tok.apply_chat_template(  # noqa: E731
-            messages, add_generation_prompt=add_generation_prompt, tokenize=False)
-        to_ids = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+def encode_chat(smollm2_tokenizer):
+    """user text -> prompt ids (1, T) through SmolLM2's chat template and our tokenizer."""
 
     def encode(text: str) -> torch.Tensor:
-        prompt = to_text([{"role": "user", "content": text}], add_generation_prompt=True)
-        return torch.tensor([to_ids(prompt)])
+        prompt = smollm2_tokenizer.apply_chat_template([{"role": "user", "content": text}])
+        return torch.tensor([smollm2_tokenizer.encode(prompt)])
 
     return encode
 
@@ -143,3 +130,22 @@ def test_bad_token_ids_are_a_clear_error(smollm2):
         smollm2(torch.tensor([[1, 49152]]))
     with pytest.raises(ValueError, match="long"):
         smollm2(torch.tensor([[1.0, 2.0]]))
+
+
+def test_rope_rotates_each_pair_i_and_i_plus_half_by_its_angle():
+    """apply_rope turns (x_i, x_{i+D/2}) by position * theta^(-2i/D), as HF's rotate-half Llama does."""
+    from solutions.model import apply_rope, rope_tables
+
+    D, theta = 8, 100000.0
+    x = torch.randn(2, 5, 3, D, generator=torch.Generator().manual_seed(0))  # (B, T, H, D)
+    cos, sin = rope_tables(D, 16, theta)
+    got = apply_rope(x, cos[:5][:, None], sin[:5][:, None])
+    want = torch.empty_like(x)
+    for t in range(5):
+        for i in range(D // 2):
+            angle = torch.tensor(t * theta ** (-2 * i / D), dtype=torch.float64)
+            a, b = x[:, t, :, i].double(), x[:, t, :, i + D // 2].double()
+            want[:, t, :, i] = a * angle.cos() - b * angle.sin()
+            want[:, t, :, i + D // 2] = b * angle.cos() + a * angle.sin()
+    worst = (got - want).abs().max().item()
+    assert worst < 1e-5, f"RoPE differs from the pair rotation by {worst:.2e}"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import gguf
 import numpy as np
 import pytest
 import torch
 
-import gguf
 from solutions.model import LlamaConfig, tiny_model
 from solutions.weights import dequantize, load_smollm2, open_gguf, read_config
 
@@ -73,9 +73,9 @@ def write_gguf(path, model=None, arch: str = "llama", **metadata_overrides) -> N
     """A GGUF file holding `model` (a Llama, F32, Q/K permuted as llama.cpp's converter does)."""
     model = model or tiny_model(0)
     c = model.config
-    meta = dict(block_count=c.n_layers, context_length=c.max_seq_len, embedding_length=c.d_model,
-                feed_forward_length=c.d_ff, head_count=c.n_heads, head_count_kv=c.n_kv_heads,
-                rope_freq_base=c.rope_theta, layer_norm_rms_eps=c.norm_eps, vocab_size=c.vocab_size)
+    meta = {"block_count": c.n_layers, "context_length": c.max_seq_len, "embedding_length": c.d_model,
+            "feed_forward_length": c.d_ff, "head_count": c.n_heads, "head_count_kv": c.n_kv_heads,
+            "rope_freq_base": c.rope_theta, "layer_norm_rms_eps": c.norm_eps, "vocab_size": c.vocab_size}
     meta |= metadata_overrides
     writer = gguf.GGUFWriter(str(path), arch)
     for key, value in meta.items():
