@@ -5,7 +5,7 @@ temporary folder (the *pristine copies*), runs pytest there in a child process w
 timeout, a memory limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps,
 and reads the plugin's structured results, never pytest's text. Whatever the learner's code does
 (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
-tests), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
+tests: reported, and the verdict comes from the copies), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
 loop's step: grade, write workspace/results/<slug>.json, record the attempt.
 Not a security boundary against a hostile user: code in the test process can always lie to it.
 """
@@ -156,7 +156,7 @@ def grade(
         output = _tail(tmp / "output.txt")
         result = _read_results(results, returncode, timed_out, timeout, output)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
-        notes += _restore_tampered(watched, before, tmp)
+        notes += _tampering(watched, before)
     tests, error = result
     points = sum(t.points for t in tests if t.outcome == "passed")
     total = sum(t.points for t in tests if t.outcome != "skipped")
@@ -212,25 +212,23 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def _restore_tampered(watched: list[Path], before: dict[Path, str | None], tmp: Path) -> list[str]:
-    """Put back any test, reference or plugin file the run changed or deleted; say which."""
-    roots = {
-        targets.suites_dir(): tmp / "tests" / "katas",
-        targets.solutions_dir(): tmp / "solutions",
-        Path(dojo.__file__).resolve().parent: tmp / "dojo",
-    }
+def _tampering(watched: list[Path], before: dict[Path, str | None]) -> list[str]:
+    """Notes on test, reference or plugin files that changed, appeared or vanished during the run.
+
+    They are reported, not put back: the verdict came from the pristine copies anyway, and writing
+    files back could undo someone's real edit made while the run went on.
+    """
     notes = []
-    for root in roots:
+    for root in {p.parent for p in watched} | {targets.suites_dir(), targets.solutions_dir()}:
         for path in _files(root) if root.is_dir() else []:
-            if path not in before:
-                notes.append(f"your code created {path} while being graded: delete it, it is not part of dojo")
+            if path not in before and path.parent == root:
+                notes.append(f"your code created {path} while being graded: delete it")
     for path in watched:
-        if _digest(path) == before[path]:
-            continue
-        root = next(r for r in roots if path.is_relative_to(r))
-        copy = roots[root] / path.relative_to(root)
-        shutil.copy2(copy, path)
-        notes.append(f"your code changed {path} while being graded: it was restored from the pristine copy")
+        if _digest(path) != before[path]:
+            notes.append(
+                f"your code changed {path} while being graded (this grade used the pristine copy): "
+                f"put it back with `git checkout -- {path}`"
+            )
     return notes
 
 

@@ -2,8 +2,9 @@
 
 One file, workspace/.dojo/progress.sqlite, in WAL mode with a busy timeout, every write its own
 transaction: two `dojo` processes at once both land their rows. The schema version lives in
-`PRAGMA user_version`; `MIGRATIONS[i]` brings version i to i + 1, so another module (the interview
-tables, say) extends the schema by appending one entry, never by editing an old one.
+`PRAGMA user_version`; `MIGRATIONS[i]` brings version i to i + 1. New tables (the interview's, say)
+are one more entry at the end of MIGRATIONS in this file: never appended at run time (every
+command must agree on the version), never by editing an entry already released.
 A corrupt file is moved aside to a timestamped backup (a ProgressDBWarning says where) and a fresh
 one started; a file from a newer dojo is copied to a backup and refused with ProgressDBError.
 Nothing here prints.

@@ -68,7 +68,7 @@ def test_printing_megabytes_does_not_flood_the_report(dojo):
 
 
 def test_editing_the_tests_or_reference_changes_nothing(dojo):
-    """learner code that rewrites the suite and the reference is graded on pristine copies, and told"""
+    """learner code that rewrites the suite and the reference is graded on pristine copies, and is told"""
     suite, reference = dojo.suite.read_text(), dojo.reference.read_text()
     dojo.write(
         "from pathlib import Path\n"
@@ -79,8 +79,12 @@ def test_editing_the_tests_or_reference_changes_nothing(dojo):
     out = dojo("check", "toy")
     assert out.returncode == 1 and "Score 3/6 points" in out.stdout
     assert "pristine copies" in out.stdout
-    assert f"your code changed {dojo.suite}" in out.stdout and f"your code changed {dojo.reference}" in out.stdout
-    assert dojo.suite.read_text() == suite and dojo.reference.read_text() == reference
+    assert f"your code changed {dojo.suite} while being graded (this grade used the pristine copy)" in out.stdout
+    assert f"your code changed {dojo.reference}" in out.stdout and "git checkout" in out.stdout
+    dojo.suite.write_text(suite)
+    dojo.reference.write_text(reference)
+    dojo.write(WORKS + COUNTS)
+    assert "changed" not in dojo("check", "toy").stdout  # a clean run says nothing of the sort
 
 
 def test_two_checks_at_once_are_both_recorded(dojo):
