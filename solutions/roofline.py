@@ -260,7 +260,7 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
                 xytext=(6, 6), color="gray")
     for label, (ai, flops) in points.items():
         ax.plot([ai], [flops], "o", markersize=9)
-        ax.annotate(label, (ai, flops), textcoords="offset points", xytext=(8, -4))
+        ax.annotate(label, (ai, flops), textcoords="offset points", xytext=(0, 9), ha="center")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(min(ys + [bandwidth * x_lo]) / 3, peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
