@@ -153,9 +153,7 @@ def cmd_welcome(args) -> int:
 def cmd_list(args) -> int:
     out = report.console()
     progress = history.progress()
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("#", "kata", "title", "difficulty", "minutes", "status"):
-        table.add_column(column)
+    rows = []
     for kata in catalog.load():
         p = progress.get(kata.slug)
         if p is None:
@@ -166,8 +164,17 @@ def cmd_list(args) -> int:
             status = p.status
         if not kata.has_suite:
             status += " (no tests yet)"
-        table.add_row(str(kata.number), kata.slug, escape(kata.title), "*" * kata.difficulty, str(kata.minutes), status)
-    out.print(table)
+        rows.append((str(kata.number), kata.slug, kata.title, "*" * kata.difficulty, str(kata.minutes), status))
+    headers = ("#", "kata", "title", "difficulty", "minutes", "status")
+    widths = [max(len(header), *(len(r[i]) for r in rows)) for i, header in enumerate(headers)]
+    room = out.width - (sum(widths) - widths[2]) - 2 * (len(headers) - 1)  # left for the title
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for i, header in enumerate(headers):
+        # the title is the one column that gives way on a narrow terminal
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=min(widths[2], max(12, room)) if i == 2 else widths[i])
+    for row in rows:
+        table.add_row(*row)
+    out.print(table, markup=False)
     return 0
 
 

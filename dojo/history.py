@@ -55,7 +55,7 @@ class ProgressDBWarning(UserWarning):
 class Attempt:
     id: int
     kata: str
-    mode: str  # check | watch | make | interview | ...
+    mode: str  # check | watch | examples (check --examples-only) | interview | ...
     target: str
     started: float
     ended: float
@@ -210,11 +210,11 @@ def record_attempt(
 
 
 def record_result(result, *, mode: str = "check", path: Path | None = None) -> int:
-    """Store a dojo.grade.GradeResult as an attempt; returns its id. An examples-only run never counts
-    as a pass."""
+    """Store a dojo.grade.GradeResult as an attempt; returns its id. An examples-only run is stored with
+    mode "examples" and never counts as a pass."""
     return record_attempt(
         result.slug,
-        mode=mode,
+        mode="examples" if result.examples_only else mode,
         target=result.target,
         started=result.started,
         ended=result.started + result.duration,
@@ -287,7 +287,7 @@ def current_kata(*, path: Path | None = None) -> str | None:
     with connect(path) as conn:
         row = conn.execute(
             "SELECT kata, at FROM events WHERE kind IN ('start', 'reset')"
-            " UNION ALL SELECT kata, ended FROM attempts WHERE mode IN ('check', 'watch', 'make')"
+            " UNION ALL SELECT kata, ended FROM attempts WHERE mode IN ('check', 'watch', 'examples')"
             " ORDER BY at DESC LIMIT 1"
         ).fetchone()
     return row[0] if row else None
@@ -303,7 +303,7 @@ def progress(*, path: Path | None = None) -> dict[str, KataProgress]:
         ).fetchall()
         best = {}
         for kata, points, total in conn.execute(
-            "SELECT kata, points, total FROM attempts ORDER BY kata, passed DESC,"
+            "SELECT kata, points, total FROM attempts ORDER BY kata, mode = 'examples', passed DESC,"
             " CAST(points AS REAL) / MAX(total, 1) DESC, ended DESC"
         ):
             best.setdefault(kata, (points, total))

@@ -62,7 +62,7 @@ def test_examples_only_runs_the_readme_examples(dojo):
     shutil.copy(dojo.reference, dojo.write(""))
     out = dojo("check", "toy", "--examples-only")
     assert out.returncode == 0 and "2/2 tests passing" in out.stdout
-    assert dojo.attempts() == [("toy", "check", 2, 2, 0)]
+    assert dojo.attempts() == [("toy", "examples", 2, 2, 0)]
 
 
 def test_start_never_overwrites_work_without_force(dojo):
