@@ -20,6 +20,8 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -88,7 +90,7 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
         pytest.fail(f"{kata_path.name} called sys.exit({exc.code}) while being imported", pytrace=False)
     except TestTimeout as exc:
         pytest.fail(f"{kata_path.name} did not finish importing: {exc}", pytrace=False)
-    except Exception as exc:  # the learner's import-time error is the result
+    except Exception as exc:  # noqa: BLE001 (the learner's import-time error is the result)
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
 
 
@@ -157,17 +159,29 @@ def _describe(exc: BaseException, where: str) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _on_alarm(signum, frame):
-    seconds = _alarm_seconds
-    raise TestTimeout(f"still running after {seconds:g} s: an infinite loop, or far too slow")
+@contextmanager
+def _time_limit(config: pytest.Config) -> Iterator[None]:
+    """Raise TestTimeout in the test (main thread) once --dojo-test-timeout seconds have passed."""
+    seconds = config.getoption("--dojo-test-timeout")
+    if not seconds:
+        yield
+        return
 
+    def on_alarm(signum, frame):
+        raise TestTimeout(f"still running after {seconds:g} s: an infinite loop, or far too slow")
 
-_alarm_seconds = 0.0
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
-    with _time_limit(item.config):
+    with _time_limit(item.config):  # the setup imports the learner's file: an import can hang too
         yield
 
 
@@ -177,24 +191,15 @@ def pytest_runtest_call(item: pytest.Item):
         yield
 
 
-class _time_limit:
-    """Arm SIGALRM for one phase of a test when --dojo-test-timeout is set (main thread only)."""
-
-    def __init__(self, config: pytest.Config):
-        self.seconds = config.getoption("--dojo-test-timeout")
-
-    def __enter__(self):
-        global _alarm_seconds
-        if self.seconds:
-            _alarm_seconds = self.seconds
-            self.previous = signal.signal(signal.SIGALRM, _on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
-
-    def __exit__(self, *exc):
-        if self.seconds:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
-        return False
+def describe(item: pytest.Item) -> dict:
+    """What a results row says about a test before it runs."""
+    return {
+        "id": item.nodeid,
+        "name": item.name,
+        "property": property_of(item),
+        "points": points_of(item),
+        "example": item.get_closest_marker("example") is not None,
+    }
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -203,11 +208,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and not report.passed):
         report.dojo_row = {
-            "id": item.nodeid,
-            "name": item.name,
-            "property": property_of(item),
-            "points": points_of(item),
-            "example": item.get_closest_marker("example") is not None,
+            **describe(item),
             "outcome": "passed" if report.passed else ("skipped" if report.skipped else "failed"),
             "message": "" if report.passed else failure_message(call.excinfo, report.longrepr, _target_file(item)),
             "duration": round(call.duration, 4),
@@ -219,54 +220,41 @@ def _target_file(item: pytest.Item) -> str | None:
     return getattr(module, "__file__", None)
 
 
+# ---- the results: a stream while the run goes on, one document at its end ----------------------
+
 _rows: list[dict] = []  # one per graded test, in run order
-_stream = None  # FILE.jsonl of --dojo-results, line-buffered
-
-
-def _emit(config: pytest.Config, record: dict) -> None:
-    global _stream
-    path = config.getoption("--dojo-results")
-    if not path:
-        return
-    if _stream is None:
-        _stream = open(f"{path}.jsonl", "a", buffering=1)
-    _stream.write(json.dumps(record) + "\n")
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    tests = [
-        {
-            "id": item.nodeid,
-            "name": item.name,
-            "property": property_of(item),
-            "points": points_of(item),
-            "example": item.get_closest_marker("example") is not None,
-        }
-        for item in session.items
-    ]
-    _emit(session.config, {"collected": tests})
-
-
-def pytest_runtest_logstart(nodeid: str, location) -> None:
-    if _config is not None:
-        _emit(_config, {"start": nodeid})
-
-
+_stream = None  # FILE.jsonl beside --dojo-results FILE, line-buffered
 _config: pytest.Config | None = None
 
 
-@pytest.hookimpl(trylast=True)
+def _emit(record: dict) -> None:
+    global _stream
+    path = _config.getoption("--dojo-results") if _config else None
+    if not path:
+        return
+    if _stream is None:
+        _stream = open(f"{path}.jsonl", "a", buffering=1)  # noqa: SIM115 (open for the whole session)
+    _stream.write(json.dumps(record) + "\n")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _config
     _config = session.config
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _emit({"collected": [describe(item) for item in session.items]})
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    _emit({"start": nodeid})
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     row = getattr(report, "dojo_row", None)
     if row is not None:
         _rows.append(row)
-        if _config is not None:
-            _emit(_config, {"row": row})
+        _emit({"row": row})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
