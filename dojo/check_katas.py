@@ -194,10 +194,8 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
     cache = load_cache() if use_cache else {}
     refs = {r.slug: r for r in runs if r.kind == "reference"}
     waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference"] for slug in refs}
-    ready: list[Run] = []
-    for run in refs.values():
-        ready.append(run)
-    running: dict[int, tuple[Run, Path, float]] = {}
+    ready: list[Run] = list(refs.values())
+    running: dict[int, tuple[Run, Path, float, str, Path]] = {}  # pid -> run, results, start, key, log
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
