@@ -243,7 +243,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def oracle_seconds(run, repeats: int = 5) -> float:
+def oracle_seconds(run, repeats: int = 3) -> float:
     run()
     times = []
     for _ in range(repeats):
@@ -253,21 +253,23 @@ def oracle_seconds(run, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def oracle_bandwidth(nbytes: int) -> float:
+def oracle_bandwidth(nbytes: int):
+    """A measurement function: 2 * nbytes / the median time of dst.copy_(src)."""
     src = torch.ones(nbytes, dtype=torch.uint8)
     dst = torch.zeros(nbytes, dtype=torch.uint8)
-    return 2 * nbytes / oracle_seconds(lambda: dst.copy_(src))
+    return lambda: 2 * nbytes / oracle_seconds(lambda: dst.copy_(src))
 
 
-def oracle_flops(n: int) -> float:
+def oracle_flops(n: int):
+    """A measurement function: 2 * n**3 / the median time of an (n, n) @ (n, n) matmul."""
     a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    return 2 * n**3 / oracle_seconds(lambda: torch.matmul(a, b, out=out))
+    return lambda: 2 * n**3 / oracle_seconds(lambda: torch.matmul(a, b, out=out))
 
 
 def agrees(measure, oracle, tries: int) -> tuple[bool, float]:
-    """Kata and oracle side by side, the best of `tries` each (contention only ever slows a run
-    down): within a factor 1.4 either way?"""
-    got, want = 0.0, 0.0
+    """Kata and oracle taking turns, the best of `tries` runs each: on a shared machine a run is
+    only ever slowed down, so the best runs of both see the machine alike. Within 1.4x either way?"""
+    got = want = 0.0
     for _ in range(tries):
         want = max(want, oracle())
         got = max(got, measure())
@@ -275,30 +277,30 @@ def agrees(measure, oracle, tries: int) -> tuple[bool, float]:
     return 1 / 1.4 <= ratio <= 1.4, ratio
 
 
-COPY_BYTES = 16 << 20  # small enough to be quick here; the contract's default is 4x the LLC
+COPY_BYTES = 4 << 20  # small enough to be quick here; the contract's default is 4x the LLC
 
 
 @pytest.mark.points(2)
 def test_bandwidth_plausible(kata, one_thread):
     """measure_bandwidth returns bytes/s between 1 GB/s and 2 TB/s"""
-    bw = kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=3)
-    assert 1e9 < bw < 2e12, f"measure_bandwidth(16 MiB) = {bw / 1e9:.3g} GB/s, want 1 GB/s .. 2 TB/s"
+    bw = max(kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=3) for _ in range(3))  # others share the machine
+    assert 1e9 < bw < 2e12, f"measure_bandwidth(4 MiB) = {bw / 1e9:.3g} GB/s, want 1 GB/s .. 2 TB/s"
 
 
 @pytest.mark.points(2)
 def test_bandwidth_counts_read_and_write(kata, one_thread):
     """A copy of N bytes moves 2N: N read plus N written"""
-    ok, ratio = agrees(lambda: kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5),
-                       lambda: oracle_bandwidth(COPY_BYTES), tries=4)
-    assert ok, (f"measure_bandwidth(16 MiB) is {ratio:.2f}x a plain timing of dst.copy_(src) credited with "
-                "2 x 16 MiB; near 0.5 means the copy was counted as N bytes, not N read + N written")
+    ok, ratio = agrees(lambda: kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=3),
+                       oracle_bandwidth(COPY_BYTES), tries=9)
+    assert ok, (f"measure_bandwidth(4 MiB) is {ratio:.2f}x a plain timing of dst.copy_(src) credited with "
+                "2 x 4 MiB; near 0.5 means the copy was counted as N bytes, not N read + N written")
 
 
 @pytest.mark.points(2)
 def test_matmul_counts_two_flops_per_multiply_add(kata, one_thread):
     """An (n, n) @ (n, n) matmul is 2 n^3 FLOPs: a multiply and an add per term"""
-    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=512, repeats=5), lambda: oracle_flops(512), tries=8)
-    assert ok, (f"measure_peak_flops(n=512) is {ratio:.2f}x a plain timing of a @ b credited with 2 * 512**3; "
+    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=384, repeats=3), oracle_flops(384), tries=9)
+    assert ok, (f"measure_peak_flops(n=384) is {ratio:.2f}x a plain timing of a @ b credited with 2 * 384**3; "
                 "near 0.5 means n**3 FLOPs were counted")
 
 
@@ -379,8 +381,10 @@ def smollm2_shaped():
 @pytest.mark.points(3)
 def test_decode_cannot_beat_the_bandwidth_ceiling(kata, one_thread, smollm2_shaped):
     """A decode step of a 538 MB model moves its bytes no faster than the copy bandwidth (+10%)"""
+    bws = [kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5)]
     decode = kata.measure_phase(smollm2_shaped, "decode", batch=1, seq_len=1, context_len=16, repeats=3)
-    bw = max(kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5) for _ in range(3))  # the best case
+    bws += [kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=5) for _ in range(4)]
+    bw = max(bws)  # the ceiling: the best the machine did while decode ran
     assert decode.bytes_per_s <= 1.1 * bw, (
         f"decode moved {decode.bytes_per_s / 1e9:.3g} GB/s, above the measured ceiling of {bw / 1e9:.3g} GB/s: "
         "the bytes of a pass, the bandwidth, or the timing is off")
