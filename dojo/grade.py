@@ -139,7 +139,8 @@ def grade(
             path = Path(notebooks.extract(Path(notebook), slug, tmp / "notebook")).resolve()
         else:
             path = targets.resolve(slug, target)
-        watched = _pristine_copies(tmp)
+        _pristine_copies(tmp)
+        watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
         results = tmp / "results.json"
         cmd = [
@@ -156,7 +157,7 @@ def grade(
         output = _tail(tmp / "output.txt")
         result = _read_results(results, returncode, timed_out, timeout, output)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
-        notes += _tampering(watched, before)
+        notes += _tampering(kata, before)
     tests, error = result
     points = sum(t.points for t in tests if t.outcome == "passed")
     total = sum(t.points for t in tests if t.outcome != "skipped")
@@ -181,21 +182,25 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
 # ---- the child process -------------------------------------------------------------------------
 
 
-def _pristine_copies(tmp: Path) -> list[Path]:
-    """Copy suites (without mutants), solutions and the dojo package under `tmp`; return the originals'
-    files, to check after the run that the learner's code left them alone."""
+def _pristine_copies(tmp: Path) -> None:
+    """Copy the suites (without mutants), the reference package and the dojo package under `tmp`."""
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "mutants", ".hypothesis")
     sources = {
         targets.suites_dir(): tmp / "tests" / "katas",
         targets.solutions_dir(): tmp / "solutions",
         Path(dojo.__file__).resolve().parent: tmp / "dojo",
     }
-    watched = []
     for src, dst in sources.items():
         if src.is_dir():
             shutil.copytree(src, dst, ignore=skip)
-            watched += [dst_src for dst_src in _files(src)]
-    return watched
+
+
+def _guarded(kata: catalog.Kata) -> list[Path]:
+    """The files whose change would matter to a learner: the kata's suite, conftest files beside it,
+    and the reference solutions (a suite may import any of them)."""
+    suites = targets.suites_dir()
+    files = [kata.suite, *sorted(suites.glob("conftest.py"))]
+    return files + (_files(targets.solutions_dir()) if targets.solutions_dir().is_dir() else [])
 
 
 def _files(folder: Path) -> list[Path]:
@@ -212,22 +217,21 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def _tampering(watched: list[Path], before: dict[Path, str | None]) -> list[str]:
-    """Notes on test, reference or plugin files that changed, appeared or vanished during the run.
+def _tampering(kata: catalog.Kata, before: dict[Path, str | None]) -> list[str]:
+    """Notes on guarded files that changed, appeared or vanished while the learner's code ran.
 
-    They are reported, not put back: the verdict came from the pristine copies anyway, and writing
-    files back could undo someone's real edit made while the run went on.
+    Reported, not put back: the verdict came from the pristine copies anyway, and writing a file
+    back could undo a real edit someone made meanwhile.
     """
     notes = []
-    for root in {p.parent for p in watched} | {targets.suites_dir(), targets.solutions_dir()}:
-        for path in _files(root) if root.is_dir() else []:
-            if path not in before and path.parent == root:
-                notes.append(f"your code created {path} while being graded: delete it")
-    for path in watched:
-        if _digest(path) != before[path]:
+    for path in _guarded(kata):
+        if path not in before:
+            notes.append(f"{path} appeared while your code was being graded: if your code made it, delete it")
+    for path, digest in before.items():
+        if _digest(path) != digest:
             notes.append(
-                f"your code changed {path} while being graded (this grade used the pristine copy): "
-                f"put it back with `git checkout -- {path}`"
+                f"{path} changed while your code was being graded (this grade used the pristine copy): "
+                f"if your code did that, put it back with `git checkout -- {path}`"
             )
     return notes
 

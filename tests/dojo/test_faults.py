@@ -79,8 +79,8 @@ def test_editing_the_tests_or_reference_changes_nothing(dojo):
     out = dojo("check", "toy")
     assert out.returncode == 1 and "Score 3/6 points" in out.stdout
     assert "pristine copies" in out.stdout
-    assert f"your code changed {dojo.suite} while being graded (this grade used the pristine copy)" in out.stdout
-    assert f"your code changed {dojo.reference}" in out.stdout and "git checkout" in out.stdout
+    assert f"{dojo.suite} changed while your code was being graded (this grade used the pristine copy)" in out.stdout
+    assert f"{dojo.reference} changed" in out.stdout and f"git checkout -- {dojo.reference}" in out.stdout
     dojo.suite.write_text(suite)
     dojo.reference.write_text(reference)
     dojo.write(WORKS + COUNTS)
