@@ -82,8 +82,12 @@ def dequantize_q4_1(blocks: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     d = b[:, 0:2].view(np.float16).astype(np.float32)  # (n_blocks, 1)
     m = b[:, 2:4].view(np.float16).astype(np.float32)  # (n_blocks, 1)
     nib = b[:, 4:]  # (n_blocks, 16)
-    q = np.concatenate([nib & np.uint8(0x0F), nib >> np.uint8(4)], axis=1).astype(np.float32)  # (n_blocks, 32)
-    return (d * q + m).reshape(shape)
+    out = np.empty((b.shape[0], BLOCK), dtype=np.float32)  # filled in place: no full-size temporaries
+    out[:, :16] = nib & np.uint8(0x0F)  # element j: low nibble of byte j
+    out[:, 16:] = nib >> np.uint8(4)  # element j + 16: high nibble of byte j
+    out *= d  # d * q, then + m: the same fp32 operations, in the same order, as llama.cpp
+    out += m
+    return out.reshape(shape)
 
 
 def dequantize_q8_0(blocks: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
