@@ -23,7 +23,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from solutions.int4 import bytes_per_weight, dequantize_q4_1, matmul_q4_1, predicted_decode_speedup, quantize_q4_1
+from solutions.int4 import (
+    bytes_per_weight,
+    dequantize_q4_1,
+    matmul_q4_1,
+    predicted_decode_speedup,
+    quantize_q4_1,
+)
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407]
 PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # per layer; plus the embedding / LM head

@@ -18,10 +18,9 @@ from solutions.model import LlamaConfig
 KATA = "int4"
 
 gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
-from gguf.quants import quantize as gguf_quantize  # noqa: E402
-
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
 
 # ---------------------------------------------------------------- oracles and inputs
 

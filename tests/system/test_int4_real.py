@@ -12,8 +12,8 @@ import pytest
 from solutions.int4 import dequantize_q4_1, dequantize_q8_0
 
 gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize as gguf_dequantize
 
 
 @pytest.fixture(scope="module")
