@@ -180,3 +180,23 @@ def test_watch_regrades_on_save(dojo):
     assert proc.returncode == 0, out + err
     assert out.count("Score ") == 2 and "Score 0/6" in out and "Score 6/6" in out
     assert [a[1] for a in dojo.attempts()] == ["watch", "watch"]
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 1)])
+def test_reset_asks_on_a_terminal(dojo, answer, code):
+    """on a terminal, reset asks; 'y' restores the stub, anything else changes nothing"""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    dojo("start", "toy")
+    dojo.write("def add(a, b):\n    return 0\n")
+    primary, secondary = pty.openpty()
+    os.write(primary, f"{answer}\n".encode())
+    proc = subprocess.run([sys.executable, "-m", "dojo", "reset", "toy"], env=dojo.env, stdin=secondary,
+                          capture_output=True, text=True, timeout=60)
+    os.close(primary)
+    os.close(secondary)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert ("raise NotImplementedError" in dojo.file().read_text()) == (answer == "y")
