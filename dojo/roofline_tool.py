@@ -73,7 +73,8 @@ def table(ceilings: Ceilings, phases: list[roofline.Measurement], labels: list[s
     """The report's lines: ceilings, one row per phase, then decode's tokens/s against its ceiling."""
     c = ceilings
     lines = [
-        f"{c.device}" + (f" ({c.threads} thread{'s' * (c.threads != 1)})" if c.device == "cpu" else ""),
+        f"cpu ({c.threads} thread{'s' * (c.threads != 1)})" if c.device == "cpu"
+        else f"{c.device} ({torch.cuda.get_device_name(c.device)})",
         f"  bandwidth {_si(c.bandwidth, 'B/s'):>14}   copy of {c.copy_bytes / 2**20:.0f} MiB, read + written",
         f"  peak      {_si(c.peak_flops, 'FLOP/s'):>14}   fp32 matmul, n = {c.matmul_n}",
         f"  ridge     {c.ridge:>9.3g} FLOP/byte",

@@ -132,11 +132,15 @@ def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
     return "memory" if ai < ridge_point(peak_flops, bandwidth) else "compute"
 
 
+def _check_repeats(repeats: int) -> None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+
+
 def _median_seconds(run: Callable[[], object], repeats: int, device: torch.device,
                     setup: Callable[[], object] | None = None) -> float:
     """Median wall time of `run` over `repeats` calls, after one untimed warm-up call."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    _check_repeats(repeats)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for i in range(repeats + 1):
@@ -174,6 +178,7 @@ def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
     the result is 2 * nbytes / the median of `repeats` timed copies after a warm-up copy.
     Runs at torch's current thread count. Raises ValueError for nbytes or repeats < 1.
     """
+    _check_repeats(repeats)
     device = torch.device(device)
     if nbytes is None:
         llc = last_level_cache_bytes() if device.type == "cpu" else 0
@@ -195,6 +200,7 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    _check_repeats(repeats)
     device = torch.device(device)
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device, dtype)
@@ -213,6 +219,7 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
     current thread count, credited with `phase_cost` of the model's config and dtype.
     Raises ValueError as phase_cost does, and for repeats < 1.
     """
+    _check_repeats(repeats)
     param = next(model.parameters())
     cost = phase_cost(model.config, phase, batch, seq_len, context_len, param.dtype)
     gen = torch.Generator().manual_seed(0)

@@ -1,27 +1,6 @@
 """Treats the tied LM head as free: the embedding matrix is shared, but the head still reads all of it every pass.
 
-Mutant of the roofline reference; the rest of its docstring follows.
-The roofline model: measure a machine's two ceilings, count a forward pass, place it under them.
-
-A pass that does F FLOPs while moving B bytes to and from memory has arithmetic intensity
-I = F / B. It can run no faster than min(peak FLOP/s, bandwidth * I): below the ridge point
-I* = peak / bandwidth it waits on memory, above it on arithmetic. Decode at batch 1 does two
-FLOPs per weight it reads (fp32: 0.5 FLOP/byte, far left of any ridge); prefill does two per
-weight *per token*, so its intensity grows with the prompt until it crosses the ridge.
-
-What `phase_cost` counts, exactly (tied embeddings, as in SmolLM2):
-- weights: every parameter read once per pass, whatever the batch - all layer matrices and norm
-  vectors, the final norm, and the (V, d) embedding matrix read in full as the LM head - plus the
-  embedding lookup, which reads one d-vector per new token (B * T rows, duplicates included).
-- KV cache: each layer writes K and V for the B * T new positions and reads K and V for all
-  context_len + T positions of every row (the new ones included, as the cache hands them back).
-- FLOPs: 2 per multiply-add of every matmul (Q, K, V, O, gate, up, down, LM head) for each of the
-  B * T new tokens - logits for every new position, as solutions.model computes them - and
-  attention's Q K^T and A V: 4 * n_heads * head_dim FLOPs per (query, key) pair, all
-  context_len + T keys per query: masked pairs are computed before masking, so they count.
-Left out: activation and logits traffic (assumed to stay in cache; it matters for large batches),
-elementwise work (norms, RoPE, SiLU, softmax), caches that make a repeated read cheap, and
-quantized weights (the int4 kata's subject).
+Mutant of solutions/roofline.py for the roofline kata: one realistic bug, the rest unchanged.
 """
 
 from __future__ import annotations
@@ -135,11 +114,15 @@ def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
     return "memory" if ai < ridge_point(peak_flops, bandwidth) else "compute"
 
 
+def _check_repeats(repeats: int) -> None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+
+
 def _median_seconds(run: Callable[[], object], repeats: int, device: torch.device,
                     setup: Callable[[], object] | None = None) -> float:
     """Median wall time of `run` over `repeats` calls, after one untimed warm-up call."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    _check_repeats(repeats)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
     for i in range(repeats + 1):
@@ -177,6 +160,7 @@ def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
     the result is 2 * nbytes / the median of `repeats` timed copies after a warm-up copy.
     Runs at torch's current thread count. Raises ValueError for nbytes or repeats < 1.
     """
+    _check_repeats(repeats)
     device = torch.device(device)
     if nbytes is None:
         llc = last_level_cache_bytes() if device.type == "cpu" else 0
@@ -198,6 +182,7 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    _check_repeats(repeats)
     device = torch.device(device)
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device, dtype)
@@ -216,6 +201,7 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
     current thread count, credited with `phase_cost` of the model's config and dtype.
     Raises ValueError as phase_cost does, and for repeats < 1.
     """
+    _check_repeats(repeats)
     param = next(model.parameters())
     cost = phase_cost(model.config, phase, batch, seq_len, context_len, param.dtype)
     gen = torch.Generator().manual_seed(0)
@@ -227,9 +213,9 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
         if context_len:
             model.prefill(ids[:, :context_len], cache)
         if phase == "prefill":
-            run = lambda: model.prefill(new, cache)  # noqa: E731
+            run = lambda: model.prefill(new, cache)
         else:
-            run = lambda: model.decode_step(new[:, 0], cache)  # noqa: E731
+            run = lambda: model.decode_step(new[:, 0], cache)
         seconds = _median_seconds(run, repeats, param.device, setup=lambda: cache.truncate(context_len))
     return Measurement(phase, seconds, cost)
 
@@ -263,7 +249,7 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
                 xytext=(6, 6), color="gray")
     for label, (ai, flops) in points.items():
         ax.plot([ai], [flops], "o", markersize=9)
-        ax.annotate(label, (ai, flops), textcoords="offset points", xytext=(8, -4))
+        ax.annotate(label, (ai, flops), textcoords="offset points", xytext=(0, 9), ha="center")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(min(ys + [bandwidth * x_lo]) / 3, peak_flops * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
