@@ -1,0 +1,140 @@
+"""The generator on SmolLM2: beam-step cost, beam search against HuggingFace, KV cache against recompute.
+
+- A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
+  once, like a greedy step: it should cost at most 1.3x a greedy step (HF's costs ~1.5x).
+- Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
+- Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
+  every step (the same tokens, checked).
+Engines run interleaved (A B A B ...) after a warm-up, medians reported; per-step times are
+(time for n tokens - time for 1 token) / (n - 1), the same for both engines, so prefill drops out.
+Each function returns rows for `make bench`: dicts with metric, ours, peer, peer_name, ratio, goal,
+unit (`ratio` is ours over the peer for costs, the peer over ours for speed-ups, as `goal` says).
+
+    python -m benchmarks.generate_bench [--tokens 16] [--repeats 3] [--recompute-tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+from benchmarks.decode_bench import PROMPT, interleaved
+from solutions.generate import generate
+
+
+def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
+    """Seconds for our generate() to produce n tokens per beam (no EOS, so every step runs)."""
+    kwargs = dict(strategy="beam", num_beams=num_beams) if num_beams > 1 else {}
+
+    def run() -> float:
+        start = time.perf_counter()
+        generate(model, [PROMPT], max_new_tokens=n, **kwargs)
+        return time.perf_counter() - start
+
+    return run
+
+
+def hf_timer(hf, n: int, num_beams: int) -> Callable[[], float]:
+    """Seconds for HF generate() to produce exactly n tokens per beam on the same prompt."""
+    ids = torch.tensor([PROMPT])
+
+    @torch.inference_mode()
+    def run() -> float:
+        start = time.perf_counter()
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                    num_beams=num_beams, do_sample=False, pad_token_id=2, temperature=None, top_p=None,
+                    top_k=None)
+        return time.perf_counter() - start
+
+    return run
+
+
+def step_seconds(timer: Callable[[Callable, int, int], Callable[[], float]], engine, n: int, num_beams: int,
+                 repeats: int) -> float:
+    """Median seconds per decode step: (n tokens - 1 token) / (n - 1)."""
+    t = interleaved({"n": timer(engine, n, num_beams), "1": timer(engine, 1, num_beams)}, repeats)
+    return (t["n"] - t["1"]) / (n - 1)
+
+
+def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
+    """One 4-beam step over one greedy step, ours and HF's; goal <= 1.3 for ours."""
+    ratios = {}
+    for name, timer, engine in (("ours", ours_timer, ours), ("hf", hf_timer, hf)):
+        greedy = step_seconds(timer, engine, tokens, 1, repeats)
+        beam = step_seconds(timer, engine, tokens, 4, repeats)
+        ratios[name] = beam / greedy
+    return [dict(metric="beam step (4 beams) / greedy step", ours=ratios["ours"], peer=ratios["hf"],
+                 peer_name="transformers", ratio=ratios["ours"] / ratios["hf"], goal="ours <= 1.3",
+                 unit="x")]
+
+
+def beam_search_vs_hf(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
+    """Beam search (4 beams, `tokens` new tokens) end to end, seconds; goal: faster than HF."""
+    t = interleaved({"ours": ours_timer(ours, tokens, 4), "hf": hf_timer(hf, tokens, 4)}, repeats)
+    return [dict(metric=f"beam search, 4 beams, {tokens} tokens", ours=t["ours"], peer=t["hf"],
+                 peer_name="transformers", ratio=t["hf"] / t["ours"], goal="speed-up > 1", unit="s")]
+
+
+@torch.inference_mode()
+def recompute_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Greedy without a cache: the whole sequence through `model.forward` for every new token."""
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(model.forward(torch.tensor([seq]))[0, -1].argmax()))
+    return seq[len(prompt):]
+
+
+def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
+    """Greedy with the KV cache against recompute, `tokens` new tokens, one run each (recompute is slow)."""
+    start = time.perf_counter()
+    cached = generate(ours, [PROMPT], max_new_tokens=tokens).tokens[0]
+    t_cache = time.perf_counter() - start
+    start = time.perf_counter()
+    recomputed = recompute_greedy(ours, PROMPT, tokens)
+    t_recompute = time.perf_counter() - start
+    if cached != recomputed:
+        raise AssertionError(f"cached and recomputed greedy tokens differ: {cached} vs {recomputed}")
+    return [dict(metric=f"greedy {tokens} tokens: KV cache vs recompute", ours=t_cache, peer=t_recompute,
+                 peer_name="recompute", ratio=t_recompute / t_cache, goal="speed-up > 1", unit="s")]
+
+
+def load_models():
+    """Our SmolLM2 and HF's, from the same GGUF file."""
+    from solutions.weights import find_gguf, load_smollm2
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+
+    path = find_gguf()
+    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                              local_files_only=True).eval()
+    return load_smollm2(path), hf
+
+
+def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> list[dict]:
+    ours, hf = load_models()
+    return (beam_step_cost(ours, hf, tokens, repeats) + beam_search_vs_hf(ours, hf, tokens, repeats)
+            + kv_cache_speedup(ours, recompute_tokens))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--recompute-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"{'metric':<46}{'ours':>10}{'peer':>10}  {'peer name':<14}{'ratio':>8}  goal")
+    for row in bench(args.tokens, args.repeats, args.recompute_tokens):
+        print(f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
+              f"{row['ratio']:>8.2f}  {row['goal']}")
+
+
+if __name__ == "__main__":
+    main()

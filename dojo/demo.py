@@ -1,0 +1,158 @@
+"""`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
+
+It loads the model from its GGUF file (with a progress bar), streams the answer as it is
+generated, then reports prompt tokens, time to first token and decode tokens/s. With `--mine`,
+the learner's passed katas (attention, kv_cache, generate) replace the reference parts; a kata
+that has not passed, or whose file fails to import, falls back to the reference, and the demo
+says which parts are whose. Everything but argument parsing and printing is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dojo import history, report, targets, workspace
+
+# kata -> (the name its file defines, the Parts field it fills)
+MINE = {"attention": ("attention", "attention_fn"), "kv_cache": ("KVCache", "cache_cls"),
+        "generate": ("generate", "generate")}
+
+
+@dataclass
+class Parts:
+    """The pieces the demo runs: the learner's where they passed, else the reference's."""
+
+    attention_fn: Callable | None = None  # None: the model's own default
+    cache_cls: type | None = None
+    generate: Callable | None = None
+    mine: list[str] = field(default_factory=list)  # katas whose code is the learner's
+    notes: list[str] = field(default_factory=list)  # why a part fell back to the reference
+
+
+def choose_parts(mine: bool) -> Parts:
+    """With `mine`, load each passed kata's workspace file; otherwise (or on failure) the reference."""
+    from solutions.generate import generate
+
+    parts = Parts(generate=generate)
+    if not mine:
+        return parts
+    for slug, (name, part) in MINE.items():
+        path = workspace.kata_file(slug)
+        if not path.exists():
+            parts.notes.append(f"{slug}: reference (no {path.name} in your workspace)")
+            continue
+        if not history.has_passed(slug):
+            parts.notes.append(f"{slug}: reference (not passed yet: `dojo check {slug}`)")
+            continue
+        try:
+            value = getattr(targets.load_module(path, f"dojo_demo_{slug}"), name)
+        except Exception as exc:  # the learner's file: any failure means the reference runs instead
+            parts.notes.append(f"{slug}: reference (your {path.name} failed to load: {type(exc).__name__}: {exc})")
+            continue
+        setattr(parts, part, value)
+        parts.mine.append(slug)
+    return parts
+
+
+def generation_kwargs(args: argparse.Namespace) -> dict:
+    """generate() keyword arguments from the CLI options; ValueError for options that cannot work."""
+    if args.beams < 1 or args.max_new_tokens < 1:
+        raise ValueError("--beams and --max-new-tokens must be at least 1")
+    if args.beams > 1 and args.sample:
+        raise ValueError("--beams and --sample do not go together: beam search here is deterministic")
+    kwargs: dict = dict(max_new_tokens=args.max_new_tokens)
+    if args.beams > 1:
+        kwargs |= dict(strategy="beam", num_beams=args.beams)
+    elif args.sample:
+        kwargs |= dict(strategy="sample", temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                       seed=args.seed)
+    return kwargs
+
+
+class TextStream:
+    """Turns streamed token ids into printable text pieces (holding back a half-decoded character)."""
+
+    def __init__(self, tokenizer, eos: int, write: Callable[[str], None]):
+        self.tokenizer, self.eos, self.write = tokenizer, eos, write
+        self.ids: list[int] = []
+        self.shown = 0
+        self.first_token_at: float | None = None
+
+    def __call__(self, row: int, token: int) -> None:
+        if row != 0:
+            return
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if token == self.eos:
+            return
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids)
+        if not text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait for the rest
+            self.write(text[self.shown:])
+            self.shown = len(text)
+
+
+def load_model(parts: Parts):
+    """SmolLM2 with the chosen attention and cache, a progress bar on stderr while it loads."""
+    from solutions.weights import load_smollm2
+
+    columns = (TextColumn("loading SmolLM2-135M"), BarColumn(), TextColumn("{task.completed}/{task.total} tensors"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=report.console(stderr=True), transient=True) as bar:
+        task = bar.add_task("load", total=None)
+        model = load_smollm2(progress=lambda done, total: bar.update(task, completed=done, total=total),
+                             attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
+    return model
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from solutions.tokenizer import load_tokenizer
+
+    out = report.console()
+    kwargs = generation_kwargs(args)  # before the slow load, so bad options fail fast (ValueError -> exit 1)
+    parts = choose_parts(args.mine)
+    if args.mine:
+        mine = ", ".join(parts.mine) or "none"
+        out.print(f"your katas in this run: {mine}")
+        for note in parts.notes:
+            out.print(f"  {note}")
+    tokenizer = load_tokenizer()
+    model = load_model(parts)
+    prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": args.question}]))
+    stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream, **kwargs)
+    out.print()
+    n_new = len(result.tokens[0])
+    ttft = result.prefill_seconds if args.beams > 1 or stream.first_token_at is None else stream.first_token_at - start
+    out.print(f"prompt tokens: {len(prompt)}   time to first token: {ttft * 1e3:.0f} ms")
+    steps = n_new - 1
+    rate = steps / result.decode_seconds if steps > 0 and result.decode_seconds > 0 else float("nan")
+    what = f"{args.beams} beams, " if args.beams > 1 else ""
+    out.print(f"decode: {n_new} new tokens ({what}{steps} decode steps in {result.decode_seconds:.2f} s): "
+              f"{rate:.1f} tokens/s")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="chat with SmolLM2 on the reference inference system (or yours: --mine)")
+    p.add_argument("question", help="what to ask, e.g. \"What is the capital of France?\"")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
+    mode.add_argument("--sample", action="store_true", help="sample with --temperature / --top-p / --top-k / --seed")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams (answer shown at the end)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    p.add_argument("--mine", action="store_true", help="use your passed katas: attention, kv_cache, generate")
+    p.set_defaults(func=run)

@@ -1,0 +1,98 @@
+"""`dojo demo`: the chat answer streamed on the real SmolLM2, and `--mine` choosing whose parts run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dojo import ROOT, demo, history
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOJO_WORKSPACE", str(tmp_path))
+    return tmp_path
+
+
+def record_pass(slug: str) -> None:
+    now = time.time()
+    history.record_attempt(slug, mode="check", target="workspace", started=now, ended=now, points=10, total=10,
+                           passed=True, tests=5, failed=0)
+
+
+@pytest.mark.slow
+def test_demo_streams_answer_and_reports_speed(tmp_path):
+    """`dojo demo` answers on SmolLM2 and prints prompt tokens, time to first token and tokens/s"""
+    dojo = Path(sys.executable).with_name("dojo")
+    cmd = [str(dojo)] if dojo.exists() else [sys.executable, "-m", "dojo"]
+    proc = subprocess.run([*cmd, "demo", "What is the capital of France?", "--max-new-tokens", "8"],
+                          cwd=ROOT, env=os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"dojo demo failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    assert "Paris" in proc.stdout, f"the greedy answer should name Paris:\n{proc.stdout}"
+    for line in ("prompt tokens:", "time to first token:", "tokens/s"):
+        assert line in proc.stdout, f"the report lacks {line!r}:\n{proc.stdout}"
+
+
+def test_mine_without_passes_runs_the_reference(ws):
+    """--mine with nothing passed uses every reference part and says why"""
+    (ws / "kv_cache.py").write_text("class KVCache: ...\n")  # started, never passed
+    parts = demo.choose_parts(mine=True)
+    assert parts.mine == [] and parts.attention_fn is None and parts.cache_cls is None
+    assert any("kv_cache" in n and "not passed" in n for n in parts.notes), parts.notes
+    assert any("attention" in n and "no attention.py" in n for n in parts.notes), parts.notes
+
+
+def test_mine_swaps_in_passed_katas(ws):
+    """--mine loads the learner's passed attention, kv_cache and generate from the workspace"""
+    for slug in ("attention", "kv_cache", "generate"):
+        shutil.copy(ROOT / "solutions" / f"{slug}.py", ws / f"{slug}.py")
+        record_pass(slug)
+    parts = demo.choose_parts(mine=True)
+    assert parts.mine == ["attention", "kv_cache", "generate"], parts.notes
+    assert parts.cache_cls.__module__ == "dojo_demo_kv_cache" and parts.generate.__module__ == "dojo_demo_generate"
+
+
+def test_mine_falls_back_when_a_passed_file_breaks(ws):
+    """A passed kata whose file no longer imports falls back to the reference, with the error"""
+    (ws / "generate.py").write_text("raise RuntimeError('half-edited')\n")
+    record_pass("generate")
+    parts = demo.choose_parts(mine=True)
+    assert "generate" not in parts.mine and parts.generate.__module__ == "solutions.generate"
+    assert any("half-edited" in n for n in parts.notes), parts.notes
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(sample=False, temperature=0.7, top_p=0.9, top_k=None, seed=None, beams=1, max_new_tokens=16)
+    return argparse.Namespace(**(base | kw))
+
+
+def test_options_map_to_generate():
+    """--sample, --beams and --max-new-tokens become generate() arguments; clashing options are errors"""
+    assert demo.generation_kwargs(args()) == dict(max_new_tokens=16)
+    assert demo.generation_kwargs(args(beams=4)) == dict(max_new_tokens=16, strategy="beam", num_beams=4)
+    assert demo.generation_kwargs(args(sample=True, seed=3))["strategy"] == "sample"
+    with pytest.raises(ValueError, match="--beams"):
+        demo.generation_kwargs(args(sample=True, beams=2))
+
+
+def test_stream_holds_back_split_characters():
+    """Streaming prints text only once a multi-byte character is complete, and never the EOS"""
+    pieces = {1: b"caf", 2: b"\xc3", 3: b"\xa9!"}
+
+    class Bytes:
+        def decode(self, ids):
+            return b"".join(pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+    shown = []
+    stream = demo.TextStream(Bytes(), eos=0, write=shown.append)
+    for tok in (1, 2, 3, 0):
+        stream(0, tok)
+    assert shown == ["caf", "\u00e9!"], shown
