@@ -14,7 +14,6 @@ import json
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.markdown import Markdown
@@ -311,33 +310,18 @@ def cmd_solution(args) -> int:
 
 def cmd_grade(args) -> int:
     out = report.console()
-    katas = [k for k in catalog.load() if k.has_suite]
-    jobs, submissions = [], []
     for raw in args.paths:
-        folder = Path(raw)
-        if not folder.is_dir():
+        if not Path(raw).is_dir():
             raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py)")
-        present = [k.slug for k in katas if (folder / f"{k.slug}.py").is_file()]
-        submissions.append({"path": str(folder.resolve()), "katas": {}})
-        jobs += [(len(submissions) - 1, slug, folder) for slug in present]
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [(i, slug, pool.submit(grade.grade, slug, str(folder), timeout=args.timeout)) for i, slug, folder in jobs]
-        for i, slug, future in futures:
-            submissions[i]["katas"][slug] = future.result().to_json()
-    for sub in submissions:
-        sub["points"] = sum(r["points"] for r in sub["katas"].values())
-        sub["total"] = sum(r["total"] for r in sub["katas"].values())
-        sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in sub["katas"].values())
-    doc = {"version": 1, "graded": time.time(), "submissions": submissions}
+    doc = grade.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2))
+    submissions = doc["submissions"]
+    slugs = [k.slug for k in catalog.load() if any(k.slug in s["katas"] for s in submissions)]
     table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("submission")
-    slugs = [k.slug for k in katas if any(k.slug in s["katas"] for s in submissions)]
-    for slug in slugs:
-        table.add_column(slug)
-    table.add_column("total")
+    for column in ("submission", *slugs, "total"):
+        table.add_column(column)
     for sub in submissions:
         cells = []
         for slug in slugs:
@@ -345,9 +329,9 @@ def cmd_grade(args) -> int:
             cells.append("-" if r is None else f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}"))
         note = "" if sub["katas"] else " (no kata files)"
         table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}")
-    out.print(table)
+    out.print(table, markup=False)
     if args.json:
-        out.print(f"Full report: {args.json}")
+        out.print(f"Full report: {args.json}", markup=False)
     return 0 if all(s["passed"] for s in submissions) else 1
 
 

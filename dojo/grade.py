@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -177,6 +178,25 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
     report.write_results(result, workspace.results_file(slug))
     history.record_result(result, mode=mode)
     return result
+
+
+def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
+    """Grade take-home submissions: every kata with a suite whose <slug>.py is in each folder, `jobs`
+    gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
+    {slug: results.json document}, "points", "total", "passed"}]}. Records nothing in the progress DB."""
+    katas = [k for k in catalog.load() if k.has_suite]
+    submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
+    work = [(i, k.slug, Path(f)) for i, f in enumerate(folders) for k in katas if (Path(f) / f"{k.slug}.py").is_file()]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
+        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout)) for i, slug, folder in work]
+        for i, slug, future in futures:
+            submissions[i]["katas"][slug] = future.result().to_json()
+    for sub in submissions:
+        results = sub["katas"].values()
+        sub["points"] = sum(r["points"] for r in results)
+        sub["total"] = sum(r["total"] for r in results)
+        sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
+    return {"version": 1, "graded": time.time(), "submissions": submissions}
 
 
 # ---- the child process -------------------------------------------------------------------------
