@@ -98,10 +98,13 @@ def write_gguf(path, model=None, arch: str = "llama", **metadata_overrides) -> N
 
 
 def test_tiny_gguf_round_trip(tmp_path):
-    """A tiny model written as GGUF (Q/K permuted, like llama.cpp) loads back to the same logits."""
+    """A tiny model written as GGUF (Q/K permuted, like llama.cpp) loads back to the same logits, with progress."""
     model = tiny_model(3)
     write_gguf(tmp_path / "tiny.gguf", model)
-    loaded = load_smollm2(tmp_path / "tiny.gguf")
+    calls = []
+    loaded = load_smollm2(tmp_path / "tiny.gguf", progress=lambda done, total: calls.append((done, total)))
+    n = 2 + 9 * model.config.n_layers  # embedding, final norm, 9 tensors per layer
+    assert calls == [(i, n) for i in range(1, n + 1)], f"progress called with {calls[:3]}...{calls[-1:]}"
     ids = torch.tensor([[5, 17, 200, 3, 99, 42, 7]])
     got = replace(loaded.config, norm_eps=model.config.norm_eps)  # GGUF stores eps as float32
     assert got == model.config, f"config {loaded.config} != {model.config}"
