@@ -51,7 +51,7 @@ class Measurement:
 
 def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
                dtype: torch.dtype = torch.float32) -> Cost:
-    """Cost of one pass of a Llama-style `config` (a solutions.model.LlamaConfig), all in `dtype`.
+    """Cost of one pass of a Llama-style `config` (a solutions.model.LlamaConfig) stored in `dtype`.
 
     `seq_len` new tokens per row (the prompt for "prefill"; exactly 1 for "decode") are appended
     after `context_len` cached ones, for `batch` rows. Counts weights, the embedding lookup, KV

@@ -50,7 +50,7 @@ class Measurement:
 
 def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
                dtype: torch.dtype = torch.float32) -> Cost:
-    """Cost of one pass of a Llama-style `config` (weights, KV cache, activations all in `dtype`).
+    """Cost of one pass of a Llama-style `config`, weights and KV cache stored in `dtype`.
 
     `seq_len` new tokens per row (the prompt for "prefill"; exactly 1 for "decode") are appended
     after `context_len` cached ones, for `batch` rows. See the module docstring for what counts.
