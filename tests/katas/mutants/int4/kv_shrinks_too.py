@@ -171,7 +171,8 @@ def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, c
     key = str(from_dtype).lower()
     if key not in _FLOAT_DTYPES:
         raise ValueError(f"from_dtype is the model's float dtype (fp32, fp16 or bf16), got {from_dtype!r}")
-    before = phase_cost(config, "decode", batch, 1, context_len, _FLOAT_DTYPES[key]).bytes
+    before = phase_cost(config, "decode", batch=batch, seq_len=1, context_len=context_len,
+                        dtype=_FLOAT_DTYPES[key]).bytes
     n = _n_params(config)
     after = before * bytes_per_weight(to_fmt) / bytes_per_weight(key)
     return before / after
