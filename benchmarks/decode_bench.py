@@ -13,6 +13,7 @@ llama.cpp (see `make bench-peers`).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import time
@@ -61,14 +62,16 @@ def hf_decode(hf, n: int) -> Callable[[], float]:
     from transformers import DynamicCache
 
     ids = torch.tensor([PROMPT])
+    # transformers 5 names the argument `cache`; 4.x `past_key_values`
+    key = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
 
     @torch.inference_mode()
     def run() -> float:
-        cache = DynamicCache(config=hf.config)
-        token = hf(input_ids=ids, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        cache = {key: DynamicCache()}
+        token = hf(input_ids=ids, use_cache=True, **cache).logits[:, -1:].argmax(-1)
         start = time.perf_counter()
         for _ in range(n):
-            token = hf(input_ids=token, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            token = hf(input_ids=token, use_cache=True, **cache).logits[:, -1:].argmax(-1)
         return time.perf_counter() - start
 
     return run
