@@ -64,7 +64,7 @@ class Dojo:
     def __call__(self, *args: str, timeout: float = 60, module: str = "dojo") -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", module, *args], env=self.env, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL, timeout=timeout,
+            stdin=subprocess.DEVNULL, timeout=timeout, check=False,
         )
 
     def write(self, source: str, slug: str = "toy") -> Path:
