@@ -12,18 +12,18 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from solutions import roofline
+if TYPE_CHECKING:  # torch loads only when the command runs: `dojo` itself starts fast
+    from solutions.roofline import Measurement
 
 
 @dataclass(frozen=True)
 class Ceilings:
     """What one device can do: copy bandwidth (bytes/s) and matmul peak (FLOP/s), and how measured."""
 
-    device: str
-    threads: int
+    device: str  # "cpu", "cuda"
+    name: str  # what to call it in the report: "cpu (2 threads)", "cuda (NVIDIA H200)"
     bandwidth: float
     peak_flops: float
     copy_bytes: int
@@ -31,20 +31,31 @@ class Ceilings:
 
     @property
     def ridge(self) -> float:
+        from solutions import roofline
+
         return roofline.ridge_point(self.peak_flops, self.bandwidth)
 
 
 def measure_ceilings(device: str, copy_bytes: int | None, matmul_n: int, repeats: int) -> Ceilings:
+    import torch
+
+    from solutions import roofline
+
     if copy_bytes is None:
         llc = roofline.last_level_cache_bytes() if device == "cpu" else 0
         copy_bytes = 4 * llc if llc else 1 << 30  # the contract's default, made visible
     bandwidth = roofline.measure_bandwidth(copy_bytes, repeats, device=device)
     peak = roofline.measure_peak_flops(matmul_n, torch.float32, repeats, device=device)
-    return Ceilings(device, torch.get_num_threads(), bandwidth, peak, copy_bytes, matmul_n)
+    threads = torch.get_num_threads()
+    name = (f"cpu ({threads} thread{'s' * (threads != 1)})" if device == "cpu"
+            else f"{device} ({torch.cuda.get_device_name(device)})")
+    return Ceilings(device, name, bandwidth, peak, copy_bytes, matmul_n)
 
 
-def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[roofline.Measurement]:
+def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[Measurement]:
     """Prefill of `prompt_tokens`, then one decode step with those tokens in the cache."""
+    from solutions import roofline
+
     prefill = roofline.measure_phase(model, "prefill", batch, prompt_tokens, 0, repeats)
     decode = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
     return [prefill, decode]
@@ -52,6 +63,8 @@ def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[
 
 def random_smollm2():
     """SmolLM2's shapes with random weights: no file to read, the same FLOPs and bytes."""
+    import torch
+
     from solutions.model import Llama, LlamaConfig
 
     model = Llama(LlamaConfig.smollm2_135m())
@@ -69,12 +82,13 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def table(ceilings: Ceilings, phases: list[roofline.Measurement], labels: list[str], batch: int) -> list[str]:
+def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batch: int) -> list[str]:
     """The report's lines: ceilings, one row per phase, then decode's tokens/s against its ceiling."""
+    from solutions import roofline
+
     c = ceilings
     lines = [
-        f"cpu ({c.threads} thread{'s' * (c.threads != 1)})" if c.device == "cpu"
-        else f"{c.device} ({torch.cuda.get_device_name(c.device)})",
+        c.name,
         f"  bandwidth {_si(c.bandwidth, 'B/s'):>14}   copy of {c.copy_bytes / 2**20:.0f} MiB, read + written",
         f"  peak      {_si(c.peak_flops, 'FLOP/s'):>14}   fp32 matmul, n = {c.matmul_n}",
         f"  ridge     {c.ridge:>9.3g} FLOP/byte",
@@ -95,7 +109,10 @@ def table(ceilings: Ceilings, phases: list[roofline.Measurement], labels: list[s
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "roofline", help="measure this machine's ceilings and place SmolLM2's prefill and decode on them")
+        "roofline", help="measure this machine's ceilings and place SmolLM2's prefill and decode on them",
+        description="Measure copy bandwidth and matmul peak, time SmolLM2's prefill and one decode step "
+                    "after it, print where each sits under the roof, and save the plot under the workspace "
+                    "(roofline/roofline-<device>.png). On a CUDA GPU, the GPU is measured too.")
     p.add_argument("--random-weights", action="store_true",
                    help="SmolLM2-shaped random weights: nothing to load, identical cost")
     p.add_argument("--prompt-tokens", type=int, default=512, help="prefill length; decode runs after it")
@@ -109,11 +126,18 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from dojo.targets import workspace_dir
+    from solutions import roofline
+    from solutions.model import LlamaConfig
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     copy_bytes = None if args.copy_mib is None else args.copy_mib << 20
+    shape = LlamaConfig.smollm2_135m()  # reject bad sizes before minutes of measuring
+    roofline.phase_cost(shape, "decode", args.batch, 1, args.prompt_tokens)
+    roofline.phase_cost(shape, "prefill", args.batch, args.prompt_tokens, 0)
     started = time.perf_counter()
     if args.random_weights:
         model, what = random_smollm2(), "random weights"

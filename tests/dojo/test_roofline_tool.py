@@ -31,7 +31,7 @@ def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
 def test_table_shares_and_verdicts():
     """The table divides achieved by attainable FLOP/s and names the bound side of the ridge"""
     smol = LlamaConfig.smollm2_135m()
-    ceilings = Ceilings("cpu", 2, bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048)
+    ceilings = Ceilings("cpu", "cpu (2 threads)", bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048)
     prefill_cost = phase_cost(smol, "prefill", 1, 512, 0)
     decode_cost = phase_cost(smol, "decode", 1, 1, 512)
     prefill = Measurement("prefill", prefill_cost.flops / 5e10, prefill_cost)  # half the peak
