@@ -105,7 +105,7 @@ def dequantize_q8_0(blocks: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def matmul_q4_1(x: np.ndarray, blocks: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     """x @ W.T for W (N, K) held as Q4_1 blocks: x (..., K) float32 -> (..., N) float32.
 
-    Dequantizes a slab of rows at a time (about 1 MB of fp32), so the full fp32 matrix never
+    Dequantizes a slab of rows at a time (256 KB of fp32), so the full fp32 matrix never
     exists at once. Raises ValueError when `shape` is not 2-D, the blocks do not fit it, or x's
     last dimension is not K.
     """
