@@ -52,3 +52,32 @@ def test_quantize_round_trips_real_blocks(reader):
     step = (blocks.max(1) - blocks.min(1)) / 15
     err = np.abs(back - w).reshape(-1, 32).max(1)
     assert np.all(err <= step * 0.51 + np.abs(blocks).max(1) * 2.0**-10), f"worst block error {err.max():.3g}"
+
+
+@pytest.mark.parametrize("kernel, tol", [("numpy", 1e-4), ("torch_int4", 0.05)])
+def test_packed_model_decodes_like_its_dequantized_weights(kernel, tol):
+    """The benchmark's packed Q4_1 model gives the logits of an fp32 model holding the same Q4_1 weights."""
+    import torch
+
+    from benchmarks.int4_bench import PACKED, pack
+    from solutions.int4 import quantize_q4_1
+    from solutions.model import tiny_model
+
+    if kernel == "torch_int4" and not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+        pytest.skip("this torch has no CPU int4 kernel")
+    ref = tiny_model(0)
+    with torch.no_grad():  # round the reference's weights through Q4_1, as pack() does
+        for owner, name in [(ref, "embed")] + [(layer, n) for layer in ref.layers for n in PACKED]:
+            w = getattr(owner, name)
+            w.copy_(torch.from_numpy(dequantize_q4_1(quantize_q4_1(w.numpy()), tuple(w.shape))))
+    packed = pack(ref, kernel)
+    ids = torch.tensor([[1, 5, 9, 200, 3]])
+    with torch.inference_mode():
+        want, got = ref.forward(ids), packed.forward(ids)
+        cache = packed.new_cache(1, 8)
+        packed.prefill(ids[:, :4], cache)
+        step = packed.decode_step(ids[:, 4], cache)
+    scale = float(want.abs().max())
+    drift = float((got - want).abs().max())
+    assert drift < tol * scale, f"{kernel}: packed logits differ by {drift:.3g} (scale {scale:.3g})"
+    assert torch.allclose(step, got[:, -1], atol=tol * scale), f"{kernel}: cached decode differs from the full forward"
