@@ -148,7 +148,11 @@ def _warm_up(suites: set[Path]) -> None:
 
     used = set()
     for suite in suites:
-        for node in ast.walk(ast.parse(suite.read_text())):
+        try:
+            tree = ast.parse(suite.read_text())
+        except (OSError, SyntaxError):
+            continue  # its run will say what is wrong
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 used |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -281,7 +285,8 @@ def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: fl
         tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
         run.error = f"pytest ended without results (exit {code})" + ("".join(f"\n    {line}" for line in tail))
     elif not run.rows and doc.get("exitstatus") not in (0, 1):
-        tail = log.read_text(errors="replace").strip().splitlines()[-8:] if log.exists() else []
+        errors = "\n".join(e["message"] for e in doc.get("errors", []))
+        tail = (errors or (log.read_text(errors="replace") if log.exists() else "")).strip().splitlines()[-8:]
         run.error = f"pytest exit {doc.get('exitstatus')}" + ("".join(f"\n    {line}" for line in tail))
 
 

@@ -321,7 +321,8 @@ def _read_results(results: Path, returncode, timed_out: bool, timeout: float, ou
             return tests, None
         if returncode == 5:
             return [], "the suite selected no tests" + (" (it has no example tests)" if doc.get("examples_only") else "")
-        return [], f"the test suite could not run (pytest exit code {returncode}):\n{_last_lines(output)}"
+        why = "\n".join(_last_lines(e["message"], 8) for e in doc.get("errors", [])) or _last_lines(output)
+        return [], f"the test suite could not run (pytest exit code {returncode}):\n{why}"
     collected, started, rows = _read_stream(Path(f"{results}.jsonl"))
     current = next((t for t in reversed(started) if t not in rows), None)
     current_prop = next((t["property"] for t in collected if t["id"] == current), None)

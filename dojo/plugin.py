@@ -223,6 +223,7 @@ def _target_file(item: pytest.Item) -> str | None:
 # ---- the results: a stream while the run goes on, one document at its end ----------------------
 
 _rows: list[dict] = []  # one per graded test, in run order
+_errors: list[dict] = []  # collection errors: a suite that did not import
 _stream = None  # FILE.jsonl beside --dojo-results FILE, line-buffered
 _config: pytest.Config | None = None
 
@@ -250,6 +251,13 @@ def pytest_runtest_logstart(nodeid: str, location) -> None:
     _emit({"start": nodeid})
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:  # the suite itself did not import: say why (pytest's text is not read)
+        error = {"id": report.nodeid, "message": str(report.longrepr)[-3000:]}
+        _errors.append(error)
+        _emit({"error": error})
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     row = getattr(report, "dojo_row", None)
     if row is not None:
@@ -267,6 +275,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "exitstatus": int(exitstatus),
         "finished": time.time(),
         "tests": _rows,
+        "errors": _errors,
     }
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2))
