@@ -123,3 +123,13 @@ def test_newer_database_is_refused_and_kept(dojo):
     assert "schema version 99, newer than" in out.stderr and "newer decode-dojo" in out.stderr
     assert dojo.db.read_bytes() == before
     assert [b.read_bytes() for b in dojo.db.parent.glob("progress.sqlite.bak-*")] == [before]
+
+
+def test_a_broken_suite_is_reported_as_such(dojo):
+    """a suite that does not import: an error result naming the suite's problem, not the learner's"""
+    dojo.write(WORKS + COUNTS)
+    dojo.suite.write_text(dojo.suite.read_text() + "\ndef broken(:\n")
+    out = dojo("check", "toy")
+    assert out.returncode == 1
+    assert "the test suite could not run" in out.stdout and "SyntaxError" in out.stdout
+    assert json.loads(dojo.results().read_text())["status"] == "error"
