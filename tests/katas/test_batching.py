@@ -10,6 +10,7 @@ The physics runs on a SmolLM2-shaped random model and is checked as RATIOS measu
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -88,9 +89,9 @@ def oracle_max_batch(config: LlamaConfig, context_len: int, budget: int, dtype: 
 
 
 CONFIGS = [
-    dict(),
-    dict(n_heads=8, n_kv_heads=2, d_model=128, d_ff=96, n_layers=3, vocab_size=100),
-    dict(n_heads=6, n_kv_heads=6, d_model=48, n_layers=1),
+    {},
+    {"n_heads": 8, "n_kv_heads": 2, "d_model": 128, "d_ff": 96, "n_layers": 3, "vocab_size": 100},
+    {"n_heads": 6, "n_kv_heads": 6, "d_model": 48, "n_layers": 1},
 ]
 
 
@@ -307,7 +308,7 @@ def test_throughput_rises_until_the_crossover(kata, smollm2_layers):
     batches = [b for b in (1, 4, 16) if crossover is None or b < crossover]
     assert len(batches) >= 2, f"measured ceilings put the crossover at batch {crossover}: too early to see a curve"
     curve = kata.throughput_curve(smollm2_layers, batches, CONTEXT, repeats=3)
-    for small, big in zip(batches, batches[1:]):
+    for small, big in itertools.pairwise(batches):
         assert curve[big] >= 1.5 * curve[small], (
             f"SmolLM2-shaped model (crossover at batch {crossover} for {peak / 1e9:.3g} GFLOP/s, "
             f"{bandwidth / 1e9:.3g} GB/s): {curve[small]:.1f} tokens/s at batch {small}, {curve[big]:.1f} at "
