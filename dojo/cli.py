@@ -60,6 +60,8 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="grade your workspace copy (default: the kata in progress)")
     _grading_args(p)
     p.add_argument("--examples-only", action="store_true", help="run only the README's worked examples")
+    p.add_argument("--notebook", nargs="?", const="", default=None, metavar="PATH",
+                   help="grade a notebook's solution cells instead (default PATH: workspace/<slug>.ipynb)")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("hint", help="the next hint you have not seen")
     p.add_argument("slug", nargs="?")
@@ -197,6 +199,10 @@ def cmd_start(args) -> int:
 
 
 def cmd_check(args) -> int:
+    if args.notebook is not None:  # notebook mode (dojo.notebook): the .ipynb's solution cells
+        from dojo import notebook
+
+        return notebook.run_check(args)
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     result = grade.check(slug, examples_only=args.examples_only, timeout=args.timeout)
@@ -311,8 +317,8 @@ def cmd_solution(args) -> int:
 def cmd_grade(args) -> int:
     out = report.console()
     for raw in args.paths:
-        if not Path(raw).is_dir():
-            raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py)")
+        if not Path(raw).is_dir() and not (raw.endswith(".ipynb") and Path(raw).is_file()):
+            raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)")
     doc = grade.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -120,10 +120,18 @@ def grade(
     """Run the hidden suite of `slug` on `target` and return what happened.
 
     target: workspace | solutions | katas | a directory of <slug>.py files | one .py file.
-    notebook: a .ipynb to grade instead; dojo.notebook.extract(notebook, slug, dest) turns it into a .py.
+    notebook: a .ipynb to grade instead: dojo.notebook.grade_notebook extracts its solution cells to a .py,
+    grades that here, and reports notebook cells ("cell 3, line 5") instead of the temporary file's lines.
     Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
     """
+    if notebook is not None:
+        from dojo import notebook as notebooks  # the notebook helper's module
+
+        return notebooks.grade_notebook(
+            Path(notebook), slug, examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
+            memory_limit=memory_limit,
+        )
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
     test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
@@ -134,12 +142,7 @@ def grade(
     started = time.time()
     with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
         tmp = Path(tmp_name)
-        if notebook is not None:
-            from dojo import notebook as notebooks  # the notebook helper's module
-
-            path = Path(notebooks.extract(Path(notebook), slug, tmp / "notebook")).resolve()
-        else:
-            path = targets.resolve(slug, target)
+        path = targets.resolve(slug, target)
         _pristine_copies(tmp)
         watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
@@ -181,14 +184,21 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
-    """Grade take-home submissions: every kata with a suite whose <slug>.py is in each folder, `jobs`
-    gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
-    {slug: results.json document}, "points", "total", "passed"}]}. Records nothing in the progress DB."""
+    """Grade take-home submissions: every kata with a suite whose <slug>.py is in each folder (a .ipynb
+    instead of a folder: its kata, see dojo.notebook), `jobs` gradings at once. Returns the report:
+    {"version", "graded", "submissions": [{"path", "katas": {slug: results.json document}, "points",
+    "total", "passed"}]}. Records nothing in the progress DB."""
     katas = [k for k in catalog.load() if k.has_suite]
     submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
     work = [(i, k.slug, Path(f)) for i, f in enumerate(folders) for k in katas if (Path(f) / f"{k.slug}.py").is_file()]
+    if any(Path(f).suffix == ".ipynb" for f in folders):
+        from dojo import notebook as notebooks
+
+        work += [(i, notebooks.kata_of(Path(f)), Path(f)) for i, f in enumerate(folders) if Path(f).suffix == ".ipynb"]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout)) for i, slug, folder in work]
+        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout,
+                                            notebook=folder if folder.suffix == ".ipynb" else None))
+                   for i, slug, folder in work]
         for i, slug, future in futures:
             submissions[i]["katas"][slug] = future.result().to_json()
     for sub in submissions:

@@ -1,0 +1,157 @@
+"""A notebook's `solution`-tagged cells as one Python module, with a map from its lines back to cells.
+
+A kata notebook (see dojo.notebook) keeps the learner's code in code cells tagged `solution`;
+everything else (the prompt, scratch cells, the grading cell, magics, `!` shell lines) is left
+out. `extract()` joins the solution cells in notebook order into the source of a module the hidden
+suite can import by path, and remembers where each module line came from, so that `where(42)`
+says "cell 3, line 5" and `rewrite()` turns file:line references in failure messages into cells.
+Cells are numbered from 1 at the top of the notebook, markdown cells included.
+
+Inside a solution cell, IPython-only lines (`%time ...`, `!pip ...`, a leading `%%time`) are left
+out of the module (a `pass` keeps the line count and any indentation valid); any other cell magic
+is an error, since its body is not Python. Problems (no notebook, no solution cell, a syntax
+error) raise NotebookError with a message naming the notebook and the cell.
+Not handled: top-level `await`, `foo?` help lines and other IPython syntax in solution cells.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+SOLUTION_TAG = "solution"
+# Cell magics whose body is Python run as is: the magic line is dropped, the body kept.
+PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun")
+_MAGIC = re.compile(r"^(\s*)([%!].*)$")
+
+
+class NotebookError(ValueError):
+    """The notebook cannot be graded: unreadable, no solution cell, or a syntax error (the message names the cell)."""
+
+
+@dataclass
+class Extracted:
+    """The solution cells of one notebook as module source."""
+
+    notebook: str  # the notebook's file name, for messages
+    source: str
+    cells: list[int]  # 1-based numbers of the solution cells, in order
+    line_map: list[tuple[int, int] | None] = field(default_factory=list)  # module line - 1 -> (cell, line in cell)
+
+    def locate(self, lineno: int) -> tuple[int, int] | None:
+        """(cell, line in that cell) of module line `lineno` (1-based), or None for a line dojo added."""
+        if 1 <= lineno <= len(self.line_map):
+            return self.line_map[lineno - 1]
+        return None
+
+    def where(self, lineno: int) -> str:
+        """"cell 3, line 5" for module line `lineno`."""
+        spot = self.locate(lineno)
+        return f"cell {spot[0]}, line {spot[1]}" if spot else f"line {lineno} of the extracted module"
+
+    def rewrite(self, text: str, module: Path) -> str:
+        """`text` (a failure message, pytest output) with references to the module's lines as notebook cells."""
+        if not text:
+            return text
+        path, name = re.escape(str(module)), re.escape(module.name)
+        text = re.sub(rf'File "{path}", line (\d+)', lambda m: self.where(int(m.group(1))), text)
+        text = re.sub(rf"(?:{path}|(?<![\w/.-]){name}):(\d+)", lambda m: self.where(int(m.group(1))), text)
+        return re.sub(rf"{path}|(?<![\w/.-]){name}", self.notebook, text)
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    """The notebook at `path` (nbformat 4). Raises FileNotFoundError, or NotebookError when it is not a notebook."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no notebook at {path}")
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises JSON, validation and version errors of several kinds
+        raise NotebookError(f"{path.name} is not a readable Jupyter notebook: {exc}") from exc
+
+
+def is_solution(cell) -> bool:
+    return cell.get("cell_type") == "code" and SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def extract(nb: nbformat.NotebookNode, name: str = "notebook") -> Extracted:
+    """Join the code cells tagged `solution` of `nb` (called `name` in messages) into module source.
+
+    Raises NotebookError when no code cell is tagged `solution`, or a solution cell is not valid Python.
+    """
+    chosen = [(number, cell) for number, cell in enumerate(nb.cells, start=1) if is_solution(cell)]
+    if not chosen:
+        raise NotebookError(
+            f"{name} has no code cell tagged '{SOLUTION_TAG}': tag the cell holding your code "
+            f"(JupyterLab: the gear icon on the right > Cell Tags), or make a fresh notebook with `dojo notebook <kata>`"
+        )
+    header = f'# The cells tagged "{SOLUTION_TAG}" in {name} (cells {", ".join(str(n) for n, _ in chosen)}), extracted by dojo.'
+    lines: list[str] = [header]
+    line_map: list[tuple[int, int] | None] = [None]
+    for i, (number, cell) in enumerate(chosen):
+        code = _python_only(cell.source, number, name)
+        _compile(code, number, name)
+        if i:
+            lines += ["", f"# --- cell {number} ---"]
+            line_map += [None, None]
+        cell_lines = code.split("\n")
+        lines += cell_lines
+        line_map += [(number, j) for j in range(1, len(cell_lines) + 1)]
+    extracted = Extracted(name, "\n".join(lines).rstrip("\n") + "\n", [n for n, _ in chosen], line_map)
+    try:  # the cells may each be valid yet not together (a __future__ import in a later cell)
+        compile(extracted.source, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        spot = extracted.locate(exc.lineno or 0)
+        cell, line = spot if spot else (chosen[-1][0], None)
+        raise NotebookError(_syntax_message(name, cell, line, exc)) from None
+    return extracted
+
+
+def write_module(extracted: Extracted, dest: Path) -> Path:
+    """Write the module source to `dest` (a .py path) and return it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(extracted.source)
+    return dest
+
+
+def _python_only(source: str, number: int, name: str) -> str:
+    """The cell's source with IPython-only lines replaced by `pass` (same line count)."""
+    lines = source.split("\n")
+    if lines and lines[0].lstrip().startswith("%%"):
+        magic = lines[0].strip()[2:].split(maxsplit=1)[0] if lines[0].strip()[2:] else ""
+        if magic not in PYTHON_CELL_MAGICS:
+            raise NotebookError(
+                f"{name}: cell {number} (tagged '{SOLUTION_TAG}') starts with the cell magic %%{magic}, so its body "
+                "is not Python: move that to an untagged cell"
+            )
+        lines[0] = f"pass  # dojo: left out {lines[0].strip()}"
+    try:
+        compile("\n".join(lines), "cell", "exec", dont_inherit=True)
+        return "\n".join(lines)  # valid Python: leave every line alone (a % inside a string stays)
+    except SyntaxError:
+        pass
+    out = []
+    for line in lines:
+        m = _MAGIC.match(line)
+        out.append(f"{m.group(1)}pass  # dojo: left out an IPython line" if m else line)
+    return "\n".join(out)
+
+
+def _compile(code: str, number: int, name: str) -> None:
+    try:
+        compile(code, f"cell {number}", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise NotebookError(_syntax_message(name, number, exc.lineno, exc)) from None
+
+
+def _syntax_message(name: str, cell: int, line: int | None, exc: SyntaxError) -> str:
+    where = f"cell {cell}, line {line}" if line else f"cell {cell}"
+    text = f"{name}: {where} (tagged '{SOLUTION_TAG}'): {type(exc).__name__}: {exc.msg}"
+    if exc.text and exc.text.strip():
+        text += f"\n    {exc.text.rstrip()}"
+        if exc.offset:
+            text += "\n    " + " " * max(0, exc.offset - 1) + "^"
+    return text
