@@ -253,17 +253,17 @@ def oracle_seconds(run, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def oracle_bandwidth(nbytes: int):
-    """A measurement function: 2 * nbytes / the median time of dst.copy_(src)."""
+def oracle_bandwidth(nbytes: int) -> float:
+    """2 * nbytes / the median time of dst.copy_(src), on fresh arrays (as a kata's call would be)."""
     src = torch.ones(nbytes, dtype=torch.uint8)
     dst = torch.zeros(nbytes, dtype=torch.uint8)
-    return lambda: 2 * nbytes / oracle_seconds(lambda: dst.copy_(src))
+    return 2 * nbytes / oracle_seconds(lambda: dst.copy_(src))
 
 
-def oracle_flops(n: int):
-    """A measurement function: 2 * n**3 / the median time of an (n, n) @ (n, n) matmul."""
+def oracle_flops(n: int) -> float:
+    """2 * n**3 / the median time of an (n, n) @ (n, n) matmul."""
     a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
-    return lambda: 2 * n**3 / oracle_seconds(lambda: torch.matmul(a, b, out=out))
+    return 2 * n**3 / oracle_seconds(lambda: torch.matmul(a, b, out=out))
 
 
 def agrees(measure, oracle, tries: int) -> tuple[bool, float]:
@@ -291,7 +291,7 @@ def test_bandwidth_plausible(kata, one_thread):
 def test_bandwidth_counts_read_and_write(kata, one_thread):
     """A copy of N bytes moves 2N: N read plus N written"""
     ok, ratio = agrees(lambda: kata.measure_bandwidth(nbytes=COPY_BYTES, repeats=3),
-                       oracle_bandwidth(COPY_BYTES), tries=9)
+                       lambda: oracle_bandwidth(COPY_BYTES), tries=9)
     assert ok, (f"measure_bandwidth(4 MiB) is {ratio:.2f}x a plain timing of dst.copy_(src) credited with "
                 "2 x 4 MiB; near 0.5 means the copy was counted as N bytes, not N read + N written")
 
@@ -299,7 +299,7 @@ def test_bandwidth_counts_read_and_write(kata, one_thread):
 @pytest.mark.points(2)
 def test_matmul_counts_two_flops_per_multiply_add(kata, one_thread):
     """An (n, n) @ (n, n) matmul is 2 n^3 FLOPs: a multiply and an add per term"""
-    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=384, repeats=3), oracle_flops(384), tries=9)
+    ok, ratio = agrees(lambda: kata.measure_peak_flops(n=384, repeats=3), lambda: oracle_flops(384), tries=9)
     assert ok, (f"measure_peak_flops(n=384) is {ratio:.2f}x a plain timing of a @ b credited with 2 * 384**3; "
                 "near 0.5 means n**3 FLOPs were counted")
 
