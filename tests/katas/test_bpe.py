@@ -290,6 +290,17 @@ def test_encode_replays_training(kata, train_text, text, use_pattern):
 
 
 @pytest.mark.points(1)
+def test_encode_long_chunk(kata):
+    """a long chunk (no pattern) encodes like replaying training's merges"""
+    train_text = "abracadabra " * 6 + "aaaa bbbb abab 1212 é漢😀 " * 3
+    tok = trained(kata, train_text, threshold=2)
+    merges = oracle_train(train_text, threshold=2)
+    for text in (train_text, "aaaaaaaaaa" * 20, "abracadabra" * 9 + "aaaa bbbb abab abab" * 7):
+        got, want = tok.encode(text), oracle_encode(text, merges)
+        assert got == want, f"encode of a {len(text)}-character chunk starting {text[:30]!r} disagrees with replaying the merges"
+
+
+@pytest.mark.points(1)
 def test_encode_by_rank_not_longest_match(kata):
     """encode merges the earliest-learned pair first, not the longest vocabulary match"""
     tok = trained(kata, "bcbcbcxabxab", threshold=2, max_merges=2)  # learns bc (256), then ab (257)

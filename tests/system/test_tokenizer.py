@@ -70,7 +70,12 @@ def ours(reader):
 
 @pytest.fixture(scope="module")
 def peer(reader):
-    """A `tokenizers` BPE over the GGUF's own vocabulary and merges (independent of our code)."""
+    return tokenizers_peer(reader)
+
+
+def tokenizers_peer(reader):
+    """A `tokenizers` BPE over the GGUF's own vocabulary and merges (independent of our code).
+    benchmarks/bpe_bench.py uses it too."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()

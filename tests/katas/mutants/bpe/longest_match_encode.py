@@ -9,6 +9,7 @@ import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
 
 import regex
@@ -20,6 +21,7 @@ GPT4_PATTERN = (
 )
 FILE_HEADER = "bpe v1"
 _CACHE_LIMIT = 1 << 16  # cached chunks; cleared when full
+_LONG_CHUNK = 64  # bytes; longer chunks merge through a heap instead of repeated scans
 
 
 class BPETokenizer:
@@ -55,26 +57,36 @@ class BPETokenizer:
         limit = float("inf") if max_merges is None else max_merges
         chunks = Counter(self._splitter.findall(text) if self._splitter else [text])
 
-        # Every distinct chunk's bytes as one run of a doubly linked list; runs do not touch.
+        # Every distinct chunk's bytes as one run of a doubly linked list of nodes, each run
+        # followed by a dead node (-1), so no pair crosses chunks; the list also ends dead, so
+        # prev[first] == -1 reads that dead node too. Runs are grouped by their chunk's frequency
+        # and joined by 0xFF (never in UTF-8), so each group's pairs are counted at C speed.
         ids: list[int] = []  # token at each node; -1 once merged into its left neighbour
         weight: list[int] = []  # how often the node's chunk occurs in the text
+        counts: defaultdict[tuple[int, int], int] = defaultdict(int)
+        by_freq: defaultdict[int, list[bytes]] = defaultdict(list)
         for chunk, freq in chunks.items():
-            data = chunk.encode("utf-8")
-            ids += data
-            ids.append(-1)  # a dead node separating runs, so pairs never cross chunks
-            weight += [freq] * (len(data) + 1)
+            by_freq[freq].append(chunk.encode("utf-8"))
+        for freq, group in by_freq.items():
+            joined = b"\xff".join(group) + b"\xff"
+            for pair, n in Counter(zip(joined, joined[1:])).items():
+                counts[pair] += n * freq
+            start = len(ids)
+            ids += joined
+            weight += [freq] * len(joined)
+            dead = joined.find(255)
+            while dead >= 0:
+                ids[start + dead] = -1
+                dead = joined.find(255, dead + 1)
+        for pair in [pair for pair in counts if 255 in pair]:
+            del counts[pair]  # pairs with a dead node
         nxt = list(range(1, len(ids) + 1))
         prev = list(range(-1, len(ids) - 1))
-
-        counts: defaultdict[tuple[int, int], int] = defaultdict(int)
-        where: defaultdict[tuple[int, int], list[int]] = defaultdict(list)  # left-node positions
-        for i in range(len(ids) - 1):
-            pair = (ids[i], ids[i + 1])
-            if pair[0] >= 0 and pair[1] >= 0:
-                counts[pair] += weight[i]
-                where[pair].append(i)
-        # A pair's count only falls after the merge that creates it, so an entry whose count
-        # differs from the live one is stale, and pairs below threshold can never come back.
+        where: defaultdict[tuple[int, int], list[int]] = defaultdict(list)  # pair -> left nodes
+        for i, pair in enumerate(zip(ids, ids[1:])):
+            where[pair].append(i)  # pairs with a dead node are never looked up
+        # Old pairs' counts only fall, so a heap entry may overstate its pair's count (then it is
+        # pushed again with the live count), and a pair below the threshold never comes back.
         heap = [(-c, a, b) for (a, b), c in counts.items() if c >= threshold]
         heapq.heapify(heap)
 
@@ -82,38 +94,43 @@ class BPETokenizer:
         specials = set(self.special_tokens.values())
         while heap and len(merges) < limit:
             neg, a, b = heapq.heappop(heap)
-            if counts.get((a, b)) != -neg:
+            live = counts.get((a, b), 0)
+            if live != -neg:
+                if live >= threshold:
+                    heapq.heappush(heap, (-live, a, b))
                 continue
             new = 256 + len(merges)
             if new in specials:
                 raise ValueError(f"merge {len(merges)} would create id {new}, held by a special token")
             merges[(a, b)] = new
-            touched = set()
-            for i in sorted(where.pop((a, b))):  # left to right, so "aaa" -> (aa, a)
+            positions = where.pop((a, b))
+            if a == b:
+                positions.sort()  # overlapping runs merge left to right: "aaa" -> (aa, a)
+            fresh = set()
+            for i in positions:
                 j = nxt[i]
-                if ids[i] != a or j >= len(ids) or ids[j] != b:
-                    continue  # stale: this occurrence was consumed by an earlier merge
+                if ids[i] != a or ids[j] != b:
+                    continue  # stale: an earlier merge consumed this occurrence
                 w, p, k = weight[i], prev[i], nxt[j]
-                counts[(a, b)] -= w
-                if p >= 0 and ids[p] >= 0:
-                    for pair, d in (((ids[p], a), -w), ((ids[p], new), w)):
-                        counts[pair] += d
-                        touched.add(pair)
-                    where[(ids[p], new)].append(p)
-                if k < len(ids) and ids[k] >= 0:
-                    for pair, d in (((b, ids[k]), -w), ((new, ids[k]), w)):
-                        counts[pair] += d
-                        touched.add(pair)
-                    where[(new, ids[k])].append(i)
+                left, right = ids[p], ids[k]
+                if left >= 0:  # (left, a) becomes (left, new)
+                    counts[(left, a)] -= w
+                    pair = (left, new)
+                    counts[pair] += w
+                    where[pair].append(p)
+                    fresh.add(pair)
+                if right >= 0:  # (b, right) becomes (new, right)
+                    counts[(b, right)] -= w
+                    pair = (new, right)
+                    counts[pair] += w
+                    where[pair].append(i)
+                    fresh.add(pair)
                 ids[i], ids[j] = new, -1
-                nxt[i] = k
-                if k < len(ids):
-                    prev[k] = i
+                nxt[i], prev[k] = k, i
             del counts[(a, b)]
-            for pair in touched:
-                c = counts[pair]
-                if c >= threshold:
-                    heapq.heappush(heap, (-c, *pair))
+            for pair in fresh:
+                if counts[pair] >= threshold:
+                    heapq.heappush(heap, (-counts[pair], *pair))
         self.merges = merges
         self.vocab = {i: bytes([i]) for i in range(256)}
         for (a, b), new in merges.items():
@@ -132,19 +149,24 @@ class BPETokenizer:
                 out.append(self.special_tokens[part])
             elif part:
                 chunks = self._splitter.findall(part) if self._splitter else [part]
-                cache = self._cache
+                if self._whole_tokens is None:
+                    self._whole_tokens = self._find_whole_tokens()
+                cache, whole = self._cache, self._whole_tokens
+                if len(cache) > _CACHE_LIMIT:
+                    cache.clear()
                 for chunk in chunks:
                     tokens = cache.get(chunk)
                     if tokens is None:
-                        if len(cache) >= _CACHE_LIMIT:
-                            cache.clear()
-                        tokens = cache[chunk] = self._encode_chunk(chunk.encode("utf-8"))
+                        token = whole.get(chunk)
+                        tokens = [token] if token is not None else self._encode_chunk(chunk.encode("utf-8"))
+                        cache[chunk] = tokens
                     out += tokens
         return out
 
     def _encode_chunk(self, data: bytes) -> list[int]:
-        """Merge one chunk's byte tokens: the lowest-ranked pair present, all its occurrences."""
-        ids = [self._byte_ids[b] for b in data]
+        """Merge one chunk's byte tokens by rank: the leftmost occurrence of the lowest-ranked
+        pair, again and again (the same as replaying every merge in training order)."""
+        ids = list(map(self._byte_ids.__getitem__, data))
         if self._missing_bytes:
             ids = [i for i in ids if i is not None]
         by_bytes = {v: k for k, v in self.vocab.items()}
@@ -153,22 +175,44 @@ class BPETokenizer:
             j = max(j for j in range(i + 1, len(data) + 1) if data[i:j] in by_bytes)
             out.append(by_bytes[data[i:j]])
             i = j
-        ids = out
-        ranks, merges, never = self._ranks, self.merges, len(self._ranks)
-        while False:
-            rank, a, b = min((ranks.get(pair, never), *pair) for pair in zip(ids, ids[1:]))
-            if rank == never:
-                break
-            new, merged, i, n = merges[(a, b)], [], 0, len(ids)
-            while i < n:
-                if ids[i] == a and i + 1 < n and ids[i + 1] == b:
-                    merged.append(new)
-                    i += 2
-                else:
-                    merged.append(ids[i])
-                    i += 1
-            ids = merged
+        return out
+        # rank[i] is the rank of the pair (ids[i], ids[i + 1]); merge the leftmost lowest one.
+        get, created, never = self._ranks.get, self._created, len(self._ranks)
+        rank = [get(pair, never) for pair in zip(ids, ids[1:])]
+        best = min(rank, default=never)
+        while best != never:
+            i = rank.index(best)
+            ids[i] = created[best]
+            del ids[i + 1], rank[i]
+            if i > 0:
+                rank[i - 1] = get((ids[i - 1], ids[i]), never)
+            if i < len(rank):
+                rank[i] = get((ids[i], ids[i + 1]), never)
+            best = min(rank, default=never)
         return ids
+
+    def _encode_long_chunk(self, ids: list[int]) -> list[int]:
+        """_encode_chunk in O(n log n) for long chunks: a heap of (rank, node) over a linked list.
+        Popping the lowest rank, then the leftmost node, merges in the same order."""
+        ranks, merges, n = self._ranks, self.merges, len(ids)
+        nxt, prev = list(range(1, n + 1)), list(range(-1, n - 1))
+        heap = [(ranks[pair], i) for i, pair in enumerate(zip(ids, ids[1:])) if pair in ranks]
+        heapq.heapify(heap)
+        while heap:
+            rank, i = heapq.heappop(heap)
+            j = nxt[i]
+            if ids[i] < 0 or j >= n or ranks.get((ids[i], ids[j])) != rank:
+                continue  # stale: node i was merged away or its pair changed
+            new = ids[i] = merges[(ids[i], ids[j])]
+            ids[j], k, p = -1, nxt[j], prev[i]
+            nxt[i] = k
+            if k < n:
+                prev[k] = i
+                if (new, ids[k]) in ranks:
+                    heapq.heappush(heap, (ranks[(new, ids[k])], i))
+            if p >= 0 and (ids[p], new) in ranks:
+                heapq.heappush(heap, (ranks[(ids[p], new)], p))
+        return [t for t in ids if t >= 0]
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD.
@@ -271,6 +315,7 @@ class BPETokenizer:
             tok.merges[(vocab[a], vocab[b])] = vocab[a + b]
         tok.special_tokens = specials
         tok._rebuild()
+        tok._whole_tokens = tok._find_whole_tokens()  # part of loading a large vocabulary
         return tok
 
     # ---- derived tables --------------------------------------------------------------------------
@@ -288,11 +333,27 @@ class BPETokenizer:
                 raise ValueError(f"special token {name!r} has id {sid}, which is already taken")
             seen.add(sid)
         self._ranks = {pair: rank for rank, pair in enumerate(self.merges)}
+        self._created = list(self.merges.values())  # rank -> the id that merge creates
         self._missing_bytes = None in self._byte_ids
         self._id_bytes = {**self.vocab, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         names = sorted(self.special_tokens, key=len, reverse=True)  # longest wins at one position
         self._special_splitter = regex.compile(f"({'|'.join(map(regex.escape, names))})") if names else None
         self._cache: dict[str, list[int]] = {}
+        self._whole_tokens: dict[str, int] | None = None  # built by the first encode
+
+    def _find_whole_tokens(self) -> dict[str, int]:
+        """Tokens whose text encodes to themselves (in practice all): a chunk equal to one needs
+        no merging. Checking costs one chunk encode per token, so the first encode (or loading a
+        large vocabulary) pays it once."""
+        whole = {}
+        for i, data in self.vocab.items():
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # part of a character: never a whole chunk
+            if self._encode_chunk(data) == [i]:
+                whole[text] = i
+        return whole
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -1,0 +1,194 @@
+"""BPE training and encoding speed: the reference against the recount oracle and two Rust peers.
+
+Training (0.5 MB of English, threshold 2, 5 000 merges), with the GPT-2 split and with no split
+(the whole text one chunk): solutions/bpe.py against HuggingFace `tokenizers`' BpeTrainer
+(ByteLevel pre-tokenizer, min_frequency=2) and against the kata suite's recount-everything oracle.
+The oracle would take many minutes, so it runs its first few merges and is scaled by the tokens
+left before each later merge (its cost per merge is a recount of every token): an estimate.
+
+Encoding with SmolLM2's vocabulary (from the GGUF): a freshly built reference tokenizer (cold
+chunk cache) against tiktoken built offline from the same ranks and split, and against the
+`tokenizers` peer of tests/system/test_tokenizer.py. Outputs are checked identical before timing.
+
+The text: docstrings of the Python standard library's top-level modules, in file order (about
+0.9 MB of English prose with some code; no network, and the same for one Python version). The
+first 0.5 MB trains; the rest is the held-out text for encoding.
+
+    python -m benchmarks.bpe_bench [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from solutions.bpe import GPT2_PATTERN, BPETokenizer, bytes_to_unicode
+
+TRAIN_BYTES, MERGES, THRESHOLD = 500_000, 5000, 2
+
+
+def stdlib_docstrings() -> str:
+    """Every docstring of the standard library's top-level modules, sorted by file name."""
+    parts = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    parts.append(doc)
+    return "\n\n".join(parts)
+
+
+def best_of(fn: Callable[[], object], repeats: int, setup: Callable[[], object] | None = None) -> float:
+    """Fastest wall time of `repeats` calls; `setup` runs untimed before each."""
+    times = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def hf_train(text: str, merges: int, threshold: int, split: bool) -> int:
+    """Train `tokenizers`' BpeTrainer byte-level; returns the number of merges it made."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split)
+    trainer = trainers.BpeTrainer(vocab_size=256 + merges, min_frequency=threshold, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([text], trainer)
+    return len(json.loads(tok.to_str())["model"]["merges"])
+
+
+def oracle_estimate(text: str, pattern: str | None, tok: BPETokenizer, sample_merges: int) -> float:
+    """Seconds the recount oracle would need for all of tok's merges (see the module docstring)."""
+    from tests.katas.test_bpe import oracle_train
+
+    start = time.perf_counter()
+    oracle_train(text, threshold=THRESHOLD, max_merges=sample_merges, pattern=pattern)
+    sampled = time.perf_counter() - start
+    # Tokens left after i merges at a few i (the first i merges are themselves a trained
+    # tokenizer), measured on a 100 KB sample, linear in between: the oracle recounts them all.
+    n, sample = len(tok.merges), text[:100_000]
+    points = sorted({0, sample_merges, n // 20, n // 5, n // 2, n})
+    left = {i: len(truncated(tok, i).encode(sample)) for i in points}
+    per_merge = [0.0] * n
+    for lo, hi in zip(points, points[1:]):
+        for i in range(lo, hi):
+            per_merge[i] = left[lo] + (left[hi] - left[lo]) * (i - lo) / (hi - lo)
+    return sampled * sum(per_merge) / sum(per_merge[:sample_merges])
+
+
+def truncated(tok: BPETokenizer, n: int) -> BPETokenizer:
+    """tok with only its first n merges, through save and load."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tok.bpe"
+        tok.save(path)
+        lines = path.read_text(encoding="utf-8").splitlines()
+        kept = [line for line in lines if not line.startswith("merge ")] + [f"merge {a} {b}" for a, b in list(tok.merges)[:n]]
+        path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        return BPETokenizer.load(path)
+
+
+def train_rows(text: str, *, merges: int = MERGES, oracle_sample: int = 3) -> list[dict]:
+    rows = []
+    for label, pattern in (("GPT-2 split", GPT2_PATTERN), ("no split", None)):
+        tok = BPETokenizer(pattern)
+        ours = best_of(lambda: tok.train(text, threshold=THRESHOLD, max_merges=merges), 1 if pattern is None else 3)
+        made = hf_train(text, merges, THRESHOLD, pattern is not None)  # warm-up, and its merge count
+        hf = best_of(lambda: hf_train(text, merges, THRESHOLD, pattern is not None), 1 if pattern is None else 3)
+        oracle = oracle_estimate(text, pattern, tok, oracle_sample)
+        goal = 1.0 if pattern else 10.0
+        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
+                         peer=f"tokenizers BpeTrainer ({made} merges)", peer_seconds=hf,
+                         ratio=hf / ours, goal=f">= {goal:g}x", ok=hf / ours >= goal))
+        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
+                         peer=f"recount oracle (est. from {oracle_sample} merges)", peer_seconds=oracle,
+                         ratio=oracle / ours, goal=">= 20x", ok=oracle / ours >= 20))
+    return rows
+
+
+def encode_rows(text: str, repeats: int = 3) -> list[dict]:
+    import tiktoken
+
+    from solutions.tokenizer import SMOLLM_PATTERN
+    from solutions.weights import find_gguf, open_gguf
+    from tests.system.test_tokenizer import tokenizers_peer
+
+    reader = open_gguf(find_gguf())
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    types = reader.fields["tokenizer.ggml.token_type"].contents()
+    merges = reader.fields["tokenizer.ggml.merges"].contents()
+    specials = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind == 3}
+    vocab = {t: i for i, t in enumerate(tokens)}
+
+    def fresh() -> BPETokenizer:
+        return BPETokenizer.from_gpt2(vocab, merges, SMOLLM_PATTERN, specials)
+
+    to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
+    ranks = {bytes(to_byte[c] for c in t): i for t, i in vocab.items() if t not in specials}
+    tik = tiktoken.Encoding("smollm2-offline", pat_str=SMOLLM_PATTERN, mergeable_ranks=ranks,
+                            special_tokens=specials)
+    hf = tokenizers_peer(reader)
+
+    want = fresh().encode(text)
+    for name, got in (("tiktoken", tik.encode(text, allowed_special="all")), ("tokenizers", hf.encode(text).ids)):
+        if got != want:
+            first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b) if len(got) == len(want) else -1
+            raise AssertionError(f"{name} encodes the benchmark text differently (first difference at {first})")
+
+    mb = len(text.encode("utf-8")) / 1e6
+    box: list[BPETokenizer] = []
+    ours = mb / best_of(lambda: box[-1].encode(text), repeats, setup=lambda: box.append(fresh()))
+    rows = []
+    for peer, fn in (("tiktoken (offline ranks)", lambda: tik.encode(text, allowed_special="all")),
+                     ("tokenizers BPE", lambda: hf.encode(text))):
+        theirs = mb / best_of(fn, repeats)
+        goal = 1 / 3 if peer.startswith("tiktoken") else None
+        rows.append(dict(name=f"encode {mb:.2f} MB, SmolLM2 vocab, cold cache", mb_per_s=ours, peer=peer,
+                         peer_mb_per_s=theirs, ratio=ours / theirs, goal=">= 1/3x" if goal else "-",
+                         ok=None if goal is None else ours / theirs >= goal))
+    return rows
+
+
+def rows(quick: bool = False) -> list[dict]:
+    """All rows; `quick` trains on 0.1 MB and 1 000 merges (for a smoke run)."""
+    text = stdlib_docstrings()
+    train_text = text[: TRAIN_BYTES // 5 if quick else TRAIN_BYTES]
+    held_out = text[TRAIN_BYTES:]
+    return train_rows(train_text, merges=1000 if quick else MERGES) + encode_rows(held_out)
+
+
+def format_row(row: dict) -> str:
+    if "seconds" in row:
+        ours, theirs = f"{row['seconds']:8.3f} s", f"{row['peer_seconds']:8.3f} s"
+    else:
+        ours, theirs = f"{row['mb_per_s']:6.2f} MB/s", f"{row['peer_mb_per_s']:6.2f} MB/s"
+    mark = {True: "ok", False: "MISSED", None: ""}[row["ok"]]
+    return f"{row['name']:<46} {ours}  vs {row['peer']:<36} {theirs}  {row['ratio']:7.2f}x (goal {row['goal']}) {mark}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="0.1 MB and 1000 merges for training")
+    args = parser.parse_args()
+    for row in rows(args.quick):
+        print(format_row(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
