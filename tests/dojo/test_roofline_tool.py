@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from dojo import ROOT
-from dojo.roofline_tool import Ceilings, table
+from dojo.roofline_tool import Ceilings, best_of, table
 from solutions.model import LlamaConfig
 from solutions.roofline import Measurement, phase_cost
 
@@ -43,3 +43,13 @@ def test_table_shares_and_verdicts():
     assert "ridge" in lines[3] and "10 FLOP/byte" in lines[3], lines[3]
     tokens = next(line for line in lines if "tokens/s" in line)
     assert tokens.split()[1] == f"{5e9 / decode_cost.bytes:.3g}", tokens  # half the ceiling's tokens/s
+
+
+def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
+    """Two measurements of the ceilings: keep the higher of each; warn only if they differ by over 20%"""
+    before = Ceilings("cpu", "cpu (1 thread)", bandwidth=4e9, peak_flops=1e11, copy_bytes=1 << 20, matmul_n=64)
+    after = Ceilings("cpu", "cpu (1 thread)", bandwidth=1e10, peak_flops=0.9e11, copy_bytes=1 << 20, matmul_n=64)
+    best, note = best_of(before, after)
+    assert (best.bandwidth, best.peak_flops) == (1e10, 1e11), best
+    assert "busy" in note and "bandwidth 4 GB/s then 10 GB/s" in note and "peak" not in note, note
+    assert best_of(before, before)[1] == "", "identical measurements need no warning"
