@@ -56,9 +56,15 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
                             early_stopping, num_return_sequences, on_token)
     sampler = None
     if strategy == "sample":
-        gen = torch.Generator().manual_seed(torch.seed() if seed is None else seed)
-        sampler = lambda logits: torch.multinomial(  # noqa: E731
-            _filtered_probs(logits, temperature, top_k, top_p), 1, generator=gen)[:, 0]
+        gen = torch.Generator()  # our own generator: the global RNG is never touched
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(seed)
+
+        def sampler(logits: Tensor) -> Tensor:
+            probs = _filtered_probs(logits, temperature, top_k, top_p)  # (B, V)
+            return torch.multinomial(probs, 1, generator=gen)[:, 0]
     return _greedy_or_sample(model, prompts, max_new_tokens, eos, length_penalty, sampler, on_token)
 
 
@@ -91,8 +97,6 @@ def _greedy_or_sample(model, prompts, max_new_tokens, eos, length_penalty, sampl
     start = time.perf_counter()
     logits = model.prefill(ids, cache, mask)[:, -1]  # (B, V)
     for step in range(max_new_tokens):
-        if step > 0:
-            logits = model.decode_step(next_ids, cache, mask)  # (B, V)
         next_ids = logits.float().argmax(dim=-1) if sampler is None else sampler(logits)  # (B,)
         logp = F.log_softmax(logits.float(), dim=-1).gather(1, next_ids[:, None])[:, 0]  # (B,)
         for row, (tok, lp) in enumerate(zip(next_ids.tolist(), logp.tolist())):
@@ -105,10 +109,11 @@ def _greedy_or_sample(model, prompts, max_new_tokens, eos, length_penalty, sampl
                 on_token(row, tok)
         if step == 0:
             prefill_seconds = time.perf_counter() - start
-        if all(finished):
+        if all(finished) or step == max_new_tokens - 1:
             break
         if mask is not None:
             mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+        logits = model.decode_step(next_ids, cache, mask)  # (B, V)
     decode_seconds = time.perf_counter() - start - prefill_seconds
     scores = [s / len(t) ** length_penalty for s, t in zip(logp_sums, tokens)]
     return GenerationResult(tokens, scores, prefill_seconds, decode_seconds, sum(map(len, tokens)))
@@ -134,8 +139,6 @@ def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
     start = time.perf_counter()
     logits = model.prefill(ids, cache, mask)[:, -1]  # (B * nb, V)
     for step in range(max_new_tokens):
-        if step > 0:
-            logits = model.decode_step(running_tokens[:, :, -1].reshape(-1), cache, mask)
         V = logits.shape[-1]
         logp = F.log_softmax(logits.float(), dim=-1).view(B, nb, V) + running_scores[:, :, None]
         cand_scores, cand = logp.view(B, nb * V).topk(n_candidates, dim=-1)  # (B, 2nb), best first
@@ -160,11 +163,6 @@ def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
                                     cand_token.gather(1, go_on)[:, :, None]], dim=2)
         if step == 0:
             prefill_seconds = time.perf_counter() - start
-        if bool(ends.all()):
-            break
-        cache.reorder((row_base + parent).view(-1))
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones(B * nb, 1)], dim=1)
 
         # early_stopping: True stops a prompt once it has nb finished hypotheses; False and
         # "never" stop it once the best running beam cannot beat the worst finished one, judged
@@ -175,8 +173,12 @@ def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
             if len(finished[b]) == nb and best_possible[b] <= finished[b][-1][0]:
                 settled[b] = True
         full = [len(f) == nb for f in finished]
-        if all(settled) or (early_stopping != "never" and all(full)):
+        if all(settled) or (early_stopping != "never" and all(full)) or step == max_new_tokens - 1:
             break
+        cache.reorder((row_base + parent).view(-1))  # in every layer, row i now holds its parent's past
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(B * nb, 1)], dim=1)
+        logits = model.decode_step(running_tokens[:, :, -1].reshape(-1), cache, mask)  # (B * nb, V)
     decode_seconds = time.perf_counter() - start - prefill_seconds
 
     tokens, scores = [], []
@@ -237,7 +239,10 @@ def _check_arguments(model, prompts, max_new_tokens, eos_token_id, strategy, tem
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be None or in (0, 1], got {top_p!r}")
-    eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    if eos_token_id is None:
+        eos = []
+    else:
+        eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     if any(not isinstance(e, int) or not 0 <= e < vocab for e in eos):
         raise ValueError(f"eos_token_id must be token ids in [0, {vocab}), got {eos_token_id!r}")
     return eos
