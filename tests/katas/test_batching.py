@@ -234,7 +234,7 @@ def test_decode_step_time_times_one_batched_step(kata):
     assert len(steps) >= 3 and all(s == ((4,), 9) for s in steps), (
         f"decode_step_time(batch 4, context 9, repeats=3) made decode steps of (ids shape, cached positions) "
         f"{steps}: want at least 3 steps of ids (4,) on a cache holding 9 positions")
-    assert DECODE_S <= got <= 1.3 * DECODE_S + 0.005, (
+    assert DECODE_S <= got <= 1.5 * DECODE_S + 0.01, (
         f"each decode step sleeps {DECODE_S * 1e3:.0f} ms, the prefill 50 ms; decode_step_time says "
         f"{got * 1e3:.1f} ms: time one step (not the total of the repeats, not the prefill)")
 
@@ -247,7 +247,7 @@ def test_throughput_counts_every_row(kata):
     assert list(got) == [1, 4], f"throughput_curve(batch_sizes=[1, 4]) keys {list(got)}, want [1, 4]"
     for batch, tokens_per_s in got.items():
         want = batch / DECODE_S
-        assert want / 1.3 - 10 <= tokens_per_s <= want, (
+        assert want / 1.6 <= tokens_per_s <= want, (
             f"steps of {DECODE_S * 1e3:.0f} ms at batch {batch}: throughput {tokens_per_s:.1f} tokens/s, want about "
             f"{want:.0f} (a step yields one token per row)")
 
@@ -269,7 +269,8 @@ def test_measuring_rejects_bad_input(kata):
 
 # --------------------------------------------------------------------------- the physics (ratio checks)
 
-CONTEXT = 16
+CONTEXT = 0  # an empty cache: at short contexts the KV cache is tiny beside the weights, and no prefill to wait for
+ROUNDS = 6
 
 
 @pytest.fixture(scope="module")
@@ -292,12 +293,12 @@ def smollm2_layers():
 def test_batch_of_8_costs_at_most_3_steps(kata, smollm2_layers):
     """Ratio check: a decode step at batch 8 costs at most 3x a step at batch 1 (the weights are read once)"""
     one = eight = float("inf")
-    for _ in range(3):  # side by side, best of three: contention only ever slows a step down
-        one = min(one, kata.decode_step_time(smollm2_layers, 1, CONTEXT, repeats=3))
-        eight = min(eight, kata.decode_step_time(smollm2_layers, 8, CONTEXT, repeats=3))
+    for _ in range(ROUNDS):  # side by side, best of six: contention only ever slows a step down
+        one = min(one, kata.decode_step_time(smollm2_layers, 1, CONTEXT, repeats=1))
+        eight = min(eight, kata.decode_step_time(smollm2_layers, 8, CONTEXT, repeats=1))
     assert eight <= 3 * one, (
-        f"SmolLM2-shaped model, {CONTEXT} cached tokens: a step takes {one * 1e3:.1f} ms at batch 1 and "
-        f"{eight * 1e3:.1f} ms at batch 8 ({eight / one:.2f}x): 8 rows should share one read of the weights")
+        f"SmolLM2-shaped model: a decode step takes {one * 1e3:.1f} ms at batch 1 and {eight * 1e3:.1f} ms at "
+        f"batch 8 ({eight / one:.2f}x): 8 rows should share one read of the weights")
 
 
 @pytest.mark.points(3)
@@ -307,7 +308,10 @@ def test_throughput_rises_until_the_crossover(kata, smollm2_layers):
     crossover = oracle_crossover(smollm2_layers.config, peak, bandwidth, CONTEXT)
     batches = [b for b in (1, 4, 16) if crossover is None or b < crossover]
     assert len(batches) >= 2, f"measured ceilings put the crossover at batch {crossover}: too early to see a curve"
-    curve = kata.throughput_curve(smollm2_layers, batches, CONTEXT, repeats=3)
+    curve = {}
+    for _ in range(ROUNDS // 2):  # best of three curves
+        for batch, tokens_per_s in kata.throughput_curve(smollm2_layers, batches, CONTEXT, repeats=1).items():
+            curve[batch] = max(curve.get(batch, 0.0), tokens_per_s)
     for small, big in itertools.pairwise(batches):
         assert curve[big] >= 1.5 * curve[small], (
             f"SmolLM2-shaped model (crossover at batch {crossover} for {peak / 1e9:.3g} GFLOP/s, "

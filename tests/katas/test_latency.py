@@ -163,10 +163,10 @@ def test_ttft_is_prefill_and_tpot_is_one_decode_step(kata):
     """TTFT is the prefill (to the first token); TPOT is the time of one later token, not an average over all"""
     model, _ = slowed(tiny_model(seed=0), prefill_s=PREFILL_S, decode_s=DECODE_S)
     got = kata.measure_latency(model, 8, 4, repeats=2)
-    assert PREFILL_S <= got.ttft <= 1.3 * PREFILL_S + 0.01, (
+    assert PREFILL_S <= got.ttft <= 1.5 * PREFILL_S + 0.02, (
         f"prefill sleeps {PREFILL_S * 1e3:.0f} ms, decode steps {DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, "
         f"4 new tokens) says TTFT {got.ttft * 1e3:.1f} ms: the first token arrives right after the prefill")
-    assert DECODE_S <= got.tpot <= 1.3 * DECODE_S + 0.004, (
+    assert DECODE_S <= got.tpot <= 1.3 * DECODE_S + 0.008, (
         f"prefill sleeps {PREFILL_S * 1e3:.0f} ms, decode steps {DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, "
         f"4 new tokens) says TPOT {got.tpot * 1e3:.1f} ms: TPOT counts the 3 tokens after the first, one decode "
         "step each (a total / 4 would charge the prefill to every token)")
@@ -328,11 +328,12 @@ def smollm2_layers():
 def measured(kata, smollm2_layers):
     """The kata's measure_latency at a short and a long prompt, between two measurements of the ceilings."""
     ceilings = [(measure_peak_flops(n=1024, repeats=3), measure_bandwidth(nbytes=64 << 20, repeats=5))]
-    short = kata.measure_latency(smollm2_layers, SHORT, NEW, repeats=2)
-    long = kata.measure_latency(smollm2_layers, LONG, NEW, repeats=2)
+    short = kata.measure_latency(smollm2_layers, SHORT, NEW, repeats=3)
+    long = kata.measure_latency(smollm2_layers, LONG, NEW, repeats=3)
     ceilings.append((measure_peak_flops(n=1024, repeats=3), measure_bandwidth(nbytes=64 << 20, repeats=5)))
-    peak = max(p for p, _ in ceilings)  # contention only ever slows a measurement down
-    bandwidth = max(b for _, b in ceilings)
+    # the slower of the two: the model ran between them, through the same contention
+    peak = min(p for p, _ in ceilings)
+    bandwidth = min(b for _, b in ceilings)
     return short, long, peak, bandwidth
 
 
