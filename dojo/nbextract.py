@@ -16,11 +16,10 @@ Not handled: top-level `await`, `foo?` help lines and other IPython syntax in so
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import nbformat
 
 SOLUTION_TAG = "solution"
 # Cell magics whose body is Python run as is: the magic line is dropped, the body kept.
@@ -62,27 +61,38 @@ class Extracted:
         return re.sub(rf"{path}|(?<![\w/.-]){name}", self.notebook, text)
 
 
-def read(path: Path) -> nbformat.NotebookNode:
-    """The notebook at `path` (nbformat 4). Raises FileNotFoundError, or NotebookError when it is not a notebook."""
+def read(path: Path) -> dict:
+    """The notebook at `path` as its JSON document (nbformat 4: "cells", "metadata"). Plain json, not
+    nbformat, whose schema validation costs a second of start-up. Raises FileNotFoundError, or
+    NotebookError when the file is not a version 4 notebook."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no notebook at {path}")
     try:
-        return nbformat.read(path, as_version=4)
-    except Exception as exc:  # nbformat raises JSON, validation and version errors of several kinds
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise NotebookError(f"{path.name} is not a readable Jupyter notebook: {exc}") from exc
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
+        raise NotebookError(f"{path.name} is not a readable Jupyter notebook (version 4, with a list of cells)")
+    return nb
 
 
-def is_solution(cell) -> bool:
-    return cell.get("cell_type") == "code" and SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+def source(cell: dict) -> str:
+    """A cell's source text (the file may store it as a list of lines)."""
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
 
 
-def extract(nb: nbformat.NotebookNode, name: str = "notebook") -> Extracted:
+def is_solution(cell: dict) -> bool:
+    return cell.get("cell_type") == "code" and SOLUTION_TAG in (cell.get("metadata") or {}).get("tags", [])
+
+
+def extract(nb: dict, name: str = "notebook") -> Extracted:
     """Join the code cells tagged `solution` of `nb` (called `name` in messages) into module source.
 
     Raises NotebookError when no code cell is tagged `solution`, or a solution cell is not valid Python.
     """
-    chosen = [(number, cell) for number, cell in enumerate(nb.cells, start=1) if is_solution(cell)]
+    chosen = [(number, cell) for number, cell in enumerate(nb["cells"], start=1) if is_solution(cell)]
     if not chosen:
         raise NotebookError(
             f"{name} has no code cell tagged '{SOLUTION_TAG}': tag the cell holding your code "
@@ -92,7 +102,7 @@ def extract(nb: nbformat.NotebookNode, name: str = "notebook") -> Extracted:
     lines: list[str] = [header]
     line_map: list[tuple[int, int] | None] = [None]
     for i, (number, cell) in enumerate(chosen):
-        code = _python_only(cell.source, number, name)
+        code = _python_only(source(cell), number, name)
         _compile(code, number, name)
         if i:
             lines += ["", f"# --- cell {number} ---"]

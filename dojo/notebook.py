@@ -18,6 +18,7 @@ import argparse
 import ast
 import dataclasses
 import io
+import json
 import os
 import shutil
 import sys
@@ -26,8 +27,6 @@ import time
 import warnings
 from pathlib import Path
 
-import nbformat
-from nbformat import v4
 from rich.console import Console
 from rich.text import Text
 
@@ -57,7 +56,7 @@ def notebook_file(slug: str) -> Path:
     return workspace.workspace_dir() / f"{slug}.ipynb"
 
 
-def build(kata: Kata, code: str, *, reference: bool = False) -> nbformat.NotebookNode:
+def build(kata: Kata, code: str, *, reference: bool = False) -> dict:
     """The notebook of `kata` with `code` in its solution cell; `reference`: read-only cells, ungraded runs."""
     slug = kata.slug
     if reference:
@@ -79,25 +78,34 @@ def build(kata: Kata, code: str, *, reference: bool = False) -> nbformat.Noteboo
         )
         call = f'grade_here("{slug}")'
     locked = {"editable": False, "deletable": False} if reference else {}
-    nb = v4.new_notebook()
-    nb.metadata = {
-        "kernelspec": dict(KERNELSPEC),
-        "language_info": {"name": "python"},
-        "dojo": {"kata": slug, "format": 1, "reference": reference},
+    grade_cell = (
+        '# Grades the SAVED notebook (save first). Needs the kernel "decode-dojo (.venv)".\n'
+        f"from dojo.notebook import grade_here\n\n{call}"
+    )
+    return {
+        "cells": [
+            _cell("markdown", "prompt", kata.readme().strip(), locked),
+            _cell("markdown", "how", how, locked),
+            _cell("code", "solution", code.rstrip("\n"), {"tags": [SOLUTION_TAG], **locked}),
+            _cell("code", "scratch", "# Scratch: try your code here. Not graded.\n", locked),
+            _cell("code", "grade", grade_cell, {"tags": [GRADE_TAG], **locked}),
+        ],
+        "metadata": {
+            "kernelspec": dict(KERNELSPEC),
+            "language_info": {"name": "python"},
+            "dojo": {"kata": slug, "format": 1, "reference": reference},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
     }
-    nb.cells = [
-        v4.new_markdown_cell(kata.readme().strip(), id="prompt", metadata=dict(locked)),
-        v4.new_markdown_cell(how, id="how", metadata=dict(locked)),
-        v4.new_code_cell(code.rstrip("\n"), id="solution", metadata={"tags": [SOLUTION_TAG], **locked}),
-        v4.new_code_cell("# Scratch: try your code here. Not graded.\n", id="scratch", metadata=dict(locked)),
-        v4.new_code_cell(
-            '# Grades the SAVED notebook (save first). Needs the kernel "decode-dojo (.venv)".\n'
-            f"from dojo.notebook import grade_here\n\n{call}",
-            id="grade",
-            metadata={"tags": [GRADE_TAG], **locked},
-        ),
-    ]
-    return nb
+
+
+def _cell(kind: str, cell_id: str, source: str, metadata: dict) -> dict:
+    """One nbformat 4.5 cell (plain JSON: nbformat itself takes a second to import)."""
+    cell = {"cell_type": kind, "id": cell_id, "metadata": dict(metadata), "source": source}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
 
 
 def create(kata: Kata, *, force: bool = False) -> workspace.StartResult:
@@ -128,8 +136,8 @@ def has_work(kata: Kata, path: Path) -> bool:
     return _code(nb) != _code(fresh)
 
 
-def _code(nb) -> list[str]:
-    return [c.source.strip() for c in nb.cells if c.cell_type == "code"]
+def _code(nb: dict) -> list[str]:
+    return [nbextract.source(c).strip() for c in nb["cells"] if c.get("cell_type") == "code"]
 
 
 def _backup(path: Path) -> Path:
@@ -144,12 +152,13 @@ def _backup(path: Path) -> Path:
 
 
 def _write(nb, path: Path, *, mode: int | None = None) -> None:
-    """Write `nb` atomically (validated by nbformat); `mode`: file permissions to set."""
+    """Write `nb` (a notebook's JSON document) atomically; `mode`: file permissions to set."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            nbformat.write(nb, f)
+            json.dump(nb, f, indent=1, ensure_ascii=False)
+            f.write("\n")
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
@@ -181,7 +190,7 @@ def kata_of(path: Path, nb=None) -> str:
             nb = nbextract.read(path)
         except NotebookError:
             nb = None
-    slug = (nb.metadata.get("dojo", {}) if nb is not None else {}).get("kata")
+    slug = ((nb or {}).get("metadata") or {}).get("dojo", {}).get("kata")
     if slug:
         return catalog.get(slug).slug
     if path.stem in catalog.slugs():
@@ -233,7 +242,7 @@ def _in_notebook_terms(result: GradeResult, extracted: nbextract.Extracted, modu
     tests = []
     for test in result.tests:
         message = extracted.rewrite(test.message, module)
-        if "raised at import: NameError" in message:
+        if "NameError: name" in message:  # the notebook pitfall: defined in a cell that is not graded
             message += f"\n(only cells tagged '{SOLUTION_TAG}' are graded: is that name defined in another cell?)"
         tests.append(dataclasses.replace(test, message=message))
     return dataclasses.replace(
@@ -363,7 +372,7 @@ def _unsaved_warning(path: Path) -> str | None:
     if shell is None:
         return None
     try:
-        saved = [c.source.strip() for c in nbextract.read(path).cells if nbextract.is_solution(c)]
+        saved = [nbextract.source(c).strip() for c in nbextract.read(path)["cells"] if nbextract.is_solution(c)]
     except (NotebookError, FileNotFoundError):
         return None
     names = set().union(*(_defined(source) for source in saved)) if saved else set()
