@@ -101,8 +101,11 @@ def interleaved(timers: dict[str, Callable[[], float]], repeats: int) -> dict[st
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int | None = None) -> dict:
-    """Decode tokens/s (batch 1), share of the bandwidth ceiling and prefill tokens/s, ours vs HF."""
+def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int | None = None,
+          models: tuple | None = None) -> dict:
+    """Decode tokens/s (batch 1), share of the bandwidth ceiling and prefill tokens/s, ours vs HF.
+
+    `models`: (ours, hf) already loaded (`make bench` loads them once for every group)."""
     from solutions.weights import find_gguf, load_smollm2
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -110,10 +113,13 @@ def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int |
 
     if threads:
         torch.set_num_threads(threads)
-    path = find_gguf()
-    ours = load_smollm2(path)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                              local_files_only=True).eval()
+    if models is None:
+        path = find_gguf()
+        ours = load_smollm2(path)
+        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                                  local_files_only=True).eval()
+    else:
+        ours, hf = models
     bandwidth = copy_bandwidth()
     per_token = bytes_per_token(ours)
     decode = interleaved({"ours": ours_decode(ours, tokens), "hf": hf_decode(hf, tokens)}, repeats)
