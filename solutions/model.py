@@ -146,7 +146,7 @@ class Llama(nn.Module):
         """Logits (B, T, V) for ids (B, T), recomputing everything (no cache)."""
         return self._run(ids, None, attention_mask)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
         """Append ids (B, T) after the cache's `length` positions; logits (B, T, V).
 
@@ -157,7 +157,7 @@ class Llama(nn.Module):
         """
         return self._run(ids, cache, attention_mask)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def decode_step(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
         """One new token per row: ids (B,) -> logits (B, V); mask (B, cache.length + 1) as in prefill."""
         if ids.dim() != 1:
