@@ -21,7 +21,6 @@ import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from itertools import chain
 from pathlib import Path
 
 import regex

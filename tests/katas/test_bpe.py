@@ -347,7 +347,7 @@ def test_unknown_ids(kata):
     """decode raises ValueError naming an id that is neither a token nor a special token"""
     tok = trained(kata, "aaaa", threshold=2, specials={EOT: 1000})
     for bad in (257, 999, -1):
-        msg = raises(ValueError, lambda: tok.decode([97, bad]), f"decode([97, {bad}]) with tokens 0..256 and special 1000")
+        msg = raises(ValueError, lambda bad=bad: tok.decode([97, bad]), f"decode([97, {bad}]) with tokens 0..256 and special 1000")
         assert str(bad) in msg, f"the error for unknown id {bad} should name it, got {msg!r}"
 
 
