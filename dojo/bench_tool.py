@@ -62,8 +62,10 @@ def _log2_ticks(ax, xs: list[int]) -> None:
     """Log-log axes, ticked at the measured x values and labelled as plain numbers."""
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    from matplotlib.ticker import NullLocator
+
     ax.set_xticks(xs, [str(x) for x in xs])
-    ax.minorticks_off()
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 # --------------------------------------------------------------------------- batching
@@ -220,13 +222,13 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--batch-sizes", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64],
                    help="comma-separated (default 1,2,4,8,16,32,64)")
-    p.add_argument("--context", type=int, default=64, help="cached tokens per row (default 64)")
+    p.add_argument("--context", type=int, default=16, help="cached tokens per row (default 16)")
     p.add_argument("--memory-gib", type=float, default=16.0, help="memory budget for the max-batch line")
     p.set_defaults(func=_run(run_batching))
     p = what.add_parser("latency", help="TTFT and TPOT against prompt length, beside the roofline")
     _common(p)
-    p.add_argument("--prompts", type=_int_list, default=[16, 64, 256, 1024],
-                   help="prompt lengths, comma-separated (default 16,64,256,1024)")
+    p.add_argument("--prompts", type=_int_list, default=[16, 64, 256, 512],
+                   help="prompt lengths, comma-separated (default 16,64,256,512)")
     p.add_argument("--new-tokens", type=int, default=8, help="tokens generated per request (default 8)")
     p.set_defaults(func=_run(run_latency))
 
