@@ -79,16 +79,19 @@ class Kata:
     def questions(self) -> list[Question]:
         """Follow-up questions from QUESTIONS.md: "## Q: ...", "**Model answer.** ...", "**Rubric:**" bullets."""
         path = self.folder / "QUESTIONS.md"
-        if not path.is_file():
-            return []
-        found = []
-        for heading, body in _sections(path.read_text(), r"Q:[^\n]*"):
-            question = heading.split(":", 1)[1].strip()
-            answer_part, rubric_part = _split_rubric(body)
-            answer = re.sub(r"^\*\*Model answer[.:]?\*\*:?\s*", "", answer_part.strip()).strip()
-            rubric = [line[2:].strip() for line in rubric_part.splitlines() if line.strip().startswith("- ")]
-            found.append(Question(question, answer, rubric))
-        return found
+        return parse_questions(path.read_text()) if path.is_file() else []
+
+
+def parse_questions(text: str) -> list[Question]:
+    """Every "## Q: ..." section of `text`: the question, "**Model answer.** ...", "**Rubric:**" bullets."""
+    found = []
+    for heading, body in _sections(text, r"Q:[^\n]*"):
+        question = heading.split(":", 1)[1].strip()
+        answer_part, rubric_part = _split_rubric(body)
+        answer = re.sub(r"^\*\*Model answer[.:]?\*\*:?\s*", "", answer_part.strip()).strip()
+        rubric = [line[2:].strip() for line in rubric_part.splitlines() if line.strip().startswith("- ")]
+        found.append(Question(question, answer, rubric))
+    return found
 
 
 def _split_rubric(body: str) -> tuple[str, str]:

@@ -198,7 +198,17 @@ def cmd_start(args) -> int:
     return 0
 
 
+def _interview_hook(command: str, args) -> int | None:
+    """While a mock interview is open, dojo.interview decides what check/hint/status do (examples only,
+    counted; hints cost points; the countdown): its exit code, or None to carry on as usual."""
+    from dojo import interview
+
+    return interview.during_session(command, args)
+
+
 def cmd_check(args) -> int:
+    if (code := _interview_hook("check", args)) is not None:
+        return code
     if args.notebook is not None:  # notebook mode (dojo.notebook): the .ipynb's solution cells
         from dojo import notebook
 
@@ -249,6 +259,8 @@ def _stamp(path: Path) -> tuple | None:
 
 
 def cmd_hint(args) -> int:
+    if (code := _interview_hook("hint", args)) is not None:
+        return code
     out = report.console()
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
@@ -342,6 +354,8 @@ def cmd_grade(args) -> int:
 
 
 def cmd_status(args) -> int:
+    if (code := _interview_hook("status", args)) is not None:
+        return code
     out = report.console()
     current = history.current_kata()
     if current is None:

@@ -37,6 +37,21 @@ MIGRATIONS: list[tuple[str, ...]] = [
             id INTEGER PRIMARY KEY, kata TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL,
             detail TEXT NOT NULL DEFAULT '')""",
     ),
+    (  # version 2: mock interviews (dojo.session): a session, its answers, one scorecard each
+        """CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY, kata TEXT NOT NULL, started REAL NOT NULL, minutes REAL NOT NULL,
+            timer INTEGER NOT NULL, phase TEXT NOT NULL, questions TEXT NOT NULL,
+            check_runs INTEGER NOT NULL DEFAULT 0, hints TEXT NOT NULL DEFAULT '[]',
+            submitted REAL, submitted_by TEXT, points INTEGER, total INTEGER, tests INTEGER,
+            tests_passed INTEGER, attempt INTEGER)""",
+        "CREATE UNIQUE INDEX one_open_session ON sessions ((phase != 'done')) WHERE phase != 'done'",
+        """CREATE TABLE session_answers (
+            id INTEGER PRIMARY KEY, session INTEGER NOT NULL, number INTEGER NOT NULL, question TEXT NOT NULL,
+            answer TEXT NOT NULL, covered TEXT NOT NULL, rubric INTEGER NOT NULL, UNIQUE (session, number))""",
+        """CREATE TABLE scorecards (
+            id INTEGER PRIMARY KEY, session INTEGER NOT NULL UNIQUE, kata TEXT NOT NULL, written REAL NOT NULL,
+            score REAL NOT NULL, verdict TEXT NOT NULL, card TEXT NOT NULL)""",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_S = 30.0

@@ -1,0 +1,306 @@
+"""`dojo interview`, `submit`, `interviewer`, `history`, `stats`, `ask`: the mock-interview commands.
+
+Printing and asking only; the session's state, clock and scoring live in dojo.session (whose
+docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.bank.
+`during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
+runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
+countdown, and any of them submits the file once the time is up.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from dojo import bank, catalog, grade, history, report, session, workspace
+from dojo.session import Session
+
+RULES = (
+    "Rules: edit {path}. `dojo check` runs only the README's worked examples, and every run is counted. "
+    "`dojo hint` is allowed; each hint costs {cost:.0%} of your code score. `dojo status` shows the time left. "
+    "`dojo submit` (or the time running out) grades the full hidden suite; then come {n} follow-up questions. "
+    "Closed the terminal? `dojo interview --resume`."
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("interview", help="a timed mock interview on one kata")
+    p.add_argument("slug", nargs="?", help="kata (default: your weakest not passed recently)")
+    p.add_argument("--minutes", type=float, default=None, help="the time box (default: the kata's minutes)")
+    p.add_argument("--no-timer", action="store_true", help="no countdown")
+    p.add_argument("--resume", action="store_true", help="continue the interview in progress")
+    p.set_defaults(func=cmd_interview)
+    subparsers.add_parser("submit", help="hand in the interview's kata: full grading, then questions").set_defaults(func=cmd_submit)
+    p = subparsers.add_parser("interviewer", help="the interviewer's packet for a two-person mock interview")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_interviewer)
+    subparsers.add_parser("history", help="past interviews and their scorecards").set_defaults(func=cmd_history)
+    subparsers.add_parser("stats", help="per-kata trends and what to redo next").set_defaults(func=cmd_stats)
+    p = subparsers.add_parser("ask", help="drill a question from the question bank")
+    p.add_argument("topic", nargs="?", help="a topic, e.g. roofline (default: any)")
+    p.set_defaults(func=cmd_ask)
+
+
+# ---- the session -------------------------------------------------------------------------------
+
+
+def cmd_interview(args) -> int:
+    out = report.console()
+    s = session.open_session()
+    if args.resume:
+        if s is None:
+            out.print("No interview in progress: `dojo interview [kata]` starts one.")
+            return 1
+        return _resume(s, out)
+    if s is not None:
+        out.print(f"An interview on {s.kata} is in progress: `dojo interview --resume` continues it, `dojo submit` hands it in.")
+        return 2
+    kata = catalog.get(args.slug) if args.slug else session.pick_kata()
+    s, started = session.begin(kata, minutes=args.minutes, timer=not args.no_timer)
+    out.print(f"[bold]Mock interview: {kata.slug}[/bold] ({escape(kata.title)})")
+    if started.backup:
+        out.print(f"Your earlier work on {kata.slug} is backed up at {started.backup}", markup=False)
+    out.print(Markdown(kata.readme()) if out.is_terminal else kata.readme(), markup=False)
+    out.print(RULES.format(path=started.path, cost=session.HINT_COST, n=len(s.questions)), markup=False)
+    out.print(_clock(s), markup=False)
+    return 0
+
+
+def _resume(s: Session, out) -> int:
+    if s.phase == "coding":
+        if s.expired():
+            return _time_up(s, out, ask=True)
+        out.print(f"Interview on {s.kata} resumed. {_clock(s)}", markup=False)
+        out.print(RULES.format(path=_file(s), cost=session.HINT_COST, n=len(s.questions)), markup=False)
+        return 0
+    return _questions(s, out)
+
+
+def cmd_submit(args) -> int:
+    out = report.console()
+    s = session.open_session()
+    if s is None:
+        out.print("No interview in progress: `dojo interview [kata]` starts one.")
+        return 1
+    if s.phase == "coding":
+        s = _submit(s, out, by="time" if s.expired() else "submit")
+    return _questions(s, out)
+
+
+def _submit(s: Session, out, *, by: str) -> Session:
+    if by == "time":
+        out.print(f"Time is up ({s.minutes:g} min): {_file(s)} is graded as it stands.", markup=False)
+    s, result = session.submit(s, by=by)
+    if result is not None:
+        report.show_result(result, out, title=catalog.get(s.kata).title)
+    return s
+
+
+def _time_up(s: Session, out, *, ask: bool) -> int:
+    s = _submit(s, out, by="time")
+    if ask:
+        return _questions(s, out)
+    out.print("Follow-up questions next: `dojo interview --resume`.")
+    return 1
+
+
+def _questions(s: Session, out) -> int:
+    """Ask every unanswered follow-up, then write and show the scorecard. Stops (exit 1) at end of input."""
+    done = session.answered(s)
+    for number, q in enumerate(s.questions, start=1):
+        if number in done:
+            continue
+        out.print(f"\n[bold]Question {number} of {len(s.questions)}[/bold] ({escape(q['source'])})")
+        out.print(q["question"], markup=False)
+        try:
+            answer = _read("Your answer (one line): ")
+            out.print("\n[bold]Model answer.[/bold]")
+            out.print(q["answer"], markup=False)
+            out.print("[bold]Rubric:[/bold]")
+            for i, point in enumerate(q["rubric"], start=1):
+                out.print(f"  {i}. {point}", markup=False)
+            covered = _read_points(out, len(q["rubric"]))
+        except EOFError:
+            out.print(f"\nStopped before question {number} was marked: `dojo interview --resume` continues there.")
+            return 1
+        session.record_answer(s, number, answer, covered)
+    show_card(session.finish(session.get(s.id)), out)
+    return 0
+
+
+def _read(prompt: str) -> str:
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.strip()
+
+
+def _read_points(out, n: int) -> list[int]:
+    while True:
+        text = _read(f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): ")
+        if text.lower() == "all":
+            return list(range(1, n + 1))
+        try:
+            points = [int(t) for t in text.replace(",", " ").split()]
+        except ValueError:
+            points = [0]
+        if all(1 <= p <= n for p in points):
+            return points
+        out.print(f"Give numbers from 1 to {n}.")
+
+
+def show_card(card: dict, out) -> None:
+    out.print(f"\n[bold]Scorecard: {card['kata']}[/bold]")
+    used = f"{card['time_used_s'] / 60:.1f} min" + (f" of {card['minutes']:g}" if card["timer"] else "")
+    if card["submitted_by"] == "time":
+        used += " (time ran out)"
+    lines = [
+        ("Tests passed", f"{card['tests_passed']}/{card['tests']}"),
+        ("Points", f"{card['points']}/{card['total']}"),
+        ("Time used", used),
+        ("Check runs", str(card["check_runs"])),
+        ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)"),
+        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}"),
+        ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
+                  f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
+        ("Verdict", card["verdict"]),
+    ]
+    for name, value in lines:
+        out.print(f"  {name + ':':<17}{value}", markup=False)
+    out.print("Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below.")
+
+
+def _clock(s: Session) -> str:
+    left = s.remaining()
+    if left is None:
+        return "No timer."
+    return f"Time left: {int(left // 60)}:{int(left % 60):02d} of {s.minutes:g} min."
+
+
+def _file(s: Session) -> str:
+    return str(workspace.kata_file(s.kata))
+
+
+def during_session(command: str, args) -> int | None:
+    """The runner's hook for check, hint and status while an interview is open: an exit code when
+    the interview handled the command, None when the runner should carry on as usual."""
+    s = session.open_session()
+    if s is None or s.phase != "coding" or getattr(args, "slug", None) not in (None, s.kata):
+        return None
+    if getattr(args, "notebook", None) is not None:
+        return None
+    out = report.console()
+    if s.expired():
+        return _time_up(s, out, ask=False)
+    if command == "check":
+        result = grade.check(s.kata, examples_only=True, timeout=args.timeout)
+        s = session.count_check(s)
+        report.show_result(result, out, title=catalog.get(s.kata).title)
+        out.print(f"Interview: README examples only (check run {s.check_runs}). {_clock(s)} `dojo submit` when done.",
+                  markup=False)
+        return 0 if result.passed else 1
+    if command == "hint":
+        s, n = session.take_hint(s)
+        hints = catalog.get(s.kata).hints()
+        if n is None:
+            out.print(f"All {len(hints)} hints used.")
+            return 0
+        out.print(f"[bold]Hint {n} of {len(hints)}[/bold] (costs {session.HINT_COST:.0%} of your code score; "
+                  f"{len(s.hints)} used)")
+        out.print(Markdown(hints[n - 1]) if out.is_terminal else hints[n - 1], markup=False)
+        return 0
+    if command == "status":
+        out.print(f"Interview in progress: {s.kata}. {_clock(s)} Check runs: {s.check_runs}, hints: {len(s.hints)}. "
+                  "`dojo submit` when done.", markup=False)
+        return 0
+    return None
+
+
+# ---- outside a session -------------------------------------------------------------------------
+
+
+def cmd_interviewer(args) -> int:
+    out = report.console()
+    p = bank.packet(catalog.get(args.slug))
+    md = out.is_terminal
+
+    def section(title: str, text: str) -> None:
+        out.print(f"\n[bold]== {title} ==[/bold]")
+        out.print(Markdown(text) if md else text, markup=False)
+
+    out.print(f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)")
+    section("Prompt (give the candidate this)", p.prompt)
+    section("Expected approach", p.approach)
+    section("Hints to give, and when", "\n\n".join(
+        f"Hint {i} (around minute {when}, if stuck):\n{text}" for i, (when, text) in enumerate(p.hints, start=1)
+    ) or "(no hints)")
+    section("Follow-up questions, model answers and rubric", "\n\n".join(
+        f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n" + "\n".join(f"  - {r}" for r in q.rubric)
+        for i, q in enumerate(p.questions, start=1)
+    ) or "(no questions)")
+    section("Common mistakes (each one a known-buggy variant the hidden suite catches)",
+            "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)")
+    scoring = session.__doc__.split("Scoring, and the verdict thresholds:")[1].split("Nothing here")[0]
+    section("Scoring", textwrap.dedent(scoring).strip())
+    return 0
+
+
+def cmd_history(args) -> int:
+    out = report.console()
+    cards = session.scorecards()
+    if not cards:
+        out.print("No interviews yet: `dojo interview` starts one.")
+        return 0
+    for c in cards:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c["started"]))
+        out.print(f"{when}  {c['kata']:<16} {c['points']}/{c['total']} pts  {c['time_used_s'] / 60:5.1f} min  "
+                  f"{c['check_runs']} checks  {c['hints']} hints  rubric {c['rubric_covered']}/{c['rubric_offered']}  "
+                  f"{c['score']:.0%}  {c['verdict']}", markup=False)
+    return 0
+
+
+def cmd_stats(args) -> int:
+    out = report.console()
+    rows, redo = session.trends()
+    if not rows:
+        out.print("Nothing yet: `dojo start <kata>` or `dojo interview` to begin.")
+    for t in rows:
+        scores = " -> ".join(f"{s:.0%}" for s in t.scores) or "no interview"
+        practice = f"best check {t.best_practice[0]}/{t.best_practice[1]}" if t.best_practice else "no check yet"
+        last = f" (last: {t.verdicts[-1]})" if t.verdicts else ""
+        out.print(f"{t.kata:<16} interviews: {scores}{last}; {practice}", markup=False)
+    if redo:
+        out.print(f"Redo next: {redo} (`dojo interview {redo}`)", markup=False)
+    return 0
+
+
+def cmd_ask(args) -> int:
+    out = report.console()
+    entries = bank.pick(args.topic)
+    asked = {detail.split(" ", 1)[1] for _, _, _, detail in history.events("bank", "ask") if " " in detail}
+    entry = next((e for e in entries if e.question.question not in asked), entries[0])
+    q = entry.question
+    out.print(f"[bold]Bank question[/bold] ({escape(entry.topic)})")
+    out.print(q.question, markup=False)
+    try:
+        _read("Your answer (one line): ")
+    except EOFError:
+        pass
+    out.print("\n[bold]Model answer.[/bold]")
+    out.print(q.answer, markup=False)
+    out.print("[bold]Rubric:[/bold]")
+    for i, point in enumerate(q.rubric, start=1):
+        out.print(f"  {i}. {point}", markup=False)
+    try:
+        covered = _read_points(out, len(q.rubric))
+    except EOFError:
+        return 0
+    out.print(f"Covered {len(covered)} of {len(q.rubric)} rubric points.")
+    history.record_event("bank", "ask", f"{len(covered)}/{len(q.rubric)} {q.question}")
+    return 0
