@@ -35,6 +35,17 @@ def test_fast_equals_readable_on_random_shapes(seed, causal):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("padding", [None, "all real"])
+def test_unpadded_prefill_shortcut_equals_readable(padding):
+    """Causal with Tq == Tk and no padded key (the is_causal shortcut) equals the readable path."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, h, 33, 16, generator=g) for h in (6, 2, 2))  # GQA group 3
+    mask = torch.ones(2, 33, dtype=torch.bool) if padding else None
+    want = readable.attention(q, k, v, causal=True, key_padding_mask=mask)
+    got = fast.attention(q, k, v, causal=True, key_padding_mask=mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_blind_queries_get_zeros():
     """A query that sees no key (all padding, or causal with Tq > Tk) gets exact zeros."""
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 2, 8), torch.randn(2, 2, 2, 8)
