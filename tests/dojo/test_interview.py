@@ -1,0 +1,220 @@
+"""Mock interviews end to end: `python -m dojo` as a subprocess, scripted stdin, a fake clock.
+
+The toy kata (tests/dojo/toy, via the `dojo` fixture) keeps grading fast; the real question bank
+is copied beside it. $DOJO_FAKE_NOW is the clock dojo.session reads, so time is moved, not waited.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dojo import KATAS_DIR, ROOT, history
+
+T0 = 1_800_000_000.0  # the fake clock's start
+
+
+@pytest.fixture
+def dojo(dojo):
+    shutil.copy(KATAS_DIR / "BANK.md", dojo.toy / "katas" / "BANK.md")
+    return dojo
+
+
+def run(dojo, *args: str, at: float = T0, stdin: str = "") -> subprocess.CompletedProcess:
+    """`dojo ARGS` at fake time `at`, with `stdin` as its input."""
+    env = {**dojo.env, "DOJO_FAKE_NOW": str(at)}
+    return subprocess.run([sys.executable, "-m", "dojo", *args], env=env, input=stdin, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def rows(dojo, sql: str) -> list[tuple]:
+    with sqlite3.connect(dojo.db) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def solve(dojo) -> None:
+    shutil.copy(dojo.reference, dojo.file())
+
+
+def test_full_session(dojo):
+    """interview picks the kata and shows prompt and rules; check runs only examples, counted; submit grades
+    everything, asks the kata's follow-up and one from the bank, and writes a scorecard; history and stats show it"""
+    out = run(dojo, "interview")  # no slug: the weakest kata with a suite, toy
+    assert out.returncode == 0, out.stderr
+    assert "Mock interview: toy" in out.stdout and "Implement `add(a, b)`" in out.stdout
+    assert "only the README's worked examples" in out.stdout and "Time left: 5:00 of 5 min" in out.stdout
+    assert "raise NotImplementedError" in dojo.file().read_text()
+
+    out = run(dojo, "check", at=T0 + 30)
+    assert out.returncode == 1 and "README examples only" in out.stdout and "check run 1" in out.stdout
+    assert "add works for negative numbers" not in out.stdout  # a hidden test: not shown before submission
+    solve(dojo)
+    out = run(dojo, "check", at=T0 + 60)
+    assert out.returncode == 0 and "check run 2" in out.stdout and "Time left: 4:00" in out.stdout
+    out = run(dojo, "status", at=T0 + 90)
+    assert "Interview in progress: toy. Time left: 3:30 of 5 min. Check runs: 2, hints: 0" in out.stdout
+
+    out = run(dojo, "submit", at=T0 + 120, stdin="it keeps punctuation\n1\nbytes, overlaps, a heap\n1 2 4 5\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "add works for negative numbers" in out.stdout and "Score 6/6 points" in out.stdout
+    assert "Question 1 of 2 (kata)" in out.stdout and "Question 2 of 2 (bank: tokenization)" in out.stdout
+    assert "It keeps it:" in out.stdout and "1. says punctuation is kept" in out.stdout  # model answer, rubric
+    for line in ("Tests passed:    4/4", "Points:          6/6", "Time used:       2.0 min of 5", "Check runs:      2",
+                 "Hints:           0", "Rubric coverage: 5/8", "Score:           89%", "Verdict:         strong hire"):
+        assert line in out.stdout, f"scorecard lacks {line!r}:\n{out.stdout}"
+    assert ("toy", "examples") in {a[:2] for a in dojo.attempts()} and dojo.attempts()[-1][:2] == ("toy", "interview")
+    assert rows(dojo, "SELECT verdict FROM scorecards") == [("strong hire",)]
+
+    out = run(dojo, "history")
+    assert out.returncode == 0 and "toy" in out.stdout and "6/6 pts" in out.stdout and "2 checks" in out.stdout
+    assert "rubric 5/8" in out.stdout and "strong hire" in out.stdout
+    out = run(dojo, "stats")
+    assert out.returncode == 0 and "interviews: 89% (last: strong hire)" in out.stdout and "best check 6/6" in out.stdout
+
+
+def test_resume_after_the_process_is_killed(dojo):
+    """a session survives a killed terminal: --resume shows the clock while coding, and continues at the
+    first unmarked question after a kill during the questions"""
+    run(dojo, "interview", "toy", "--minutes", "20")
+    out = run(dojo, "interview", "--resume", at=T0 + 600)
+    assert out.returncode == 0 and "Time left: 10:00 of 20 min" in out.stdout
+    out = run(dojo, "interview", "toy", at=T0 + 601)
+    assert out.returncode == 2 and "in progress" in out.stdout  # one session at a time
+    solve(dojo)
+    proc = subprocess.Popen([sys.executable, "-m", "dojo", "submit"], env={**dojo.env, "DOJO_FAKE_NOW": str(T0 + 700)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        proc.stdin.write("punctuation stays\nall\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            if line.startswith("Question 2 of 2"):
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    assert rows(dojo, "SELECT number, covered FROM session_answers") == [(1, "[1, 2]")]
+    assert rows(dojo, "SELECT COUNT(*) FROM scorecards") == [(0,)]
+
+    out = run(dojo, "interview", "--resume", at=T0 + 800, stdin="bytes\n\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Question 1 of 2" not in out.stdout and "Question 2 of 2" in out.stdout
+    assert "Rubric coverage: 2/8" in out.stdout and "Time used:       11.7 min of 20" in out.stdout
+
+
+def test_submission_at_time_out(dojo):
+    """once the time is up the next command grades the full suite as it stands; the card says so"""
+    run(dojo, "interview", "toy", "--minutes", "5")
+    dojo.write("def add(a, b):\n    return a + b\n\ndef count_words(text):\n    return {}\n")
+    out = run(dojo, "check", at=T0 + 301)
+    assert out.returncode == 1 and "Time is up (5 min)" in out.stdout
+    assert "add works for negative numbers" in out.stdout and "Score 3/6 points" in out.stdout  # the full suite
+    assert "dojo interview --resume" in out.stdout
+    out = run(dojo, "check", at=T0 + 302)  # submitted already: an ordinary check now
+    assert "Time is up" not in out.stdout
+    out = run(dojo, "interview", "--resume", at=T0 + 900, stdin="a\nall\nb\nall\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Time used:       5.0 min of 5 (time ran out)" in out.stdout and "Points:          3/6" in out.stdout
+    assert "Score:           65%" in out.stdout and "Verdict:         lean no" in out.stdout
+    assert rows(dojo, "SELECT submitted_by FROM sessions") == [("time",)]
+
+
+def test_no_timer_never_runs_out(dojo):
+    """--no-timer: no countdown, and no time-out however late"""
+    run(dojo, "interview", "toy", "--no-timer")
+    out = run(dojo, "check", at=T0 + 86_400)
+    assert "No timer." in out.stdout and "Time is up" not in out.stdout
+
+
+def test_hints_cost_points(dojo):
+    """each hint in a session is shown in order, recorded, and costs 10% of the code score"""
+    run(dojo, "interview", "toy")
+    out = run(dojo, "hint")
+    assert "Hint 1 of 2 (costs 10% of your code score; 1 used)" in out.stdout and "Addition is built in." in out.stdout
+    assert "Hint 2 of 2" in run(dojo, "hint").stdout
+    assert "All 2 hints used" in run(dojo, "hint").stdout
+    solve(dojo)
+    out = run(dojo, "submit", at=T0 + 60, stdin="a\nall\nb\nall\n")
+    assert "Hints:           2 (-20% of the code score)" in out.stdout
+    assert "Score:           86%" in out.stdout and "Verdict:         strong hire" in out.stdout  # 0.7 x 0.8 + 0.3 x 1
+    assert rows(dojo, "SELECT hints FROM sessions") == [("[1, 2]",)]
+
+
+def test_scorecard_written_exactly_once(dojo):
+    """a finished session cannot be resumed or scored again, and the database refuses a second card"""
+    run(dojo, "interview", "toy")
+    solve(dojo)
+    run(dojo, "submit", stdin="a\n1\nb\n1\n")
+    out = run(dojo, "interview", "--resume")
+    assert out.returncode == 1 and "No interview in progress" in out.stdout
+    assert run(dojo, "submit").returncode == 1
+    assert rows(dojo, "SELECT COUNT(*) FROM scorecards") == [(1,)]
+    with sqlite3.connect(dojo.db) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO scorecards (session, kata, written, score, verdict, card) SELECT session, kata,"
+                     " written, score, verdict, card FROM scorecards")
+
+
+def test_schema_migration_keeps_practice_history(dojo):
+    """a version-1 progress database gains the interview tables and keeps its attempts"""
+    dojo.db.parent.mkdir(parents=True)
+    with sqlite3.connect(dojo.db) as conn:
+        for statement in history.MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO attempts (kata, mode, target, started, ended, points, total, passed, tests, failed)"
+                     " VALUES ('toy', 'check', 'workspace', 1, 2, 6, 6, 1, 4, 0)")
+        conn.execute("PRAGMA user_version = 1")
+    assert run(dojo, "history").stdout.startswith("No interviews yet")
+    assert rows(dojo, "PRAGMA user_version") == [(history.SCHEMA_VERSION,)]
+    assert dojo.attempts() == [("toy", "check", 6, 6, 1)]
+
+
+def test_interviewer_packet_for_bpe():
+    """`dojo interviewer bpe`: prompt, approach, hints with timing, follow-ups with rubric, and every
+    mutant's mistake"""
+    out = subprocess.run([sys.executable, "-m", "dojo", "interviewer", "bpe"], capture_output=True, text=True,
+                         timeout=60, env={**_env(), "NO_COLOR": "1"}, check=False)
+    assert out.returncode == 0, out.stderr
+    for heading in ("Prompt", "Expected approach", "Hints to give, and when", "Follow-up questions", "Common mistakes",
+                    "Scoring"):
+        assert f"== {heading}" in out.stdout
+    assert "Hint 1 (around minute" in out.stdout and "Rubric:" in out.stdout
+    mutants = sorted((ROOT / "tests" / "katas" / "mutants" / "bpe").glob("*.py"))
+    assert mutants
+    for path in mutants:
+        first = _docstring_line(path)
+        assert f"- {first}" in out.stdout, f"mistake of {path.name} missing"
+
+
+def test_ask_drills_the_bank(dojo):
+    """`dojo ask TOPIC` asks a bank question on it, shows model answer and rubric, records the drill, and asks
+    the least-drilled one next; an unknown topic lists the topics"""
+    out = run(dojo, "ask", "roofline", stdin="ridge point\n1 3\n")
+    assert out.returncode == 0, out.stderr
+    assert "Bank question (roofline)" in out.stdout and "Model answer." in out.stdout
+    assert "Covered 2 of 5 rubric points" in out.stdout
+    first = out.stdout.splitlines()[1]
+    second = run(dojo, "ask", "roofline").stdout.splitlines()[1]  # no input: answer and rubric shown, nothing marked
+    assert first != second and second.startswith("How would you show")
+    out = run(dojo, "ask", "astrology")
+    assert out.returncode != 0 and "topics are" in out.stderr and "tokenization" in out.stderr
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("DOJO_KATAS_DIR", "DOJO_FAKE_NOW")}
+
+
+def _docstring_line(path: Path) -> str:
+    import ast
+
+    return ast.get_docstring(ast.parse(path.read_text())).strip().splitlines()[0]
