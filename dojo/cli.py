@@ -199,8 +199,9 @@ def cmd_start(args) -> int:
 
 
 def _interview_hook(command: str, args) -> int | None:
-    """While a mock interview is open, dojo.interview decides what check/hint/status do (examples only,
-    counted; hints cost points; the countdown): its exit code, or None to carry on as usual."""
+    """While a mock interview is open, dojo.interview decides what check/hint/status/watch/solution do
+    (examples only, counted; hints cost points; the countdown; no full suite or reference): its exit
+    code, or None to carry on as usual."""
     from dojo import interview
 
     return interview.during_session(command, args)
@@ -223,6 +224,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_watch(args) -> int:
+    if (code := _interview_hook("watch", args)) is not None:
+        return code
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     path = workspace.kata_file(slug)
@@ -309,6 +312,8 @@ def cmd_reset(args) -> int:
 
 
 def cmd_solution(args) -> int:
+    if (code := _interview_hook("solution", args)) is not None:
+        return code
     out = report.console()
     kata = catalog.get(args.slug)
     if not kata.reference.is_file():

@@ -4,7 +4,8 @@ Printing and asking only; the session's state, clock and scoring live in dojo.se
 docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.bank.
 `during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
 runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
-countdown, and any of them submits the file once the time is up.
+countdown, `dojo watch` and `dojo solution` are refused (they would show the hidden suite or the
+reference), and any of them submits the file once the time is up.
 """
 
 from __future__ import annotations
@@ -215,6 +216,10 @@ def during_session(command: str, args) -> int | None:
                   f"{len(s.hints)} used)")
         out.print(Markdown(hints[n - 1]) if out.is_terminal else hints[n - 1], markup=False)
         return 0
+    if command in ("watch", "solution"):
+        out.print(f"Not during an interview: `dojo {command}` would show what the interview hides. "
+                  "`dojo check` runs the README examples; `dojo submit` hands in.")
+        return 2
     if command == "status":
         out.print(f"Interview in progress: {s.kata}. {_clock(s)} Check runs: {s.check_runs}, hints: {len(s.hints)}. "
                   "`dojo submit` when done.", markup=False)

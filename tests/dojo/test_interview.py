@@ -58,6 +58,9 @@ def test_full_session(dojo):
     solve(dojo)
     out = run(dojo, "check", at=T0 + 60)
     assert out.returncode == 0 and "check run 2" in out.stdout and "Time left: 4:00" in out.stdout
+    for hidden in (("watch",), ("solution", "toy")):
+        out = run(dojo, *hidden, at=T0 + 61)
+        assert out.returncode == 2 and "Not during an interview" in out.stdout
     out = run(dojo, "status", at=T0 + 90)
     assert "Interview in progress: toy. Time left: 3:30 of 5 min. Check runs: 2, hints: 0" in out.stdout
 
