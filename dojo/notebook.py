@@ -262,16 +262,6 @@ def check_notebook(path: Path, slug: str | None = None, *, examples_only: bool =
     return result
 
 
-def grade_submission(path: Path, slug: str, *, timeout: float | None = None) -> GradeResult:
-    """For `dojo grade`: like grade_notebook, but a missing notebook is a failed result too."""
-    try:
-        return grade_notebook(path, slug, timeout=timeout)
-    except FileNotFoundError as exc:
-        now = time.time()
-        return GradeResult(slug=slug, target=str(path), path=str(path), tests=[], points=0, total=0, passed=False,
-                           duration=0.0, started=now, error=str(exc))
-
-
 def verdict(result: GradeResult, slug: str, *, in_notebook: bool) -> str:
     """One closing line: what to do next."""
     again = "run this cell again" if in_notebook else f"run `dojo check {slug} --notebook` again"

@@ -194,8 +194,11 @@ def test_check_and_grade_a_notebook_with_the_reference(toy_env):
 
 
 def test_syntax_error_names_the_cell(toy_env):
-    """A syntax error in a solution cell fails the check with a message naming the cell and line"""
+    """A syntax error in a solution cell fails the check with a message naming the cell and line (and a missing
+    notebook says how to make one)"""
     dojo = toy_env
+    missing = dojo("check", "toy", "--notebook")
+    assert missing.returncode == 1 and "dojo notebook toy" in missing.stderr, missing.stderr
     save(make_nb(("md", "# toy"), ("solution", "def add(a, b):\n    return a +\n")), dojo.workspace / "toy.ipynb")
     checked = dojo("check", "toy", "--notebook")
     assert checked.returncode == 1
