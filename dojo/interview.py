@@ -1,4 +1,4 @@
-"""`dojo interview`, `submit`, `interviewer`, `history`, `stats`, `ask`: the mock-interview commands.
+"""`dojo interview`, `submit`, `history`, `stats` (and, from dojo.ask, `interviewer`, `ask`): mock interviews.
 
 Printing and asking only; the session's state, clock and scoring live in dojo.session (whose
 docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.bank.
@@ -10,14 +10,13 @@ reference), and any of them submits the file once the time is up.
 
 from __future__ import annotations
 
-import sys
-import textwrap
 import time
 
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from dojo import bank, catalog, grade, history, report, session, workspace
+from dojo import catalog, grade, report, session, workspace
+from dojo.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
 from dojo.session import Session
 
 RULES = (
@@ -118,42 +117,15 @@ def _questions(s: Session, out) -> int:
         out.print(f"\n[bold]Question {number} of {len(s.questions)}[/bold] ({escape(q['source'])})")
         out.print(q["question"], markup=False)
         try:
-            answer = _read("Your answer (one line): ")
-            out.print("\n[bold]Model answer.[/bold]")
-            out.print(q["answer"], markup=False)
-            out.print("[bold]Rubric:[/bold]")
-            for i, point in enumerate(q["rubric"], start=1):
-                out.print(f"  {i}. {point}", markup=False)
-            covered = _read_points(out, len(q["rubric"]))
+            answer = read_line(ANSWER_PROMPT)
+            show_model_answer(out, q["answer"], q["rubric"])
+            covered = read_points(out, len(q["rubric"]))
         except EOFError:
             out.print(f"\nStopped before question {number} was marked: `dojo interview --resume` continues there.")
             return 1
         session.record_answer(s, number, answer, covered)
     show_card(session.finish(session.get(s.id)), out)
     return 0
-
-
-def _read(prompt: str) -> str:
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line.strip()
-
-
-def _read_points(out, n: int) -> list[int]:
-    while True:
-        text = _read(f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): ")
-        if text.lower() == "all":
-            return list(range(1, n + 1))
-        try:
-            points = [int(t) for t in text.replace(",", " ").split()]
-        except ValueError:
-            points = [0]
-        if all(1 <= p <= n for p in points):
-            return points
-        out.print(f"Give numbers from 1 to {n}.")
 
 
 def show_card(card: dict, out) -> None:
@@ -192,7 +164,11 @@ def during_session(command: str, args) -> int | None:
     """The runner's hook for check, hint and status while an interview is open: an exit code when
     the interview handled the command, None when the runner should carry on as usual."""
     s = session.open_session()
-    if s is None or s.phase != "coding" or getattr(args, "slug", None) not in (None, s.kata):
+    if s is None or getattr(args, "slug", None) not in (None, s.kata):
+        return None
+    if s.phase != "coding":
+        if command == "status":
+            report.console().print(f"Interview on {s.kata}: submitted; follow-up questions next: `dojo interview --resume`.")
         return None
     if getattr(args, "notebook", None) is not None:
         return None
@@ -230,32 +206,6 @@ def during_session(command: str, args) -> int | None:
 # ---- outside a session -------------------------------------------------------------------------
 
 
-def cmd_interviewer(args) -> int:
-    out = report.console()
-    p = bank.packet(catalog.get(args.slug))
-    md = out.is_terminal
-
-    def section(title: str, text: str) -> None:
-        out.print(f"\n[bold]== {title} ==[/bold]")
-        out.print(Markdown(text) if md else text, markup=False)
-
-    out.print(f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)")
-    section("Prompt (give the candidate this)", p.prompt)
-    section("Expected approach", p.approach)
-    section("Hints to give, and when", "\n\n".join(
-        f"Hint {i} (around minute {when}, if stuck):\n{text}" for i, (when, text) in enumerate(p.hints, start=1)
-    ) or "(no hints)")
-    section("Follow-up questions, model answers and rubric", "\n\n".join(
-        f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n" + "\n".join(f"  - {r}" for r in q.rubric)
-        for i, q in enumerate(p.questions, start=1)
-    ) or "(no questions)")
-    section("Common mistakes (each one a known-buggy variant the hidden suite catches)",
-            "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)")
-    scoring = session.__doc__.split("Scoring, and the verdict thresholds:")[1].split("Nothing here")[0]
-    section("Scoring", textwrap.dedent(scoring).strip())
-    return 0
-
-
 def cmd_history(args) -> int:
     out = report.console()
     cards = session.scorecards()
@@ -282,30 +232,4 @@ def cmd_stats(args) -> int:
         out.print(f"{t.kata:<16} interviews: {scores}{last}; {practice}", markup=False)
     if redo:
         out.print(f"Redo next: {redo} (`dojo interview {redo}`)", markup=False)
-    return 0
-
-
-def cmd_ask(args) -> int:
-    out = report.console()
-    entries = bank.pick(args.topic)
-    asked = {detail.split(" ", 1)[1] for _, _, _, detail in history.events("bank", "ask") if " " in detail}
-    entry = next((e for e in entries if e.question.question not in asked), entries[0])
-    q = entry.question
-    out.print(f"[bold]Bank question[/bold] ({escape(entry.topic)})")
-    out.print(q.question, markup=False)
-    try:
-        _read("Your answer (one line): ")
-    except EOFError:
-        pass
-    out.print("\n[bold]Model answer.[/bold]")
-    out.print(q.answer, markup=False)
-    out.print("[bold]Rubric:[/bold]")
-    for i, point in enumerate(q.rubric, start=1):
-        out.print(f"  {i}. {point}", markup=False)
-    try:
-        covered = _read_points(out, len(q.rubric))
-    except EOFError:
-        return 0
-    out.print(f"Covered {len(covered)} of {len(q.rubric)} rubric points.")
-    history.record_event("bank", "ask", f"{len(covered)}/{len(q.rubric)} {q.question}")
     return 0

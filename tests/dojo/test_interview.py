@@ -107,6 +107,7 @@ def test_resume_after_the_process_is_killed(dojo):
         watchdog.cancel()
     assert rows(dojo, "SELECT number, covered FROM session_answers") == [(1, "[1, 2]")]
     assert rows(dojo, "SELECT COUNT(*) FROM scorecards") == [(0,)]
+    assert "follow-up questions next: `dojo interview --resume`" in run(dojo, "status", at=T0 + 750).stdout
 
     out = run(dojo, "interview", "--resume", at=T0 + 800, stdin="bytes\n\n")
     assert out.returncode == 0, out.stdout + out.stderr

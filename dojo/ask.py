@@ -1,0 +1,102 @@
+"""Asking questions at a terminal: `dojo ask` (a bank drill), `dojo interviewer` (the packet), and
+the prompts the interview's follow-ups share with them.
+
+An answer is one line; the model answer and numbered rubric follow; the learner marks the points
+they covered ("1 3", "all", or Enter for none). End of input raises EOFError so a caller can stop
+and resume. `dojo ask` records each marked drill as an event (kata "bank", kind "ask") and asks
+the first matching question not drilled yet (when all are, the first).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from dojo import bank, catalog, history, report, session
+
+ANSWER_PROMPT = "Your answer (one line): "
+
+
+def read_line(prompt: str) -> str:
+    """One line from stdin, stripped, after `prompt` (flushed, so a script or a pipe sees it first).
+    Raises EOFError at end of input."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.strip()
+
+
+def read_points(out, n: int) -> list[int]:
+    """The rubric points (1..n) the learner says they covered; asks again on anything else."""
+    while True:
+        text = read_line(f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): ")
+        if text.lower() == "all":
+            return list(range(1, n + 1))
+        try:
+            points = [int(t) for t in text.replace(",", " ").split()]
+        except ValueError:
+            points = [0]
+        if all(1 <= p <= n for p in points):
+            return points
+        out.print(f"Give numbers from 1 to {n}.")
+
+
+def show_model_answer(out, answer: str, rubric: list[str]) -> None:
+    out.print("\n[bold]Model answer.[/bold]")
+    out.print(answer, markup=False)
+    out.print("[bold]Rubric:[/bold]")
+    for i, point in enumerate(rubric, start=1):
+        out.print(f"  {i}. {point}", markup=False)
+
+
+def cmd_interviewer(args) -> int:
+    out = report.console()
+    p = bank.packet(catalog.get(args.slug))
+    md = out.is_terminal
+
+    def section(title: str, text: str) -> None:
+        out.print(f"\n[bold]== {title} ==[/bold]")
+        out.print(Markdown(text) if md else text, markup=False)
+
+    out.print(f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)")
+    section("Prompt (give the candidate this)", p.prompt)
+    section("Expected approach", p.approach)
+    section("Hints to give, and when", "\n\n".join(
+        f"Hint {i} (around minute {when}, if stuck):\n{text}" for i, (when, text) in enumerate(p.hints, start=1)
+    ) or "(no hints)")
+    section("Follow-up questions, model answers and rubric", "\n\n".join(
+        f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n" + "\n".join(f"  - {r}" for r in q.rubric)
+        for i, q in enumerate(p.questions, start=1)
+    ) or "(no questions)")
+    section("Common mistakes (each one a known-buggy variant the hidden suite catches)",
+            "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)")
+    scoring = session.__doc__.split("Scoring, and the verdict thresholds:")[1].split("Nothing here")[0]
+    section("Scoring", textwrap.dedent(scoring).strip())
+    return 0
+
+
+def cmd_ask(args) -> int:
+    out = report.console()
+    entries = bank.pick(args.topic)
+    asked = {detail.split(" ", 1)[1] for _, _, _, detail in history.events("bank", "ask") if " " in detail}
+    entry = next((e for e in entries if e.question.question not in asked), entries[0])
+    q = entry.question
+    out.print(f"[bold]Bank question[/bold] ({escape(entry.topic)})")
+    out.print(q.question, markup=False)
+    try:
+        read_line(ANSWER_PROMPT)
+    except EOFError:
+        pass  # no input: show the model answer anyway, mark nothing
+    show_model_answer(out, q.answer, q.rubric)
+    try:
+        covered = read_points(out, len(q.rubric))
+    except EOFError:
+        return 0
+    out.print(f"Covered {len(covered)} of {len(q.rubric)} rubric points.")
+    history.record_event("bank", "ask", f"{len(covered)}/{len(q.rubric)} {q.question}")
+    return 0
