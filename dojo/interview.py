@@ -138,7 +138,7 @@ def show_card(card: dict, out) -> None:
         ("Points", f"{card['points']}/{card['total']}"),
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
-        ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)"),
+        ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
         ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}"),
         ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
                   f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
