@@ -112,15 +112,15 @@ def decode_timer(model, n: int) -> Callable[[], float]:
     return run
 
 
-def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, model=None) -> list[dict]:
+def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_model=None) -> list[dict]:
     """Rows {name, ours, peer, ratio, unit, goal}: decode tok/s of packed Q4_1 engines vs fp32.
 
-    `model`: the fp32 SmolLM2 already loaded (`make bench` loads it once for every group)."""
+    `fp32_model`: the fp32 SmolLM2 already loaded (`make bench` loads it once for every group)."""
     from solutions.weights import load_smollm2
 
     if threads:
         torch.set_num_threads(threads)
-    fp32 = load_smollm2() if model is None else model
+    fp32 = load_smollm2() if fp32_model is None else fp32_model
     engines = {"fp32": fp32, "q4_1 numpy (matmul_q4_1)": pack(fp32, "numpy")}
     if hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         engines["q4_1 torch fused int4 kernel, bf16 x"] = pack(engines["q4_1 numpy (matmul_q4_1)"], "torch_int4")
