@@ -9,7 +9,6 @@ import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from itertools import chain
 from pathlib import Path
 
 import regex
@@ -106,7 +105,7 @@ class BPETokenizer:
             positions = where.pop((a, b))
             if a == b:
                 positions.sort()  # overlapping runs merge left to right: "aaa" -> (aa, a)
-            fresh = set()
+            born = []  # pairs with the new token, repeated as often as they were made
             for i in positions:
                 j = nxt[i]
                 if ids[i] != a or ids[j] != b:
@@ -118,17 +117,17 @@ class BPETokenizer:
                     pair = (left, new)
                     counts[pair] += w
                     where[pair].append(p)
-                    fresh.add(pair)
+                    born.append(pair)
                 if right >= 0:  # (b, right) becomes (new, right)
                     counts[(b, right)] -= w
                     pair = (new, right)
                     counts[pair] += w
                     where[pair].append(i)
-                    fresh.add(pair)
+                    born.append(pair)
                 ids[i], ids[j] = new, -1
                 nxt[i], prev[k] = k, i
             del counts[(a, b)]
-            for pair in fresh:
+            for pair in set(born):
                 if counts[pair] >= threshold:
                     heapq.heappush(heap, (-counts[pair], *pair))
         self.merges = merges
