@@ -7,7 +7,8 @@ The oracle would take many minutes, so it runs its first few merges and is scale
 left before each later merge (its cost per merge is a recount of every token): an estimate.
 
 Encoding with SmolLM2's vocabulary (from the GGUF): a freshly built reference tokenizer (cold
-chunk cache) against tiktoken built offline from the same ranks and split, and against the
+chunk cache; loading has built its table of tokens that encode to themselves, the exact form of
+tiktoken's whole-piece lookup) against tiktoken built offline from the same ranks and split, and against the
 `tokenizers` peer of tests/system/test_tokenizer.py. Outputs are checked identical before timing.
 
 Contestants run in turn, best of a few rounds. Training is timed by the wall clock (the Rust
