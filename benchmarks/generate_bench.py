@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -115,10 +115,12 @@ def load_models():
     return load_smollm2(path), hf
 
 
-def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> list[dict]:
+def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> Iterator[dict]:
+    """Every row of this file, each yielded as soon as it is measured."""
     ours, hf = load_models()
-    return (beam_step_cost(ours, hf, tokens, repeats) + beam_search_vs_hf(ours, hf, tokens, repeats)
-            + kv_cache_speedup(ours, recompute_tokens))
+    yield from beam_step_cost(ours, hf, tokens, repeats)
+    yield from beam_search_vs_hf(ours, hf, tokens, repeats)
+    yield from kv_cache_speedup(ours, recompute_tokens)
 
 
 def main() -> None:
@@ -133,7 +135,7 @@ def main() -> None:
     print(f"{'metric':<46}{'ours':>10}{'peer':>10}  {'peer name':<14}{'ratio':>8}  goal")
     for row in bench(args.tokens, args.repeats, args.recompute_tokens):
         print(f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
-              f"{row['ratio']:>8.2f}  {row['goal']}")
+              f"{row['ratio']:>8.2f}  {row['goal']}", flush=True)
 
 
 if __name__ == "__main__":
