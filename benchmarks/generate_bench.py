@@ -5,8 +5,9 @@
 - Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
 - Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
   every step (the same tokens, checked).
-Engines run interleaved (A B A B ...) after a warm-up, medians reported; per-step times are
-(time for n tokens - time for 1 token) / (n - 1), the same for both engines, so prefill drops out.
+Engines run interleaved (A B A B ...) after a warm-up, medians reported. A step's time excludes
+prefill: ours from the generator's own decode clock, HF's from a stopping criterion that HF calls
+once per step (first to last call, over the steps between).
 Each function returns rows for `make bench`: dicts with metric, ours, peer, peer_name, ratio, goal,
 unit (`ratio` is ours over the peer for costs, the peer over ours for speed-ups, as `goal` says).
 
@@ -38,38 +39,56 @@ def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
     return run
 
 
-def hf_timer(hf, n: int, num_beams: int) -> Callable[[], float]:
-    """Seconds for HF generate() to produce exactly n tokens per beam on the same prompt."""
+def hf_generate(hf, n: int, num_beams: int, **kwargs) -> None:
     ids = torch.tensor([PROMPT])
-
-    @torch.inference_mode()
-    def run() -> float:
-        start = time.perf_counter()
+    with torch.inference_mode():
         hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                     num_beams=num_beams, do_sample=False, pad_token_id=2, temperature=None, top_p=None,
-                    top_k=None)
+                    top_k=None, **kwargs)
+
+
+def hf_timer(hf, n: int, num_beams: int) -> Callable[[], float]:
+    """Seconds for HF generate() to produce exactly n tokens per beam on the same prompt."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        hf_generate(hf, n, num_beams)
         return time.perf_counter() - start
 
     return run
 
 
-def step_seconds(timer: Callable[[Callable, int, int], Callable[[], float]], engine, n: int, num_beams: int,
-                 repeats: int) -> float:
-    """Median seconds per decode step: (n tokens - 1 token) / (n - 1)."""
-    t = interleaved({"n": timer(engine, n, num_beams), "1": timer(engine, 1, num_beams)}, repeats)
-    return (t["n"] - t["1"]) / (n - 1)
+def ours_step(model, n: int, num_beams: int) -> Callable[[], float]:
+    """Seconds per decode step of our generate(): its decode time over the n - 1 steps after prefill."""
+    kwargs = dict(strategy="beam", num_beams=num_beams) if num_beams > 1 else {}
+    return lambda: generate(model, [PROMPT], max_new_tokens=n, **kwargs).decode_seconds / (n - 1)
+
+
+def hf_step(hf, n: int, num_beams: int) -> Callable[[], float]:
+    """Seconds per decode step of HF generate(), clocked by a stopping criterion HF calls once per step."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Clock(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            times.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    def run() -> float:
+        times.clear()
+        hf_generate(hf, n, num_beams, stopping_criteria=StoppingCriteriaList([Clock()]))
+        return (times[-1] - times[0]) / (len(times) - 1)
+
+    times: list[float] = []
+    return run
 
 
 def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """One 4-beam step over one greedy step, ours and HF's; goal <= 1.3 for ours."""
-    ratios = {}
-    for name, timer, engine in (("ours", ours_timer, ours), ("hf", hf_timer, hf)):
-        greedy = step_seconds(timer, engine, tokens, 1, repeats)
-        beam = step_seconds(timer, engine, tokens, 4, repeats)
-        ratios[name] = beam / greedy
-    return [dict(metric="beam step (4 beams) / greedy step", ours=ratios["ours"], peer=ratios["hf"],
-                 peer_name="transformers", ratio=ratios["ours"] / ratios["hf"], goal="ours <= 1.3",
-                 unit="x")]
+    t = interleaved({"ours 1": ours_step(ours, tokens, 1), "ours 4": ours_step(ours, tokens, 4),
+                     "hf 1": hf_step(hf, tokens, 1), "hf 4": hf_step(hf, tokens, 4)}, repeats)
+    mine, theirs = t["ours 4"] / t["ours 1"], t["hf 4"] / t["hf 1"]
+    return [dict(metric="beam step (4 beams) / greedy step", ours=mine, peer=theirs, peer_name="transformers",
+                 ratio=mine / theirs, goal="ours <= 1.3", unit="x")]
 
 
 def beam_search_vs_hf(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
