@@ -150,15 +150,15 @@ class BPETokenizer:
                 chunks = self._splitter.findall(part) if self._splitter else [part]
                 if self._whole_tokens is None:
                     self._whole_tokens = self._find_whole_tokens()
-                cache, whole = self._cache, self._whole_tokens
+                cache, whole, merge = self._cache, self._whole_tokens, self._encode_chunk
                 if len(cache) > _CACHE_LIMIT:
                     cache.clear()
+                cached = cache.get
                 for chunk in chunks:
-                    tokens = cache.get(chunk)
+                    tokens = cached(chunk)
                     if tokens is None:
                         token = whole.get(chunk)
-                        tokens = [token] if token is not None else self._encode_chunk(chunk.encode("utf-8"))
-                        cache[chunk] = tokens
+                        tokens = cache[chunk] = [token] if token is not None else merge(chunk.encode("utf-8"))
                     out += tokens
         return out
 
