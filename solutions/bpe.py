@@ -7,7 +7,9 @@ tokens are cut out before that and never broken.
 
 Training is incremental: each distinct chunk is stored once with its frequency as a linked list of
 tokens, a merge updates only the pair counts around the positions it touches, and a heap with lazy
-invalidation yields the best pair. Encoding caches each chunk's tokens. `from_gpt2` loads a
+invalidation yields the best pair. Encoding caches each chunk's tokens, takes a chunk that is
+itself a token in one lookup, merges short chunks by scanning a list of pair ranks and long ones
+through a heap (the slow oracle in tests/katas/test_bpe.py checks both). `from_gpt2` loads a
 GPT-2-style vocabulary, whose byte tokens are not ids 0..255 (solutions/tokenizer.py serves
 SmolLM2 with it).
 
