@@ -19,7 +19,7 @@ from benchmarks.harness import Goal, Row, medians
 
 # (full, quick) sizes; full sizes keep the whole of `make bench` under 10 minutes on 2 cores.
 SIZES = {
-    "decode": ({"tokens": 32, "repeats": 5, "prefill": 512}, {"tokens": 8, "repeats": 1, "prefill": 128}),
+    "decode": ({"tokens": 32, "repeats": 3, "prefill": 512}, {"tokens": 8, "repeats": 1, "prefill": 128}),
     "int4": ({"tokens": 8, "repeats": 3}, {"tokens": 4, "repeats": 1}),
     "generate": ({"tokens": 16, "repeats": 3, "recompute_tokens": 256}, {"tokens": 4, "repeats": 1, "recompute_tokens": 16}),
     "llama_cpp": ({"tokens": 32, "repeats": 5}, {"tokens": 8, "repeats": 1}),
@@ -39,7 +39,11 @@ class Context:
     def models(self):
         """(ours, hf): SmolLM2 fp32 from the GGUF, ours and HuggingFace transformers', loaded once."""
         if "models" not in self.shared:
+            from transformers.utils import logging as hf_logging
+
             from benchmarks.generate_bench import load_models
+
+            hf_logging.disable_progress_bar()  # its GGUF loader's bars would break up the bench log
 
             self.shared["models"] = load_models()
         return self.shared["models"]
