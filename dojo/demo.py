@@ -52,7 +52,8 @@ def choose_parts(mine: bool) -> Parts:
         try:
             value = getattr(targets.load_module(path, f"dojo_demo_{slug}"), name)
         except Exception as exc:  # the learner's file: any failure means the reference runs instead
-            parts.notes.append(f"{slug}: reference (your {path.name} failed to load: {type(exc).__name__}: {exc})")
+            why = f"your {path.name} failed to load: {type(exc).__name__}: {exc}"
+            parts.notes.append(f"{slug}: reference ({why})")
             continue
         setattr(parts, part, value)
         parts.mine.append(slug)
@@ -101,7 +102,8 @@ def load_model(parts: Parts):
     """SmolLM2 with the chosen attention and cache, a progress bar on stderr while it loads."""
     from solutions.weights import load_smollm2
 
-    columns = (TextColumn("loading SmolLM2-135M"), BarColumn(), TextColumn("{task.completed}/{task.total} tensors"),
+    columns = (TextColumn("loading SmolLM2-135M"), BarColumn(),
+               TextColumn("{task.completed}/{task.total} tensors"),
                TimeElapsedColumn())
     with Progress(*columns, console=report.console(stderr=True), transient=True) as bar:
         task = bar.add_task("load", total=None)
@@ -129,10 +131,12 @@ def run(args: argparse.Namespace) -> int:
     stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
     start = time.perf_counter()
     with torch.inference_mode():
-        result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream, **kwargs)
+        result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream,
+                                **kwargs)
     out.print()
     n_new = len(result.tokens[0])
-    ttft = result.prefill_seconds if args.beams > 1 or stream.first_token_at is None else stream.first_token_at - start
+    streamed = args.beams == 1 and stream.first_token_at is not None  # beam search streams only at the end
+    ttft = stream.first_token_at - start if streamed else result.prefill_seconds
     out.print(f"prompt tokens: {len(prompt)}   time to first token: {ttft * 1e3:.0f} ms")
     steps = n_new - 1
     rate = steps / result.decode_seconds if steps > 0 and result.decode_seconds > 0 else float("nan")
@@ -143,16 +147,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="chat with SmolLM2 on the reference inference system (or yours: --mine)")
+    p = subparsers.add_parser("demo", help="chat with SmolLM2 on the reference system (or yours: --mine)")
     p.add_argument("question", help="what to ask, e.g. \"What is the capital of France?\"")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
-    mode.add_argument("--sample", action="store_true", help="sample with --temperature / --top-p / --top-k / --seed")
+    mode.add_argument("--sample", action="store_true", help="sample (see --temperature, --top-p)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams (answer shown at the end)")
+    p.add_argument("--beams", type=int, default=1, metavar="N",
+                   help="beam search with N beams (answer shown at the end)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     p.add_argument("--mine", action="store_true", help="use your passed katas: attention, kv_cache, generate")
     p.set_defaults(func=run)

@@ -23,7 +23,8 @@ def ws(tmp_path, monkeypatch):
 
 def record_pass(slug: str) -> None:
     now = time.time()
-    history.record_attempt(slug, mode="check", target="workspace", started=now, ended=now, points=10, total=10,
+    history.record_attempt(slug, mode="check", target="workspace", started=now, ended=now, points=10,
+                           total=10,
                            passed=True, tests=5, failed=0)
 
 
@@ -57,7 +58,8 @@ def test_mine_swaps_in_passed_katas(ws):
         record_pass(slug)
     parts = demo.choose_parts(mine=True)
     assert parts.mine == ["attention", "kv_cache", "generate"], parts.notes
-    assert parts.cache_cls.__module__ == "dojo_demo_kv_cache" and parts.generate.__module__ == "dojo_demo_generate"
+    assert parts.cache_cls.__module__ == "dojo_demo_kv_cache"
+    assert parts.generate.__module__ == "dojo_demo_generate"
 
 
 def test_mine_falls_back_when_a_passed_file_breaks(ws):

@@ -195,7 +195,8 @@ def test_example_beam_finds_more_probable(kata):
     assert r.tokens == [[3, 0], [2, 3, 0]], \
         f"beam search, 2 beams, length_penalty 0 from [1]: got {r.tokens}, want [[3, 0], [2, 3, 0]]"
     want = [math.log(.35 * .9), math.log(.5 * .4 * .9)]
-    assert r.scores == pytest.approx(want, abs=1e-4), f"beam scores are raw sum(log p): got {r.scores}, want {want}"
+    assert r.scores == pytest.approx(want, abs=1e-4), \
+        f"beam scores are raw sum(log p): got {r.scores}, want {want}"
 
 
 @pytest.mark.example
@@ -223,10 +224,12 @@ def test_example_early_stopping_modes(kata):
     """early_stopping True, False and "never" stop at different points"""
     got = {}
     for es in (True, False, "never"):
-        got[es] = kata.generate(BigramModel(ES_BIGRAM), [[1]], max_new_tokens=5, eos_token_id=0, strategy="beam",
-                                num_beams=2, length_penalty=1.0, early_stopping=es).tokens[0]
+        got[es] = kata.generate(BigramModel(ES_BIGRAM), [[1]], max_new_tokens=5, eos_token_id=0,
+                                strategy="beam", num_beams=2, length_penalty=1.0,
+                                early_stopping=es).tokens[0]
     want = {True: [0], False: [2, 1, 0], "never": [2, 1, 2, 1, 0]}
-    assert got == want, f"best output from [1] with 2 beams, length_penalty 1, by early_stopping: got {got}, want {want}"
+    assert got == want, \
+        f"best output from [1] with 2 beams, length_penalty 1, by early_stopping: got {got}, want {want}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +292,8 @@ def test_several_eos_ids(kata, llama):
     k = first_new_token(first)
     eos = [next(v for v in range(24) if v not in first), first[k]]
     got = kata.generate(llama, [[3, 5, 7, 1]], max_new_tokens=6, eos_token_id=eos).tokens[0]
-    assert got == first[:k + 1], f"greedy gives {first}; with eos_token_id={eos} want {first[:k + 1]}, got {got}"
+    assert got == first[:k + 1], \
+        f"greedy gives {first}; with eos_token_id={eos} want {first[:k + 1]}, got {got}"
 
 
 SAMPLE_LOGITS = [2.0, 1.6, 1.2, 1.2, 0.4, -0.3, -1.0, -2.5]
@@ -494,7 +498,8 @@ def test_on_token_streams(kata, llama):
     """on_token(row, token) is called for each new token as it is produced"""
     events = []
     model = Recorder(llama, events)
-    r = kata.generate(model, PROMPTS, max_new_tokens=4, on_token=lambda row, tok: events.append(("token", row, tok)))
+    r = kata.generate(model, PROMPTS, max_new_tokens=4,
+                      on_token=lambda row, tok: events.append(("token", row, tok)))
     streamed = [[e[2] for e in events if e[0] == "token" and e[1] == row] for row in range(3)]
     assert streamed == r.tokens, f"streamed tokens {streamed} differ from the result {r.tokens}"
     kinds = [e[0] for e in events]
@@ -533,4 +538,5 @@ def test_invalid_arguments(kata, plain_llama, bad, name):
     prompts = kwargs.pop("prompts")
     with pytest.raises(ValueError) as info:
         kata.generate(plain_llama, prompts, **kwargs)
-    assert name in str(info.value), f"generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
+    assert name in str(info.value), \
+        f"generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"

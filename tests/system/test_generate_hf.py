@@ -60,7 +60,8 @@ def test_beam_search_matches_hf(smollm2, hf_smollm2, encode, eos, num_beams, len
     ours = generate(smollm2, [prompt], max_new_tokens=MAX_NEW, eos_token_id=eos, strategy="beam", **kwargs)
     want_tokens, want_scores = hf_beam_search(hf_smollm2, [prompt], eos, **kwargs)
     assert ours.tokens == want_tokens, f"{kwargs}: ours {ours.tokens}, HF {want_tokens}"
-    assert ours.scores == pytest.approx(want_scores, abs=1e-4), f"{kwargs}: ours {ours.scores}, HF {want_scores}"
+    assert ours.scores == pytest.approx(want_scores, abs=1e-4), \
+        f"{kwargs}: ours {ours.scores}, HF {want_scores}"
 
 
 @pytest.mark.slow
