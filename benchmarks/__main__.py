@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += got
         print(f"[bench] {name}: {len(got)} rows in {timings[name]:.1f} s", file=sys.stderr, flush=True)
     total = time.perf_counter() - start
+    if hasattr(os, "getloadavg"):  # the load can change during a run: both ends go in the report
+        facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.print_table(rows, title=f"decode-dojo benchmarks ({total / 60:.1f} min, {threads} threads)")
     path = report.write_json(rows, facts, extra={"seconds": total, "group_seconds": timings,
                                                        "group_cpu_seconds": cpu})

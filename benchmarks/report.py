@@ -30,7 +30,7 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "%":
         return f"{value:.0%}"
     if unit == "x":
-        return f"{value:.2f}x"
+        return f"{value:,.0f}x" if abs(value) >= 100 else f"{value:.2f}x"
     digits = 3 if abs(value) < 1 else 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
     return f"{value:,.{digits}f} {unit}"
 
@@ -76,9 +76,10 @@ def machine_facts(threads: int | None = None, command: str = "python -m benchmar
 
 def machine_line(facts: dict) -> str:
     v = facts["versions"]
-    load = facts.get("load_average_at_start")
+    load, end = facts.get("load_average_at_start"), facts.get("load_average_at_end")
+    loads = f"load average {load[0] if load else '?'} at start" + (f", {end[0]} at end" if end else "")
     return (f"{facts['cpu']}, {facts['cores']} cores ({facts['threads']} threads used), {facts['ram_gib']} GiB RAM, "
-            f"load average {load[0] if load else '?'} at start; torch {v.get('torch')}, numpy {v.get('numpy')}, "
+            f"{loads}; torch {v.get('torch')}, numpy {v.get('numpy')}, "
             f"transformers {v.get('transformers')}; {facts['started']}")
 
 

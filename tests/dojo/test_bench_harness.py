@@ -171,6 +171,7 @@ def test_machine_facts_name_what_the_figures_depend_on():
 def test_figures_are_formatted_with_their_units():
     """Shares as percents, ratios with x, other figures with their unit."""
     assert report.fmt(0.634, "%") == "63%" and report.fmt(2.5, "x") == "2.50x", "percent / ratio formats"
+    assert report.fmt(4388.93, "x") == "4,389x", "large ratios without decimals"
     assert report.fmt(12.345, "tok/s") == "12.3 tok/s" and report.fmt(None, "s") == "-", "unit formats"
 
 
