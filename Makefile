@@ -9,7 +9,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test test-fast check-katas grade demo bench bench-peers notebooks lint clean
+.PHONY: setup practice test check-katas grade demo bench bench-peers notebooks lint clean
 
 setup: $(STAMP)
 
