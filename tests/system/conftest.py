@@ -1,8 +1,9 @@
 """Session-wide fixtures for the system tests: SmolLM2 loaded once, ours and HuggingFace's.
 
 Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
-fixtures. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1); if it is
-not installed, the tests that compare against it are skipped, the rest still run.
+fixtures. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1). Nothing here
+is skipped: a missing model or peer is a failure that says to run `make setup`, so CI can't pass
+without the comparisons.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
+from solutions.tokenizer import load_tokenizer
 from solutions.weights import find_gguf, load_smollm2
 
 
@@ -24,7 +26,7 @@ def smollm2_path():
     try:
         return find_gguf()
     except FileNotFoundError as e:
-        pytest.skip(str(e))
+        pytest.fail(f"{e} (`make setup` installs it)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +38,11 @@ def smollm2(smollm2_path):
 @pytest.fixture(scope="session")
 def hf_smollm2(smollm2_path):
     """HuggingFace transformers' SmolLM2 from the same GGUF file, fp32, eval mode."""
-    transformers = pytest.importorskip("transformers")
-    for needed in ("accelerate", "gguf"):
+    for needed in ("transformers", "accelerate", "gguf"):
         if importlib.util.find_spec(needed) is None:
-            pytest.skip(f"transformers needs `{needed}` to read GGUF files")
+            pytest.fail(f"the HF comparison needs `{needed}`: run `make setup`", pytrace=False)
+    import transformers
+
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True)
     return model.eval()
@@ -47,9 +50,5 @@ def hf_smollm2(smollm2_path):
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_path):
-    """Our SmolLM2 tokenizer (solutions.tokenizer.load_tokenizer); skipped until that module exists."""
-    if importlib.util.find_spec("solutions.tokenizer") is None:
-        pytest.skip("solutions/tokenizer.py is not written yet")
-    from solutions.tokenizer import load_tokenizer
-
+    """Our SmolLM2 tokenizer (solutions.tokenizer.load_tokenizer)."""
     return load_tokenizer(smollm2_path)

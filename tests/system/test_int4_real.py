@@ -11,7 +11,7 @@ import pytest
 
 from solutions.int4 import dequantize_q4_1, dequantize_q8_0
 
-gguf = pytest.importorskip("gguf")
+import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize as gguf_dequantize
 

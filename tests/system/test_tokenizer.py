@@ -14,11 +14,11 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import transformers
 
 from solutions.tokenizer import SMOLLM_PATTERN, load_tokenizer, tokenizer_from_gguf
 from solutions.weights import find_gguf, open_gguf
 
-tokenizers = pytest.importorskip("tokenizers")
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<file_sep>", "<repo_name>", "<jupyter_code>"]
 WORDS = ["the", "The", " quick", "brown", "fox's", "don't", "I'LL", "we've", "naïve", "café", "Straße",
@@ -138,7 +138,6 @@ MESSAGES = [
 @pytest.mark.parametrize("generation_prompt", [True, False])
 def test_chat_template_matches_transformers(reader, ours, peer, generation_prompt):
     """apply_chat_template renders the GGUF template exactly as transformers does"""
-    transformers = pytest.importorskip("transformers")
     hf = transformers.PreTrainedTokenizerFast(tokenizer_object=peer)
     hf.chat_template = reader.fields["tokenizer.chat_template"].contents()
     for messages in MESSAGES:
