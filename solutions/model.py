@@ -98,6 +98,18 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
+def linear_weight(n_out: int, n_in: int) -> nn.Parameter:
+    """An (n_out, n_in) weight for F.linear, stored column-major: its transpose is contiguous.
+
+    Values, shape and indexing are as usual; only the memory order differs. F.linear(x, w) then
+    multiplies x by a contiguous (n_in, n_out) matrix, which BLAS handles as well for the 4 rows of
+    a 4-beam decode step as for 1 row. Row-major, a 4-row step cost 1.75x a 1-row step; column-major
+    1.36x, with 1-row decode and prefill unchanged (SmolLM2 shapes, 2 threads, measured side by side).
+    Loading copies values in (load_state_dict without assign keeps this layout).
+    """
+    return nn.Parameter(torch.empty(n_in, n_out).t())
+
+
 class Block(nn.Module):
     """One decoder layer: x + attn(norm(x)), then x + mlp(norm(x)). Weights fused for speed."""
 
@@ -106,11 +118,11 @@ class Block(nn.Module):
         d, hd = config.d_model, config.head_dim
         self.q_dim, self.kv_dim = config.n_heads * hd, config.n_kv_heads * hd
         self.attn_norm = nn.Parameter(torch.empty(d))
-        self.wqkv = nn.Parameter(torch.empty(self.q_dim + 2 * self.kv_dim, d))  # rows: q | k | v
-        self.wo = nn.Parameter(torch.empty(d, self.q_dim))
+        self.wqkv = linear_weight(self.q_dim + 2 * self.kv_dim, d)  # rows: q | k | v
+        self.wo = linear_weight(d, self.q_dim)
         self.ffn_norm = nn.Parameter(torch.empty(d))
-        self.w_gate_up = nn.Parameter(torch.empty(2 * config.d_ff, d))  # rows: gate | up
-        self.w_down = nn.Parameter(torch.empty(d, config.d_ff))
+        self.w_gate_up = linear_weight(2 * config.d_ff, d)  # rows: gate | up
+        self.w_down = linear_weight(d, config.d_ff)
 
 
 class Llama(nn.Module):
@@ -126,7 +138,7 @@ class Llama(nn.Module):
         self.config = config
         self.attention_fn = attention_fn
         self.cache_cls = cache_cls
-        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.d_model))  # also the LM head
+        self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)

@@ -181,6 +181,6 @@ def load_smollm2(path: str | Path | None = None, *,
             f"layers.{i}.w_down": w["ffn_down"],
         }
     model = Llama(config, **model_kwargs)
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
-                          strict=True, assign=True)
+    # copied in (not assigned) so that the weights keep the model's column-major layout
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
     return model.eval()
