@@ -31,3 +31,17 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
             hits = [node.value]  # importlib.import_module("tiktoken") and friends
         found += [f"line {node.lineno}: {h}" for h in hits]
     return sorted(set(found))
+
+
+def expect_value_error(fn, what: str) -> ValueError:
+    """Call fn(); the ValueError it raises, or a test failure saying what it did instead."""
+    import pytest
+
+    try:
+        fn()
+    except ValueError as exc:
+        return exc
+    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
+        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want ValueError", pytrace=False)
+    pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
+

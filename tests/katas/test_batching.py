@@ -18,9 +18,11 @@ import torch
 
 from solutions.kv_cache import KVCache
 from solutions.model import Llama, LlamaConfig, tiny_model
+from dojo.testing import expect_value_error
 from solutions.roofline import arithmetic_intensity, bound, measure_bandwidth, measure_peak_flops, phase_cost
 
 KATA = "batching"
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMOL = LlamaConfig.smollm2_135m()
 GIB = 1 << 30
@@ -32,25 +34,6 @@ WEIGHTS_FP32 = 538_060_032
 KV_2048_FP32 = 94_371_840
 # (2 GiB - weights) // per sequence = 1,609,423,616 // 94,371,840 = 17 (17.05)
 MAX_BATCH_2GIB = 17
-
-
-def raises_value_error(fn, what: str) -> ValueError:
-    try:
-        fn()
-    except ValueError as exc:
-        return exc
-    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want ValueError", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Everything at one thread: quiet on a shared machine, and the same for every implementation."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- memory
@@ -117,12 +100,12 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
 def test_budget_too_small_for_one_sequence(kata):
     """A budget that cannot hold the weights plus one sequence is a ValueError naming the numbers"""
     budget = WEIGHTS_FP32 + KV_2048_FP32 - 1
-    exc = raises_value_error(lambda: kata.max_batch_size(SMOL, 2048, budget, torch.float32),
+    exc = expect_value_error(lambda: kata.max_batch_size(SMOL, 2048, budget, torch.float32),
                              f"max_batch_size(SmolLM2, 2048, budget={budget:,})")
     digits = str(exc).replace(",", "").replace("_", "")
     missing = [f"{n:,}" for n in (budget, KV_2048_FP32) if str(n) not in digits]
     assert not missing, f"the error {str(exc)!r} should name the budget and the bytes one sequence needs: {missing}"
-    raises_value_error(lambda: kata.max_batch_size(SMOL, 2048, GIB // 4, torch.float32),
+    expect_value_error(lambda: kata.max_batch_size(SMOL, 2048, GIB // 4, torch.float32),
                        "max_batch_size with a budget smaller than the weights alone")
 
 
@@ -135,7 +118,7 @@ def test_memory_rejects_bad_context(kata):
         "kv_bytes_per_sequence(context_len=0)": lambda: kata.kv_bytes_per_sequence(SMOL, 0),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, what)
+        expect_value_error(fn, what)
 
 
 # --------------------------------------------------------------------------- the crossover
@@ -264,7 +247,7 @@ def test_measuring_rejects_bad_input(kata):
         "throughput_curve(batch_sizes=[])": lambda: kata.throughput_curve(model, [], 4),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, what)
+        expect_value_error(fn, what)
 
 
 # --------------------------------------------------------------------------- the physics (ratio checks)

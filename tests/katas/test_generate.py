@@ -20,16 +20,8 @@ from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
 
 KATA = "generate"
+pytestmark = pytest.mark.usefixtures("one_thread")
 EOS = 0
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and lose a lot on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,38 +18,21 @@ import pytest
 import torch
 
 from solutions.model import Llama, LlamaConfig, tiny_model
+from dojo.testing import expect_value_error
 from solutions.roofline import measure_bandwidth, measure_peak_flops, phase_cost
 
 KATA = "latency"
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMOL = LlamaConfig.smollm2_135m()
 PEAK, BANDWIDTH = 1.5e11, 1.2e10  # FLOP/s, bytes/s: about one core of the machine the kata was written on
 TOL = 1e-5  # logits of chunked vs one-shot prefill
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Everything at one thread: quiet on a shared machine, and the same for every implementation."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def roofline_seconds(phase: str, config, seq_len: int, context_len: int, peak: float, bandwidth: float) -> float:
     """The oracle: a pass takes as long as the slower of its arithmetic and its memory traffic."""
     cost = phase_cost(config, phase, 1, seq_len, context_len)
     return max(cost.flops / peak, cost.bytes / bandwidth)
-
-
-def raises_value_error(fn, what: str) -> None:
-    try:
-        fn()
-    except ValueError:
-        return
-    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want ValueError", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
 
 
 # --------------------------------------------------------------------------- predictions
@@ -124,7 +107,7 @@ def test_predictions_reject_bad_ceilings(kata):
         "predict_ttft(prompt_len=0)": lambda: kata.predict_ttft(SMOL, 0, PEAK, BANDWIDTH),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, what)
+        expect_value_error(fn, what)
 
 
 # --------------------------------------------------------------------------- measuring (timing semantics)
@@ -206,7 +189,7 @@ def test_measure_latency_rejects_bad_input(kata):
         "repeats=0": lambda: kata.measure_latency(model, 8, 4, repeats=0),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, f"measure_latency with {what}")
+        expect_value_error(fn, f"measure_latency with {what}")
 
 
 # --------------------------------------------------------------------------- chunked prefill
@@ -299,7 +282,7 @@ def test_chunked_prefill_rejects_bad_chunk(kata):
     model = tiny_model(seed=0)
     ids = torch.zeros(1, 4, dtype=torch.long)
     for chunk in (0, -2, 2.5):
-        raises_value_error(lambda c=chunk: kata.chunked_prefill(model, ids, model.new_cache(1, 8), c),
+        expect_value_error(lambda c=chunk: kata.chunked_prefill(model, ids, model.new_cache(1, 8), c),
                            f"chunked_prefill(chunk={chunk!r})")
 
 

@@ -16,15 +16,7 @@ from dojo.testing import banned_uses
 from solutions.model import tiny_model
 
 KATA = "mixed_precision"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest, and steadiest, on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def toy_batch(seed: int = 0, batch: int = 4, length: int = 16) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dojo.testing import expect_value_error
 from solutions.model import Llama, LlamaConfig, tiny_model
 
 KATA = "roofline"
@@ -57,16 +58,6 @@ PEAK, BANDWIDTH = 1.5e11, 1.2e10  # FLOP/s, bytes/s: ridge 12.5 FLOP/byte
 def cost_of(kata, *args, **kwargs) -> tuple[int, int]:
     cost = kata.phase_cost(*args, **kwargs)
     return cost.flops, cost.bytes
-
-
-def raises_value_error(fn, what: str) -> None:
-    try:
-        fn()
-    except ValueError:
-        return
-    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want ValueError", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
 
 
 # --------------------------------------------------------------------------- counting
@@ -184,7 +175,7 @@ def test_phase_cost_rejects_bad_input(kata):
         "8192 cached + 1 new": lambda: kata.phase_cost(SMOL, "decode", 1, 1, 8192),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, f"phase_cost with {what}")
+        expect_value_error(fn, f"phase_cost with {what}")
 
 
 # --------------------------------------------------------------------------- the roofline
@@ -229,18 +220,10 @@ def test_roofline_rejects_bad_input(kata):
         "arithmetic_intensity of 0 bytes": lambda: kata.arithmetic_intensity(type(cost)(flops=1, bytes=0)),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, what)
+        expect_value_error(fn, what)
 
 
 # --------------------------------------------------------------------------- measuring
-
-@pytest.fixture
-def one_thread():
-    """Measure at one thread: fair to every implementation, and quiet on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def oracle_seconds(run, repeats: int = 3) -> float:
@@ -327,7 +310,7 @@ def test_measurements_reject_bad_sizes(kata):
         "measure_peak_flops(repeats=0)": lambda: kata.measure_peak_flops(n=8, repeats=0),
     }
     for what, fn in cases.items():
-        raises_value_error(fn, what)
+        expect_value_error(fn, what)
 
 
 def spied(model):
@@ -486,5 +469,5 @@ def test_plot_points_sit_where_they_should(plotted):
 @pytest.mark.points(1)
 def test_plot_rejects_points_off_log_axes(kata, tmp_path):
     """A point with zero intensity or FLOP/s has no place on log axes: ValueError"""
-    raises_value_error(lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, tmp_path / "x.png"),
+    expect_value_error(lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, tmp_path / "x.png"),
                        "plot_roofline with a point at intensity 0")
