@@ -146,8 +146,11 @@ def cmd_welcome(args) -> int:
                       f"[bold]dojo start {kata.slug}[/bold]")
         else:
             out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
-    out.print("Commands: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
-              "grade PATH · status · dojo --help")
+    out.print("Practice: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
+              "status · notebook <kata>")
+    out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
+    out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "
+              "Grading: dojo grade PATH   All: dojo --help")
     return 0
 
 
