@@ -125,7 +125,9 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 def _open(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(2):
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    attempt = 0
+    while attempt < 2:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -146,6 +148,11 @@ def _open(path: Path) -> sqlite3.Connection:
         except sqlite3.OperationalError as exc:
             conn.close()
             if "locked" in str(exc) or "busy" in str(exc):
+                # subtle: switching a new file to WAL needs a lock that the busy timeout does not wait
+                # for, so two dojo processes creating the database at once retry here
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
                 raise ProgressDBError(f"the progress database {path} stayed locked: {exc}") from exc
             if attempt:
                 raise ProgressDBError(f"cannot use the progress database {path}: {exc}") from exc
@@ -155,6 +162,7 @@ def _open(path: Path) -> sqlite3.Connection:
             if attempt:
                 raise ProgressDBError(f"cannot use the progress database {path}: {exc}") from exc
             _set_aside(path, exc)
+        attempt += 1
     raise AssertionError("unreachable")
 
 

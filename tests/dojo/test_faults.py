@@ -92,8 +92,8 @@ def test_two_checks_at_once_are_both_recorded(dojo):
     dojo.write(WORKS + COUNTS)
     procs = [dojo.popen("check", "toy") for _ in range(2)]
     for proc in procs:
-        proc.communicate(timeout=60)
-        assert proc.returncode == 0
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, f"a concurrent check failed:\n{out}\n{err}"
     assert dojo.attempts() == [("toy", "check", 6, 6, 1)] * 2
     assert json.loads(dojo.results().read_text())["status"] == "pass"
 
