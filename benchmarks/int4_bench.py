@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks.decode_bench import PROMPT, ours_decode
 from solutions.int4 import (
     bytes_per_weight,
     dequantize_q4_1,
@@ -31,7 +30,6 @@ from solutions.int4 import (
     quantize_q4_1,
 )
 
-PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407]
 PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # per layer; plus the embedding / LM head
 
 
@@ -97,21 +95,6 @@ def pack(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
     return packed
 
 
-def decode_timer(model, n: int) -> Callable[[], float]:
-    """Seconds for n greedy decode steps after prefilling PROMPT."""
-    ids = torch.tensor([PROMPT])
-
-    def run() -> float:
-        cache = model.new_cache(1, len(PROMPT) + n)
-        token = model.prefill(ids, cache)[:, -1].argmax(-1)
-        start = time.perf_counter()
-        for _ in range(n):
-            token = model.decode_step(token, cache).argmax(-1)
-        return time.perf_counter() - start
-
-    return run
-
-
 def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_model=None) -> list[dict]:
     """Rows {name, ours, peer, ratio, unit, goal}: decode tok/s of packed Q4_1 engines vs fp32.
 
@@ -124,7 +107,7 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
     engines = {"fp32": fp32, "q4_1 numpy (matmul_q4_1)": pack(fp32, "numpy")}
     if hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         engines["q4_1 torch fused int4 kernel, bf16 x"] = pack(engines["q4_1 numpy (matmul_q4_1)"], "torch_int4")
-    timers = {name: decode_timer(m, tokens) for name, m in engines.items()}
+    timers = {name: ours_decode(m, tokens) for name, m in engines.items()}
     for run in timers.values():
         run()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in timers}
