@@ -18,11 +18,9 @@ from pathlib import Path
 import jinja2.sandbox
 
 from solutions.bpe import BPETokenizer
+from solutions.pretokenize import SMOLLM_PATTERN
 from solutions.weights import find_gguf, open_gguf
 
-# GPT-2's split with every \p{N} character on its own: a space before a digit stays alone, and
-# a whitespace run ends where a digit starts, as if the digit ended the text.
-SMOLLM_PATTERN = r"""\p{N}|'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
 CONTROL, USER_DEFINED = 3, 4  # GGUF token types that are special tokens
 
 
