@@ -103,6 +103,10 @@ def generate(ctx: Context) -> list[Row]:
         # a cost (beam step / greedy step): lower is better, so the ratio is HF's over ours
         Row("generate", step["metric"], step["ours"], "x", "transformers", step["peer"], step["peer"] / step["ours"],
             Goal("<=", 1.3, on="ours")),
+        Row("generate", "the step's matrix products alone, 4 rows / 1 row (F.linear, fp32)",
+            step["matmuls_4"] / step["matmuls_1"], "x",
+            note=f"{step['matmuls_4'] * 1e3:.1f} vs {step['matmuls_1'] * 1e3:.1f} ms: the beam step can't go below "
+                 f"{step['floor']:.2f}x, were all else as cheap for 4 rows as for 1"),
         Row("generate", beam["metric"], beam["ours"], "s", "transformers generate", beam["peer"], beam["ratio"],
             Goal(">", 1)),
         Row("generate", cache["metric"], cache["ours"], "s", "recompute every step", cache["peer"], cache["ratio"],
