@@ -1,7 +1,8 @@
 """A static, preallocated KV cache for autoregressive decoding.
 
-Each layer gets one key and one value buffer of shape (B, H_kv, max_len, D), allocated once.
-`update` writes the new positions in place (slice assignment) and returns narrow views of the
+Each layer gets one key and one value buffer of shape (B, H_kv, max_len, D), allocated once, as
+views of a single allocation for all layers (2, n_layers, B, H_kv, max_len, D): beam search then
+reorders every layer's rows with one gather instead of one per buffer. `update` writes the new positions in place (slice assignment) and returns narrow views of the
 positions cached so far, so decoding never concatenates or reallocates. It stores the H_kv
 key/value heads, not the H_q query heads: grouped-query attention shares each cached head.
 
@@ -61,10 +62,10 @@ class KVCache:
             )
         self.n_layers, self.batch_size, self.n_kv_heads = n_layers, batch_size, n_kv_heads
         self.head_dim, self.max_len, self.dtype = head_dim, max_len, dtype
-        shape = (batch_size, n_kv_heads, max_len, head_dim)  # (B, H_kv, max_len, D)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.device = self.k[0].device
+        shape = (2, n_layers, batch_size, n_kv_heads, max_len, head_dim)  # (k|v, L, B, H_kv, max_len, D)
+        self._kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.k, self.v = list(self._kv[0]), list(self._kv[1])  # per layer: views (B, H_kv, max_len, D)
+        self.device = self._kv.device
         self._lens = [0] * n_layers  # positions written per layer
 
     @staticmethod
@@ -93,7 +94,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the key and value buffers (all of max_len, used or not)."""
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        return self._kv.numel() * self._kv.element_size()
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write k, v (B, H_kv, T_new, D) after this layer's cached positions.
@@ -153,8 +154,8 @@ class KVCache:
             raise ValueError(f"index values must be in [0, {self.batch_size}), got {index.tolist()}")
         index = index.to(device=self.device, dtype=torch.int64)
         n = max(self._lens)  # only the written positions need moving
-        for buf in self.k + self.v:
-            buf[:, :, :n] = buf[:, :, :n].index_select(0, index)  # gather copies first, then write in place
+        written = self._kv[:, :, :, :, :n]  # (2, L, B, H_kv, n, D): every layer's keys and values
+        written.copy_(written.index_select(2, index))  # gather copies first, then write in place
 
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (speculative rollback, re-decoding).
