@@ -44,8 +44,9 @@ def test_ascii_text_splits_as_regex_does(name, text):
 @settings(max_examples=1500, deadline=None)
 @given(text=MIXED_TEXT)
 def test_mixed_text_splits_as_regex_does(name, text):
-    """Non-ASCII characters send stretches to `regex`; the cuts between stretches change nothing."""
-    assert Splitter(FAST[name]).findall(text) == chunks(FAST[name], text)
+    """Non-ASCII characters send stretches to `regex`; the cuts between stretches change nothing
+    (stretch=1: a cut at every place one is allowed)."""
+    assert Splitter(FAST[name], stretch=1).findall(text) == chunks(FAST[name], text)
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -60,7 +61,8 @@ def test_mixed_text_splits_as_regex_does(name, text):
     "x\x1c\nyé",  # \x1c is not \s to regex: no cut after it is needed, none is made
 ])
 def test_cut_examples(name, text):
-    assert Splitter(FAST[name]).findall(text) == chunks(FAST[name], text)
+    for stretch in (1, 2, 1024):
+        assert Splitter(FAST[name], stretch).findall(text) == chunks(FAST[name], text), f"stretch={stretch}"
 
 
 def test_long_text_with_few_non_ascii_characters():
@@ -68,7 +70,8 @@ def test_long_text_with_few_non_ascii_characters():
     text = "".join(f"Line {i}: it's a test, isn't it?  {'café ' if i % 7 == 0 else ''}x = {i * 31}\n"
                    for i in range(400))
     for pattern in FAST.values():
-        assert Splitter(pattern).findall(text) == chunks(pattern, text)
+        for stretch in (1, 100, 1024):
+            assert Splitter(pattern, stretch).findall(text) == chunks(pattern, text), f"stretch={stretch}"
 
 
 def test_only_checked_patterns_get_a_twin():
