@@ -80,7 +80,7 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("slug")
     p.add_argument("--force", action="store_true", help="show it anyway (recorded as a reveal)")
     p.set_defaults(func=cmd_solution)
-    p = sub.add_parser("grade", help="grade take-home submissions: directories of kata files")
+    p = sub.add_parser("grade", help="grade take-home submissions: folders of <slug>.py or <slug>.ipynb, or notebooks")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the full machine-readable report here")
     p.add_argument("--jobs", type=int, default=2, help="gradings at once (default 2)")

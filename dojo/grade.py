@@ -184,21 +184,27 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
-    """Grade take-home submissions: every kata with a suite whose <slug>.py is in each folder (a .ipynb
-    instead of a folder: its kata, see dojo.notebook), `jobs` gradings at once. Returns the report:
-    {"version", "graded", "submissions": [{"path", "katas": {slug: results.json document}, "points",
-    "total", "passed"}]}. Records nothing in the progress DB."""
+    """Grade take-home submissions: every kata with a suite whose <slug>.py, or else <slug>.ipynb, is
+    in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs` gradings at
+    once. Returns the report: {"version", "graded", "submissions": [{"path", "katas": {slug:
+    results.json document}, "points", "total", "passed"}]}. Records nothing in the progress DB."""
     katas = [k for k in catalog.load() if k.has_suite]
     submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
-    work = [(i, k.slug, Path(f)) for i, f in enumerate(folders) for k in katas if (Path(f) / f"{k.slug}.py").is_file()]
-    if any(Path(f).suffix == ".ipynb" for f in folders):
-        from dojo import notebook as notebooks
+    work: list[tuple[int, str, Path, Path | None]] = []  # (submission, kata, target, notebook or None)
+    for i, folder in enumerate(map(Path, folders)):
+        if folder.suffix == ".ipynb":
+            from dojo import notebook as notebooks
 
-        work += [(i, notebooks.kata_of(Path(f)), Path(f)) for i, f in enumerate(folders) if Path(f).suffix == ".ipynb"]
+            work.append((i, notebooks.kata_of(folder), folder, folder))
+            continue
+        for k in katas:
+            if (folder / f"{k.slug}.py").is_file():
+                work.append((i, k.slug, folder, None))
+            elif (folder / f"{k.slug}.ipynb").is_file():
+                work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout,
-                                            notebook=folder if folder.suffix == ".ipynb" else None))
-                   for i, slug, folder in work]
+        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout, notebook=notebook))
+                   for i, slug, folder, notebook in work]
         for i, slug, future in futures:
             submissions[i]["katas"][slug] = future.result().to_json()
     for sub in submissions:

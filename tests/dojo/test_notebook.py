@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -191,6 +192,23 @@ def test_check_and_grade_a_notebook_with_the_reference(toy_env):
     assert graded.returncode == 0, graded.stdout + graded.stderr
     doc = json.loads((dojo.workspace / "report.json").read_text())
     assert doc["submissions"][0]["katas"]["toy"]["points"] == 6
+
+
+def test_grade_a_folder_of_notebooks(toy_env, tmp_path):
+    """dojo grade FOLDER grades <slug>.ipynb where the folder has no <slug>.py, and prefers the .py"""
+    dojo = toy_env
+    reference = dojo.reference.read_text()
+    notebooks, both = tmp_path / "notebooks", tmp_path / "both"
+    notebooks.mkdir()
+    both.mkdir()
+    save(make_nb(("solution", reference)), notebooks / "toy.ipynb")
+    save(make_nb(("solution", reference)), both / "toy.ipynb")
+    shutil.copy(dojo.toy / "katas" / "toy" / "toy.py", both / "toy.py")  # the untouched stub
+    graded = dojo("grade", str(notebooks), str(both), "--json", str(tmp_path / "report.json"))
+    assert graded.returncode == 1, graded.stdout + graded.stderr  # the stub fails
+    by_path = {s["path"]: s for s in json.loads((tmp_path / "report.json").read_text())["submissions"]}
+    assert by_path[str(notebooks)]["katas"]["toy"]["points"] == 6, "a folder's notebook was not graded"
+    assert by_path[str(both)]["katas"]["toy"]["points"] == 0, "with toy.py beside toy.ipynb, the .py is graded"
 
 
 def test_syntax_error_names_the_cell(toy_env):
