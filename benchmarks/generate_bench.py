@@ -20,14 +20,13 @@ unit (`ratio` is ours over the peer for costs, the peer over ours for speed-ups,
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.decode_bench import PROMPT, interleaved
+from benchmarks.decode_bench import PROMPT, interleaved, load_models
 from solutions.generate import generate
 
 
@@ -147,19 +146,6 @@ def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
         raise AssertionError(f"cached and recomputed greedy tokens differ: {cached} vs {recomputed}")
     return [dict(metric=f"greedy {tokens} tokens: KV cache vs recompute", ours=t_cache, peer=t_recompute,
                  peer_name="recompute", ratio=t_recompute / t_cache, goal="speed-up > 1", unit="s")]
-
-
-def load_models():
-    """Our SmolLM2 and HF's, from the same GGUF file."""
-    from solutions.weights import find_gguf, load_smollm2
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM
-
-    path = find_gguf()
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                              local_files_only=True).eval()
-    return load_smollm2(path), hf
 
 
 def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> Iterator[dict]:

@@ -41,7 +41,7 @@ class Context:
         if "models" not in self.shared:
             from transformers.utils import logging as hf_logging
 
-            from benchmarks.generate_bench import load_models
+            from benchmarks.decode_bench import load_models
 
             hf_logging.disable_progress_bar()  # its GGUF loader's bars would break up the bench log
 
