@@ -2,7 +2,8 @@
 
 For each kata in katas.toml that has a suite: the suite passes on the reference (solutions), every
 graded test fails on the stub (katas), and every mutant in tests/katas/mutants/<slug>/ fails at least
-one test. Prints a table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
+one test (a mutant written as edits on the reference is applied first: dojo/mutant.py). Prints a
+table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
 
 Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
 each run is a fork of this warm process (no per-run interpreter start-up); runs go N at a time,
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dojo
-from dojo import catalog, targets
+from dojo import catalog, mutant, targets
 
 RUN_TIMEOUT_S = 300.0
 TEST_TIMEOUT_S = 60.0
@@ -40,6 +41,8 @@ class Run:
     target: Path
     suite: Path
     order: list[str] | None = None  # node ids, fastest first (for mutants)
+    source: Path | None = None  # a mutant's own file, when `target` is the module written from its edits
+    broken: str | None = None  # why a mutant's edits do not apply (it is then not run)
     rows: list[dict] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -47,7 +50,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.target.stem if self.kind == "mutant" else self.kind
+        return (self.source or self.target).stem if self.kind == "mutant" else self.kind
 
     def args(self, results: Path, ini: Path) -> list[str]:
         tests = [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order] if self.order else [str(self.suite)]
@@ -73,8 +76,11 @@ def violations(run: Run) -> list[str]:
         if not run.target.exists():
             return [f"{run.slug}: no stub at {run.target}"]
         return [f"{run.slug}: '{r['property']}' passes on the untouched stub" for r in graded if r["outcome"] == "passed"]
+    mutant = run.source or run.target
+    if run.broken:
+        return [f"{run.slug}: mutant {mutant.name} does not apply: {run.broken}"]
     killed = bool(run.error) or any(r["outcome"] == "failed" for r in graded)
-    return [] if killed else [f"{run.slug}: mutant {run.target.name} survives: no test fails on it ({_first_doc_line(run.target)})"]
+    return [] if killed else [f"{run.slug}: mutant {mutant.name} survives: no test fails on it ({_first_doc_line(mutant)})"]
 
 
 def _first_doc_line(path: Path) -> str:
@@ -197,7 +203,7 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
     reference (ordered by its timings), `jobs` at a time."""
     cache = load_cache() if use_cache else {}
     refs = {r.slug: r for r in runs if r.kind == "reference"}
-    waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference"] for slug in refs}
+    waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference" and not r.broken] for slug in refs}
     ready: list[Run] = list(refs.values())
     running: dict[int, tuple[Run, Path, float, str, Path]] = {}  # pid -> run, results, start, key, log
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
@@ -294,13 +300,20 @@ def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: fl
 
 
 def plan(katas: list[catalog.Kata]) -> list[Run]:
+    """Every run: reference, stub, then the mutants (an edits mutant is written out beside the cache)."""
+    written = cache_path().parent / "mutants"
     runs = []
     for kata in katas:
         if not kata.has_suite:
             continue
         runs.append(Run(kata.slug, "reference", kata.reference, kata.suite))
         runs.append(Run(kata.slug, "stub", kata.stub, kata.suite))
-        runs += [Run(kata.slug, "mutant", m, kata.suite) for m in kata.mutants]
+        for m in kata.mutants:
+            try:
+                runs.append(Run(kata.slug, "mutant", mutant.materialize(m, kata.reference, written / kata.slug),
+                                kata.suite, source=m))
+            except (SyntaxError, ValueError) as exc:
+                runs.append(Run(kata.slug, "mutant", m, kata.suite, source=m, broken=str(exc)))
     return runs
 
 

@@ -58,6 +58,49 @@ def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):
     assert "VIOLATION toy: 'add(2, 3) is 5' passes on the untouched stub" in out.stdout
 
 
+def test_check_katas_runs_mutants_written_as_edits(dojo):
+    """An EDITS mutant is the reference with its edits: killed when it breaks the kata, a survivor
+    when it does not, and a violation naming the edit when its text is no longer in the reference"""
+    mutants = dojo.toy / "tests" / "katas" / "mutants" / "toy"
+    (mutants / "split_on_space.py").unlink()
+    (mutants / "single_spaces.py").write_text('"""Splits on single spaces."""\n\nEDITS = [("text.split()", \'text.split(" ")\')]\n')
+    (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("counts", "tally")]\n')  # 3 places
+    (mutants / "stale.py").write_text('"""Edits a line the reference no longer has."""\n\nEDITS = [("a - b", "a * b")]\n')
+    out = dojo("--no-cache", module="dojo.check_katas")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "ok 4/4 pass" in out.stdout and "BAD 1/3" in out.stdout, out.stdout
+    assert "single_spaces.py" not in out.stdout, "the EDITS mutant that breaks count_words must be killed"
+    assert "VIOLATION toy: mutant renamed.py does not apply: renamed.py: edit 1 ('counts'...) occurs" in out.stdout
+    assert "VIOLATION toy: mutant stale.py does not apply: stale.py: edit 1 ('a - b'...) no longer occurs" in out.stdout
+
+    (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("return counts", "return dict(counts)")]\n')
+    out = dojo(module="dojo.check_katas")
+    assert "VIOLATION toy: mutant renamed.py survives: no test fails on it (Renames a local.)" in out.stdout, out.stdout
+
+
+def test_mutant_edits_apply_exactly_once_and_diff_reads_back():
+    """dojo.mutant: each old text must occur once; a no-op edit is refused; EDITS must be literal pairs"""
+    from dojo import mutant
+
+    assert mutant.apply("a = 1\nb = 2\n", [("a = 1", "a = 0"), ("a = 0\nb", "a = 0\nc")]) == "a = 0\nc = 2\n"
+    with pytest.raises(ValueError, match="edit 1 .* occurs 2 times"):
+        mutant.apply("x x", [("x", "y")])
+    with pytest.raises(ValueError, match="edit 1 changes nothing"):
+        mutant.apply("x", [("x", "x")])
+
+
+def test_edits_must_be_literal_pairs(tmp_path):
+    from dojo import mutant
+
+    bad = tmp_path / "bad.py"
+    for body in ("EDITS = [make()]", "EDITS = []", "EDITS = [('a', 'b', 'c')]", "EDITS = 'ab'"):
+        bad.write_text(body + "\n")
+        with pytest.raises(ValueError, match="EDITS must be"):
+            mutant.edits_of(bad)
+    bad.write_text('"""a whole module"""\nx = 1\n')
+    assert mutant.edits_of(bad) is None
+
+
 def test_catalog_parses_hints_and_questions(dojo, monkeypatch):
     """HINTS.md splits at '## Hint N'; QUESTIONS.md gives question, model answer and rubric bullets"""
     monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
