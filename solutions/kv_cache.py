@@ -2,9 +2,10 @@
 
 Each layer gets one key and one value buffer of shape (B, H_kv, max_len, D), allocated once, as
 views of a single allocation for all layers (2, n_layers, B, H_kv, max_len, D): beam search then
-reorders every layer's rows with one gather instead of one per buffer. `update` writes the new positions in place (slice assignment) and returns narrow views of the
-positions cached so far, so decoding never concatenates or reallocates. It stores the H_kv
-key/value heads, not the H_q query heads: grouped-query attention shares each cached head.
+reorders every layer's rows with one gather instead of one per buffer. `update` writes the new
+positions in place (slice assignment) and returns narrow views of the positions cached so far, so
+decoding never concatenates or reallocates. It stores the H_kv key/value heads, not the H_q query
+heads: grouped-query attention shares each cached head.
 
 Contract details:
 - `length` is the number of positions every layer holds. A forward pass writes layer 0, 1, ...

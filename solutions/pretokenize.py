@@ -49,7 +49,9 @@ class Splitter:
     def __init__(self, pattern: str, stretch: int = 1024):
         """`stretch`: the fewest characters split at once, by `re` if they are all ASCII, else by
         `regex` (shorter stretches send less text to `regex`, in more calls). Raises regex.error
-        for a pattern that does not compile."""
+        for a pattern that does not compile and ValueError for a stretch below 1."""
+        if isinstance(stretch, bool) or not isinstance(stretch, int) or stretch < 1:
+            raise ValueError(f"stretch must be an int >= 1, got {stretch!r}")
         self.pattern, self.stretch = pattern, stretch
         self._slow = regex.compile(pattern)
         twin = ASCII_TWINS.get(pattern)

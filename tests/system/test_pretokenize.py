@@ -80,3 +80,9 @@ def test_only_checked_patterns_get_a_twin():
     assert Splitter(GPT4_PATTERN)._fast is None and Splitter(GPT2_PATTERN)._fast is not None
     text = "end.\n\né"
     assert Splitter(GPT4_PATTERN).findall(text) == chunks(GPT4_PATTERN, text) == ["end", ".\n\n", "é"]
+
+
+@pytest.mark.parametrize("stretch", [0, -3, 1.5, True])
+def test_bad_stretch_is_a_value_error(stretch):
+    with pytest.raises(ValueError, match="stretch must be an int >= 1"):
+        Splitter(GPT2_PATTERN, stretch)
