@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dojo import catalog, targets
+from dojo import catalog, mutant, targets
 from dojo.catalog import Kata, Question
 
 
@@ -93,11 +93,6 @@ def module_docstring(path: Path) -> str:
         return ""
 
 
-def first_docstring_line(path: Path) -> str:
-    doc = module_docstring(path)
-    return doc.splitlines()[0].strip() if doc else ""
-
-
 @dataclass(frozen=True)
 class Packet:
     kata: Kata
@@ -115,7 +110,7 @@ def packet(kata: Kata) -> Packet:
     when = [round(0.8 * kata.minutes * i / (len(hints) + 1)) for i in range(1, len(hints) + 1)]
     approach = module_docstring(kata.reference) if kata.reference.is_file() else ""
     extra = for_kata(kata)
-    mistakes = [(p.stem, first_docstring_line(p)) for p in kata.mutants]
+    mistakes = [(p.stem, mutant.bug(p)) for p in kata.mutants]
     return Packet(
         kata=kata, prompt=kata.readme(), approach=approach or "(the reference has no module docstring)",
         hints=list(zip(when, hints)), questions=kata.questions() + ([extra.question] if extra else []),

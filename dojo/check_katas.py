@@ -76,19 +76,11 @@ def violations(run: Run) -> list[str]:
         if not run.target.exists():
             return [f"{run.slug}: no stub at {run.target}"]
         return [f"{run.slug}: '{r['property']}' passes on the untouched stub" for r in graded if r["outcome"] == "passed"]
-    mutant = run.source or run.target
+    source = run.source or run.target
     if run.broken:
-        return [f"{run.slug}: mutant {mutant.name} does not apply: {run.broken}"]
+        return [f"{run.slug}: mutant {source.name} does not apply: {run.broken}"]
     killed = bool(run.error) or any(r["outcome"] == "failed" for r in graded)
-    return [] if killed else [f"{run.slug}: mutant {mutant.name} survives: no test fails on it ({_first_doc_line(mutant)})"]
-
-
-def _first_doc_line(path: Path) -> str:
-    try:
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-    except (OSError, SyntaxError):
-        return ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    return [] if killed else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
 
 
 # ---- the cache ---------------------------------------------------------------------------------

@@ -39,6 +39,15 @@ def edits_of(mutant: Path) -> list[tuple[str, str]] | None:
     return None
 
 
+def bug(mutant: Path) -> str:
+    """The bug a mutant makes, in a candidate's terms: its docstring's first line ('' if none)."""
+    try:
+        doc = (ast.get_docstring(ast.parse(mutant.read_text(encoding="utf-8"))) or "").strip()
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    return doc.splitlines()[0].strip() if doc else ""
+
+
 def apply(text: str, edits: list[tuple[str, str]], name: str = "mutant") -> str:
     """`text` with each edit applied in turn; ValueError unless each `old` occurs exactly once."""
     for n, (old, new) in enumerate(edits, 1):
