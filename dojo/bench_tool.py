@@ -24,21 +24,12 @@ class Ceilings:
     bandwidth: float  # bytes/s, copy (read + written)
 
 
-def smollm2_shaped(layers: int | None = None, vocab: int | None = None, max_seq_len: int = 8192):
+def shaped_model(args: argparse.Namespace):
     """SmolLM2's shapes with random weights; fewer layers or a smaller vocabulary if asked."""
-    import torch
+    from solutions.model import smollm2_shaped
 
-    from solutions.model import Llama, LlamaConfig
-
-    base = LlamaConfig.smollm2_135m()
-    config = LlamaConfig(n_layers=layers or base.n_layers, vocab_size=vocab or base.vocab_size,
-                         max_seq_len=max_seq_len)
-    model = Llama(config)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.03, 0.03, generator=gen)  # subtle: uninitialised memory may hold slow denormals
-    return model.eval()
+    sizes = {"n_layers": args.layers, "vocab_size": args.vocab}
+    return smollm2_shaped(**{name: size for name, size in sizes.items() if size is not None})
 
 
 def measure_ceilings(matmul_n: int, copy_bytes: int, repeats: int) -> Ceilings:
@@ -117,7 +108,7 @@ def plot_batching(rows: list[dict], crossover: int | None, path: Path, title: st
 def run_batching(args: argparse.Namespace) -> int:
     from solutions.batching import crossover_batch, kv_bytes_per_sequence, max_batch_size, throughput_curve
 
-    model = smollm2_shaped(args.layers, args.vocab)
+    model = shaped_model(args)
     c = model.config
     ceilings = measure_ceilings(args.matmul_n, args.copy_mib << 20, args.repeats)
     curve = throughput_curve(model, args.batch_sizes, args.context, repeats=args.repeats)
@@ -165,7 +156,7 @@ def plot_latency(rows: list[dict], path: Path, title: str) -> Path:
 def run_latency(args: argparse.Namespace) -> int:
     from solutions.latency import measure_latency, predict_tpot, predict_ttft
 
-    model = smollm2_shaped(args.layers, args.vocab)
+    model = shaped_model(args)
     c = model.config
     ceilings = measure_ceilings(args.matmul_n, args.copy_mib << 20, args.repeats)
     rows = []

@@ -75,20 +75,6 @@ def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[
     return [prefill, decode]
 
 
-def random_smollm2():
-    """SmolLM2's shapes with random weights: no file to read, the same FLOPs and bytes."""
-    import torch
-
-    from solutions.model import Llama, LlamaConfig
-
-    model = Llama(LlamaConfig.smollm2_135m())
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)  # subtle: uninitialised memory may hold slow denormals
-    return model.eval()
-
-
 def _si(value: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
@@ -144,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dojo.targets import workspace_dir
     from solutions import roofline
-    from solutions.model import LlamaConfig
+    from solutions.model import LlamaConfig, smollm2_shaped
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -154,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     roofline.phase_cost(shape, "prefill", args.batch, args.prompt_tokens, 0)
     started = time.perf_counter()
     if args.random_weights:
-        model, what = random_smollm2(), "random weights"
+        model, what = smollm2_shaped(), "random weights"
     else:
         from solutions.weights import load_smollm2
 

@@ -12,8 +12,9 @@ reference, dispatched to torch's fused kernel) and
 `solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
 `F.linear`, a preallocated cache and RoPE tables built once. Left out: training conveniences
 (dropout, weight decay groups), fp16/bf16 paths, sliding windows and RoPE scaling.
-`Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random and
-`solutions.weights.load_smollm2` with SmolLM2's.
+`Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
+`smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
+SmolLM2's own.
 """
 
 from __future__ import annotations
@@ -238,4 +239,16 @@ def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls
                 p.copy_(0.25 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
+    return model.eval()
+
+
+def smollm2_shaped(seed: int = 0, **config_overrides) -> Llama:
+    """SmolLM2's shapes (LlamaConfig's defaults, with any overrides) and random weights, uniform in
+    +-0.03: no file to read and the same FLOPs and bytes per pass, for measuring, not for text.
+    Every weight is written: uninitialised memory may hold denormals, which are slow."""
+    model = Llama(replace(LlamaConfig(), **config_overrides))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.03, 0.03, generator=gen)
     return model.eval()

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from solutions.kv_cache import KVCache
-from solutions.model import Llama, LlamaConfig, tiny_model
+from solutions.model import Llama, LlamaConfig, smollm2_shaped, tiny_model
 from dojo.testing import expect_value_error
 from solutions.roofline import arithmetic_intensity, bound, measure_bandwidth, measure_peak_flops, phase_cost
 
@@ -264,12 +264,7 @@ def smollm2_layers():
     model's cost. (The vocabulary is cut because a small-batch matmul on the real 113 MB LM head
     is unusually slow in some BLAS builds, which would blur the picture.)
     """
-    model = Llama(LlamaConfig(n_layers=8, vocab_size=8192, max_seq_len=256))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.03, 0.03, generator=gen)
-    return model.eval()
+    return smollm2_shaped(n_layers=8, vocab_size=8192, max_seq_len=256)
 
 
 @pytest.mark.points(3)

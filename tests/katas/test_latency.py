@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from solutions.model import Llama, LlamaConfig, tiny_model
+from solutions.model import LlamaConfig, smollm2_shaped, tiny_model
 from dojo.testing import expect_value_error
 from solutions.roofline import measure_bandwidth, measure_peak_flops, phase_cost
 
@@ -299,12 +299,7 @@ def smollm2_layers():
     at a quarter of the real model's cost. (The vocabulary is cut because a small-batch matmul on
     the real 113 MB LM head is unusually slow in some BLAS builds, which would blur the picture.)
     """
-    model = Llama(LlamaConfig(n_layers=8, vocab_size=8192, max_seq_len=512))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.uniform_(-0.03, 0.03, generator=gen)
-    return model.eval()
+    return smollm2_shaped(n_layers=8, vocab_size=8192, max_seq_len=512)
 
 
 @pytest.fixture(scope="module")
