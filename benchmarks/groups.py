@@ -39,11 +39,7 @@ class Context:
     def models(self):
         """(ours, hf): SmolLM2 fp32 from the GGUF, ours and HuggingFace transformers', loaded once."""
         if "models" not in self.shared:
-            from transformers.utils import logging as hf_logging
-
             from benchmarks.decode_bench import load_models
-
-            hf_logging.disable_progress_bar()  # its GGUF loader's bars would break up the bench log
 
             self.shared["models"] = load_models()
         return self.shared["models"]
