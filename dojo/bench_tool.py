@@ -49,14 +49,21 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _log2_ticks(ax, xs: list[int]) -> None:
-    """Log-log axes, ticked at the measured x values and labelled as plain numbers."""
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+def _finish(fig, ax, xs: list[int], xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """Log-log axes ticked at the measured x values (plain numbers), labels, grid and legend; save."""
     from matplotlib.ticker import NullLocator
 
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.savefig(path)
+    return path
 
 
 # --------------------------------------------------------------------------- batching
@@ -95,14 +102,7 @@ def plot_batching(rows: list[dict], crossover: int | None, path: Path, title: st
     ax.plot(batches, [r["predicted"] for r in rows], "--", color="gray", label="roofline")
     if crossover is not None and crossover <= 2 * max(batches):
         ax.axvline(crossover, color="red", alpha=0.5, label=f"compute-bound from batch {crossover}")
-    _log2_ticks(ax, batches)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("decode tokens/s")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.savefig(path)
-    return path
+    return _finish(fig, ax, batches, "batch size", "decode tokens/s", title, path)
 
 
 def run_batching(args: argparse.Namespace) -> int:
@@ -143,14 +143,7 @@ def plot_latency(rows: list[dict], path: Path, title: str) -> Path:
         ax.plot(prompts, [r[key] * 1e3 for r in rows], "o-", color=color, label=f"{key.upper()} measured")
         ax.plot(prompts, [r[f"{key}_predicted"] * 1e3 for r in rows], "--", color=color,
                 label=f"{key.upper()} roofline")
-    _log2_ticks(ax, prompts)
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("milliseconds")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.savefig(path)
-    return path
+    return _finish(fig, ax, prompts, "prompt tokens", "milliseconds", title, path)
 
 
 def run_latency(args: argparse.Namespace) -> int:
