@@ -1,5 +1,8 @@
 """The kata catalog: katas/katas.toml and each kata's folder (README, HINTS, QUESTIONS, stub).
 
+A README may link a page that several prompts share (katas/CONFIG.md: LlamaConfig's fields);
+`Kata.readme()` appends it, so every view of the prompt (dojo start, the notebook, an interview) holds it.
+
 `load()` gives the katas in practice order; `get(slug)` one of them or UnknownKata, whose message
 lists the valid slugs. The folder is $DOJO_KATAS_DIR when set (the runner's own tests point it at a
 toy kata), else katas/; solutions/ and tests/katas/ are found beside it (see dojo.targets).
@@ -15,6 +18,9 @@ from pathlib import Path
 import tomllib
 
 from dojo import targets
+
+
+SHARED_PAGES = ("CONFIG.md",)  # katas/<page>: shared by several prompts, linked as ](../<page>)
 
 
 class UnknownKata(ValueError):
@@ -66,8 +72,17 @@ class Kata:
         return self.suite.is_file()
 
     def readme(self) -> str:
+        """The prompt, followed by each shared page it links to (`../CONFIG.md`): `dojo start`, the
+        notebook and an interview show this text, so a learner with only the workspace reads both."""
         path = self.folder / "README.md"
-        return path.read_text() if path.is_file() else f"# {self.title}\n\n(no README yet)\n"
+        if not path.is_file():
+            return f"# {self.title}\n\n(no README yet)\n"
+        text = path.read_text()
+        for name in SHARED_PAGES:
+            shared = targets.katas_dir() / name
+            if f"](../{name})" in text and shared.is_file():
+                text = text.rstrip("\n") + "\n\n" + shared.read_text()
+        return text
 
     def hints(self) -> list[str]:
         """The hints in order, from "## Hint 1" ... "## Hint N" in HINTS.md (empty list when none)."""

@@ -1,4 +1,4 @@
-"""Every kata README's worked examples, run against the reference and compared doctest-style.
+"""Every kata README's worked examples (and katas/CONFIG.md's), run on the reference, compared doctest-style.
 
 A README's ```python blocks that hold `>>>` lines are its worked examples. They run in order, in one
 namespace per README, seeded with the reference module's names (`solutions/<slug>.py`) and `torch`,
@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from dojo import catalog
 from solutions.model import LlamaConfig, tiny_model
 
 KATAS = Path(__file__).resolve().parents[2] / "katas"
@@ -99,6 +100,22 @@ def test_readme_examples_match_the_reference(slug, tmp_path, monkeypatch):
     count, report = run_readme(KATAS / slug / "README.md", slug)
     assert count > 0, f"katas/{slug}/README.md has no `>>>` worked examples"
     assert not report, f"katas/{slug}/README.md's worked examples drifted from the reference:\n{report}"
+
+
+def test_config_page_examples_match_the_model():
+    """README examples: katas/CONFIG.md, the LlamaConfig page the prompts share, prints what the model has"""
+    count, report = run_readme(KATAS / "CONFIG.md", "model")
+    assert count > 0 and not report, f"katas/CONFIG.md's examples drifted from solutions.model:\n{report}"
+
+
+@pytest.mark.parametrize("slug", ["batching", "int4", "latency", "roofline"])
+def test_config_page_reaches_every_prompt_that_reads_a_config(slug):
+    """Prompts: a README whose functions take a LlamaConfig links CONFIG.md, and the prompt shown holds it"""
+    readme = (KATAS / slug / "README.md").read_text().rstrip("\n")
+    assert "](../CONFIG.md)" in readme, f"katas/{slug}/README.md computes from `config` but does not link ../CONFIG.md"
+    shown = catalog.get(slug).readme()
+    assert shown.startswith(readme) and "| `n_kv_heads` |" in shown[len(readme):], (
+        f"dojo start {slug} / its notebook: the prompt shown does not end with katas/CONFIG.md")
 
 
 def test_a_planted_wrong_number_fails(tmp_path):
