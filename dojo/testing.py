@@ -33,15 +33,22 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
     return sorted(set(found))
 
 
-def expect_value_error(fn, what: str) -> ValueError:
-    """Call fn(); the ValueError it raises, or a test failure saying what it did instead."""
+def expect_raises(exc_type: type[BaseException], fn, what: str) -> BaseException:
+    """Call fn(); the `exc_type` it raises, or a test failure saying what it did instead
+    ("not written yet (NotImplementedError), want ValueError" for a stub)."""
     import pytest
+
+    from dojo.plugin import raised
 
     try:
         fn()
-    except ValueError as exc:
+    except exc_type as exc:
         return exc
     except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want ValueError", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
+        pytest.fail(f"{what}: {raised(exc)}, want {exc_type.__name__}", pytrace=False)
+    pytest.fail(f"{what}: raised nothing, want {exc_type.__name__}", pytrace=False)
 
+
+def expect_value_error(fn, what: str) -> ValueError:
+    """Call fn(); the ValueError it raises, or a test failure saying what it did instead."""
+    return expect_raises(ValueError, fn, what)

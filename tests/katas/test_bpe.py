@@ -16,7 +16,7 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dojo.testing import banned_uses
+from dojo.testing import banned_uses, expect_raises
 
 KATA = "bpe"
 
@@ -115,13 +115,7 @@ def show(merges: dict) -> str:
 
 def raises(exc_type, fn, what: str) -> str:
     """Call fn, demand exc_type, return its message."""
-    try:
-        fn()
-    except exc_type as exc:
-        return str(exc)
-    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want {exc_type.__name__}", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want {exc_type.__name__}", pytrace=False)
+    return str(expect_raises(exc_type, fn, what))
 
 
 # --------------------------------------------------------------------------- README examples

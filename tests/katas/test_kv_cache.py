@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 
+from dojo.testing import expect_raises
 from solutions.model import tiny_model
 
 KATA = "kv_cache"
@@ -46,13 +47,7 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 def raises(exc_type, fn, what: str) -> str:
     """Call fn, demand exc_type, return its message (digit groups' commas/underscores removed)."""
-    try:
-        fn()
-    except exc_type as exc:
-        return re.sub(r"(?<=\d)[,_](?=\d)", "", str(exc))
-    except Exception as exc:  # noqa: BLE001 - the wrong exception is the finding
-        pytest.fail(f"{what}: raised {type(exc).__name__}: {exc}, want {exc_type.__name__}", pytrace=False)
-    pytest.fail(f"{what}: raised nothing, want {exc_type.__name__}", pytrace=False)
+    return re.sub(r"(?<=\d)[,_](?=\d)", "", str(expect_raises(exc_type, fn, what)))
 
 
 def kv(batch: int, heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
