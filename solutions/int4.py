@@ -48,7 +48,7 @@ def quantize_q4_1(w: np.ndarray) -> np.ndarray:
     """Quantize float weights (..., K), K a multiple of 32, to Q4_1 blocks: uint8 (..., K // 32 * 20).
 
     Per block: d = (max - min) / 15 and m = min, computed in fp32; codes are
-    q = trunc((w - min) / d + 0.5) clipped to 0..15 (d == 0 gives q = 0); d and m are stored as fp16.
+    q = trunc((w - min) * (1 / d) + 0.5) clipped to 0..15 (d == 0 gives q = 0); d and m are stored as fp16.
     Bit-exact against gguf.quants.quantize(w, Q4_1). Raises ValueError on a bad last dimension.
     """
     w = np.asarray(w, dtype=np.float32)

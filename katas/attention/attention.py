@@ -2,7 +2,8 @@
 
 Implement `causal_mask`, `attention` and `MultiHeadAttention` with plain tensor operations.
 Not allowed here: `scaled_dot_product_attention`, `nn.MultiheadAttention`, flash or xformers
-kernels. The README holds the full contract and worked examples.
+kernels. The prompt holds the full contract and worked examples (`dojo start attention` prints
+it; in a notebook it is the first cell).
 """
 
 from __future__ import annotations

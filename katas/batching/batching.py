@@ -2,7 +2,8 @@
 
 A decode step reads every weight once however many rows it serves. Count the memory a batch
 needs (weights + one KV cache per sequence), find the batch where decode turns compute-bound,
-and measure the curve on the reference model. README.md gives the contract.
+and measure the curve on the reference model. The prompt gives the contract (`dojo start batching`
+prints it; in a notebook it is the first cell).
 Use `solutions.roofline` (phase_cost, arithmetic_intensity, bound, ridge_point) for the counting.
 """
 

@@ -1,9 +1,10 @@
 """Byte-level BPE tokenizer: train, encode, decode, save, load.
 
-Your task (see README.md): text is UTF-8 bytes, ids 0..255 are the bytes, and training keeps
-merging the most frequent adjacent pair into a new id (256, 257, ...) while its count is at
-least the threshold. Encoding replays the merges; decoding maps ids back to text.
-Use the `regex` package for split patterns; tokenizer libraries are off limits.
+Your task: text is UTF-8 bytes, ids 0..255 are the bytes, and training keeps merging the most
+frequent adjacent pair into a new id (256, 257, ...) while its count is at least the threshold.
+Encoding replays the merges; decoding maps ids back to text. Use the `regex` package for split
+patterns; tokenizer libraries are off limits. The prompt is the contract (`dojo start bpe` prints
+it; in a notebook it is the first cell).
 """
 
 from __future__ import annotations
@@ -65,12 +66,12 @@ class BPETokenizer:
         raise NotImplementedError("BPETokenizer.decode")
 
     def save(self, path) -> None:
-        """Write the tokenizer to `path` in the text format that README.md documents."""
+        """Write the tokenizer to `path` in the text format that the prompt documents ("Files")."""
         raise NotImplementedError("BPETokenizer.save")
 
     @classmethod
     def load(cls, path) -> BPETokenizer:
-        """Read a file written by save (format in README.md).
+        """Read a file written by save (format in the prompt, "Files").
 
         Raises ValueError naming the line ("line 4: ...") of a malformed file.
         """

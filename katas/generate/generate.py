@@ -1,9 +1,10 @@
 """A KV-cache-backed generator: greedy, sampling and beam search.
 
-Your task (see README.md): left-pad the prompts into one batch, prefill once, then produce one
-token per row per step with `model.decode_step`. Greedy takes the argmax, sampling draws from the
-temperature / top-k / top-p filtered distribution with a seeded `torch.Generator`, and beam search
-follows HuggingFace transformers (>= 4.50) exactly, reordering the KV cache as beams change parents.
+Your task: left-pad the prompts into one batch, prefill once, then produce one token per row per
+step with `model.decode_step`. Greedy takes the argmax, sampling draws from the temperature /
+top-k / top-p filtered distribution with a seeded `torch.Generator`, and beam search follows
+HuggingFace transformers (>= 4.50) exactly, reordering the KV cache as beams change parents.
+The prompt is the contract (`dojo start generate` prints it; in a notebook it is the first cell).
 """
 
 from __future__ import annotations
@@ -43,6 +44,6 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
     `on_token(row, token)` is called as tokens are chosen (greedy, sample) or, for beam search,
     once the search ends, for each returned sequence. A strategy of "beam" with num_beams=1 is
     greedy search, as in HuggingFace.
-    Raises ValueError, naming the argument, for any invalid argument (see README.md).
+    Raises ValueError, naming the argument, for any invalid argument (the prompt's "Errors").
     """
     raise NotImplementedError("generate")

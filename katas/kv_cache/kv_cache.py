@@ -1,8 +1,10 @@
-"""Kata: a KV cache for autoregressive decoding. Read README.md first.
+"""Kata: a KV cache for autoregressive decoding.
 
 Preallocate per-layer key/value buffers of shape (batch_size, n_kv_heads, max_len, head_dim) once,
 write new positions in place, and hand back views of what is cached so far. Replace every
-`raise NotImplementedError` with your implementation; keep the names and signatures.
+`raise NotImplementedError` with your implementation; keep the names and signatures. Read the
+prompt first: it is the contract (`dojo start kv_cache` prints it; in a notebook it is the first
+cell).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The first token waits for the prefill of the whole prompt; every later token is one decode step.
 Measure both on the reference model, predict both from the roofline, and prefill a long prompt
-in bounded chunks without changing a single logit. README.md gives the contract.
+in bounded chunks without changing a single logit. The prompt gives the contract (`dojo start
+latency` prints it; in a notebook it is the first cell).
 Use `solutions.roofline.phase_cost` for the counting.
 """
 

@@ -1,7 +1,8 @@
 """Mixed-precision training: autocast matmuls, fp32 master weights, and a dynamic loss scaler.
 
-Fill in the scaler and `train_step`; katas/mixed_precision/README.md is the contract. Write the
-scaler yourself: torch.amp.GradScaler (and its private helpers) are not allowed.
+Fill in the scaler and `train_step`; the prompt is the contract (`dojo start mixed_precision`
+prints it; in a notebook it is the first cell). Write the scaler yourself: torch.amp.GradScaler
+(and its private helpers) are not allowed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Roofline kata: measure a machine's two ceilings, count a Llama pass, place prefill and decode.
 
 A pass with arithmetic intensity I (FLOPs per byte moved) runs at most at
-min(peak FLOP/s, bandwidth * I). Fill in every function below; README.md gives the contract,
-including exactly what `phase_cost` counts.
+min(peak FLOP/s, bandwidth * I). Fill in every function below; the prompt gives the contract,
+including exactly what `phase_cost` counts (`dojo start roofline` prints it; in a notebook it is
+the first cell).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
 
     `seq_len` new tokens per row (the prompt for "prefill"; exactly 1 for "decode") are appended
     after `context_len` cached ones, for `batch` rows. Counts weights, the embedding lookup, KV
-    cache reads and writes, matmul and attention FLOPs, as README.md specifies.
+    cache reads and writes, matmul and attention FLOPs, as the prompt specifies.
     Raises ValueError for an unknown phase, a decode with seq_len != 1, batch or seq_len < 1,
     context_len < 0, or context_len + seq_len beyond config.max_seq_len.
     """
@@ -127,7 +128,7 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
     """Draw the roof, the ridge and one labelled point per phase, log-log; save a PNG to `path`.
 
     points maps a label to (intensity FLOP/byte, achieved FLOP/s). Returns the matplotlib Figure,
-    saved with `fig.savefig(path)` (its own size: no tight bbox). README.md says what must be drawn.
+    saved with `fig.savefig(path)` (its own size: no tight bbox). The prompt says what must be drawn.
     Raises ValueError for a point that is not positive.
     """
     raise NotImplementedError
