@@ -423,6 +423,7 @@ def test_readme_file_format_example(kata, tmp_path):
     ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
     ('bpe v1\npattern "(unclosed"\n', 2),
     ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
+    ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),  # blank lines count in the numbering
 ])
 def test_malformed_file(kata, tmp_path, content, line):
     """load raises ValueError naming the line of a malformed file"""
