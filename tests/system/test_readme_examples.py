@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from dojo import catalog
+from dojo import catalog, notebook
 from solutions.model import LlamaConfig, tiny_model
 
 KATAS = Path(__file__).resolve().parents[2] / "katas"
@@ -115,7 +118,19 @@ def test_config_page_reaches_every_prompt_that_reads_a_config(slug):
     assert "](../CONFIG.md)" in readme, f"katas/{slug}/README.md computes from `config` but does not link ../CONFIG.md"
     shown = catalog.get(slug).readme()
     assert shown.startswith(readme) and "| `n_kv_heads` |" in shown[len(readme):], (
-        f"dojo start {slug} / its notebook: the prompt shown does not end with katas/CONFIG.md")
+        f"Kata.readme() of {slug}: the prompt does not end with katas/CONFIG.md")
+    prompt_cell = notebook.build(catalog.get(slug), "")["cells"][0]["source"]
+    assert "| `n_kv_heads` |" in "".join(prompt_cell), f"dojo notebook {slug}: the prompt cell lacks katas/CONFIG.md"
+
+
+def test_dojo_start_prints_the_config_page(tmp_path):
+    """Prompts: `dojo start roofline` (not a TTY: plain text) prints LlamaConfig's fields after the prompt"""
+    env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path / "workspace")}
+    out = subprocess.run([sys.executable, "-m", "dojo", "start", "roofline"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "LlamaConfig: the fields a kata reads" in out.stdout and "n_kv_heads" in out.stdout, (
+        f"dojo start roofline did not print katas/CONFIG.md:\n{out.stdout[-2000:]}")
 
 
 def test_a_planted_wrong_number_fails(tmp_path):
