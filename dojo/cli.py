@@ -23,7 +23,7 @@ from rich.table import Table
 
 from dojo import catalog, grade, history, report, workspace
 
-PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.bench_tool")
+PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.lab", "dojo.bench_tool")
 
 
 class UsageError(Exception):
@@ -147,7 +147,7 @@ def cmd_welcome(args) -> int:
         else:
             out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
     out.print("Practice: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
-              "status · notebook <kata>")
+              "status · notebook <kata> · lab")
     out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
     out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "
               "Grading: dojo grade PATH   All: dojo --help")
