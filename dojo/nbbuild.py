@@ -63,7 +63,8 @@ def build(kata: Kata, code: str, *, reference: bool = False) -> dict:
         call = f'grade_here("{slug}")'
     locked = {"editable": False, "deletable": False} if reference else {}
     grade_cell = (
-        '# Grades the SAVED notebook (save first). Needs the kernel "decode-dojo (.venv)".\n'
+        "# Grades the notebook as SAVED: save first (Ctrl-S / Cmd-S).\n"
+        '# Needs the kernel "decode-dojo (.venv)", which `make setup` installs.\n'
         f"from dojo.notebook import grade_here\n\n{call}"
     )
     return {

@@ -419,3 +419,13 @@ def test_stale_runs_compare_each_saved_cell_with_its_latest_run():
     assert stale([add_v1], ["", add_v1, "def add(a, b):\n    return a +"]) == [2], "a run that did not parse"
     assert stale([add_v1], ["", add_v2, "\n" + add_v1 + "\n\n"]) == [], "whitespace around a cell is not a change"
     assert stale(["x = 1"], ["", "x = 2"]) == [], "a cell defining no function or class is not compared"
+
+
+def test_instructions_say_what_is_graded_and_how_to_show_line_numbers():
+    """The notebook's instructions say the saved notebook is graded, and how to show the line numbers that
+    reports name (JupyterLab hides them by default)"""
+    nb = nbbuild.build(catalog.get("toy"), "x = 1")
+    how = next(c["source"] for c in nb["cells"] if c["id"] == "how")
+    assert "View > Show Line Numbers" in how and "*as saved*" in how, how
+    grading = next(c["source"] for c in nb["cells"] if c["id"] == "grade")
+    assert "SAVED" in grading and max(len(line) for line in grading.splitlines()) <= 80, "the grading cell scrolls"
