@@ -421,7 +421,7 @@ def test_stale_runs_compare_each_saved_cell_with_its_latest_run():
     assert stale(["x = 1"], ["", "x = 2"]) == [], "a cell defining no function or class is not compared"
 
 
-def test_instructions_say_what_is_graded_and_how_to_show_line_numbers():
+def test_instructions_say_what_is_graded_and_how_to_show_line_numbers(toy_env):
     """The notebook's instructions say the saved notebook is graded, and how to show the line numbers that
     reports name (JupyterLab hides them by default)"""
     nb = nbbuild.build(catalog.get("toy"), "x = 1")
