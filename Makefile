@@ -9,7 +9,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test check-katas grade demo bench bench-peers notebooks lint clean
+.PHONY: setup practice test check-katas grade demo bench bench-peers notebooks lab lint clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,9 @@ bench-peers: $(STAMP)
 
 notebooks: $(STAMP)
 	$(PY) -m dojo.notebook --render-solutions notebooks
+
+lab: $(STAMP)
+	$(VENV)/bin/dojo lab
 
 lint: $(STAMP)
 	$(PY) -m ruff check dojo solutions katas tests benchmarks

@@ -16,14 +16,13 @@ import time
 import warnings
 from pathlib import Path
 
-from rich.markdown import Markdown
 from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog, grade, history, report, workspace
+from dojo import catalog, grade, history, prose, report, workspace
 
-PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.bench_tool")
+PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.lab", "dojo.bench_tool")
 
 
 class UsageError(Exception):
@@ -147,7 +146,7 @@ def cmd_welcome(args) -> int:
         else:
             out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
     out.print("Practice: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
-              "status · notebook <kata>")
+              "status · notebook <kata> · lab")
     out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
     out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "
               "Grading: dojo grade PATH   All: dojo --help")
@@ -193,7 +192,7 @@ def cmd_start(args) -> int:
                       f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).")
         out.print(f"Edit {result.path}, then: dojo check {kata.slug}")
         return 0
-    out.print(Markdown(kata.readme()) if out.is_terminal else kata.readme(), markup=False)
+    prose.show(out, kata.readme())
     if result.backup:
         out.print(f"Your earlier work is backed up at {result.backup}")
     out.print(f"[bold]Edit[/bold] {escape(str(result.path))}")
@@ -293,7 +292,7 @@ def cmd_hint(args) -> int:
 
 def _print_hint(out, n: int, total: int, text: str) -> None:
     out.print(f"[bold]Hint {n} of {total}[/bold]")
-    out.print(Markdown(text) if out.is_terminal else text, markup=False)
+    prose.show(out, text)
 
 
 def cmd_reset(args) -> int:

@@ -138,12 +138,18 @@ def run(args: argparse.Namespace) -> int:
     streamed = args.beams == 1 and stream.first_token_at is not None  # beam search streams only at the end
     ttft = stream.first_token_at - start if streamed else result.prefill_seconds
     out.print(f"prompt tokens: {len(prompt)}   time to first token: {ttft * 1e3:.0f} ms")
-    steps = n_new - 1
-    rate = steps / result.decode_seconds if steps > 0 and result.decode_seconds > 0 else float("nan")
-    what = f"{args.beams} beams, " if args.beams > 1 else ""
-    out.print(f"decode: {n_new} new tokens ({what}{steps} decode steps in {result.decode_seconds:.2f} s): "
-              f"{rate:.1f} tokens/s")
+    out.print(decode_line(n_new, args.beams, result.decode_seconds), markup=False)
     return 0
+
+
+def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
+    """The report's decode figures; tokens/s is "-" when no decode step was timed (one new token: the first
+    comes from prefill)."""
+    steps = n_new - 1
+    rate = f"{steps / decode_seconds:.1f}" if steps > 0 and decode_seconds > 0 else "-"
+    what = f"{beams} beams, " if beams > 1 else ""
+    return (f"decode: {n_new} new token{'s' if n_new != 1 else ''} ({what}{steps} decode "
+            f"step{'s' if steps != 1 else ''} in {decode_seconds:.2f} s): {rate} tokens/s")
 
 
 def register(subparsers) -> None:

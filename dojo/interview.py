@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
-from rich.markdown import Markdown
 from rich.markup import escape
 
-from dojo import catalog, grade, report, session, workspace
+from dojo import catalog, grade, prose, report, session, workspace
 from dojo.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
 from dojo.session import Session
 
@@ -64,7 +63,7 @@ def cmd_interview(args) -> int:
     out.print(f"[bold]Mock interview: {kata.slug}[/bold] ({escape(kata.title)})")
     if started.backup:
         out.print(f"Your earlier work on {kata.slug} is backed up at {started.backup}", markup=False)
-    out.print(Markdown(kata.readme()) if out.is_terminal else kata.readme(), markup=False)
+    prose.show(out, kata.readme())
     out.print(RULES.format(path=started.path, cost=session.HINT_COST, n=len(s.questions)), markup=False)
     out.print(_clock(s), markup=False)
     return 0
@@ -190,7 +189,7 @@ def during_session(command: str, args) -> int | None:
             return 0
         out.print(f"[bold]Hint {n} of {len(hints)}[/bold] (costs {session.HINT_COST:.0%} of your code score; "
                   f"{len(s.hints)} used)")
-        out.print(Markdown(hints[n - 1]) if out.is_terminal else hints[n - 1], markup=False)
+        prose.show(out, hints[n - 1])
         return 0
     if command in ("watch", "solution"):
         out.print(f"Not during an interview: `dojo {command}` would show what the interview hides. "

@@ -81,3 +81,12 @@ class Dojo:
 @pytest.fixture
 def dojo(tmp_path: Path) -> Dojo:
     return Dojo(tmp_path)
+
+
+@pytest.fixture
+def toy_env(dojo, monkeypatch):
+    """The toy catalog and the sandbox workspace for in-process calls too."""
+    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
+    monkeypatch.setenv("DOJO_WORKSPACE", dojo.env["DOJO_WORKSPACE"])
+    dojo.workspace.mkdir(parents=True, exist_ok=True)
+    return dojo

@@ -98,3 +98,11 @@ def test_stream_holds_back_split_characters():
     for tok in (1, 2, 3, 0):
         stream(0, tok)
     assert shown == ["caf", "\u00e9!"], shown
+
+
+def test_decode_line_without_decode_steps_shows_no_nan():
+    """One new token means no decode step to time: tokens/s reads "-", never nan; otherwise steps / seconds"""
+    assert demo.decode_line(1, 1, 0.0) == "decode: 1 new token (0 decode steps in 0.00 s): - tokens/s"
+    assert "nan" not in demo.decode_line(1, 4, 0.0) and "4 beams" in demo.decode_line(1, 4, 0.0)
+    assert demo.decode_line(9, 1, 0.5) == "decode: 9 new tokens (8 decode steps in 0.50 s): 16.0 tokens/s"
+    assert demo.decode_line(2, 1, 0.25).endswith("(1 decode step in 0.25 s): 4.0 tokens/s")

@@ -48,7 +48,7 @@ def test_full_session(dojo):
     everything, asks the kata's follow-up and one from the bank, and writes a scorecard; history and stats show it"""
     out = run(dojo, "interview")  # no slug: the weakest kata with a suite, toy
     assert out.returncode == 0, out.stderr
-    assert "Mock interview: toy" in out.stdout and "Implement `add(a, b)`" in out.stdout
+    assert "Mock interview: toy" in out.stdout and "Implement add(a, b)" in out.stdout
     assert "only the README's worked examples" in out.stdout and "Time left: 5:00 of 5 min" in out.stdout
     assert "raise NotImplementedError" in dojo.file().read_text()
 

@@ -19,7 +19,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbclient import NotebookClient
 from nbformat import v4
 
-from dojo import catalog, nbextract, notebook
+from dojo import catalog, nbbuild, nbextract, notebook
 from dojo.nbextract import NotebookError
 
 ANSI = re.compile(r"\x1b\[")
@@ -79,22 +79,13 @@ def failure_lines(text: str) -> list[str]:
     return lines[start:end]
 
 
-@pytest.fixture
-def toy_env(dojo, monkeypatch):
-    """The toy catalog and the sandbox workspace for in-process calls too."""
-    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
-    monkeypatch.setenv("DOJO_WORKSPACE", dojo.env["DOJO_WORKSPACE"])
-    dojo.workspace.mkdir(parents=True, exist_ok=True)
-    return dojo
-
-
 # ---- in a real kernel --------------------------------------------------------------------------
 
 
 def test_reference_notebook_passes_in_a_kernel(tmp_path):
     """The rendered reference notebook of the bpe kata runs in the venv's kernel and its last cell shows a full score"""
     kata = catalog.get("bpe")
-    nb = nbformat.from_dict(notebook.build(kata, kata.reference.read_text(), reference=True))
+    nb = nbformat.from_dict(nbbuild.build(kata, kata.reference.read_text(), reference=True))
     scratch = next(c for c in nb.cells if c.get("id") == "scratch")
     scratch.source = "import sys\nprint(sys.prefix)"
     save(nb, tmp_path / "bpe.ipynb")
@@ -107,7 +98,7 @@ def test_reference_notebook_passes_in_a_kernel(tmp_path):
     score = re.search(r"Score (\d+)/(\d+) points", text)
     assert score and score.group(1) == score.group(2) and int(score.group(2)) > 0, f"no full score in:\n{text}"
     assert "All tests pass" in text, text
-    assert "<pre" in html and "Score" in html, "the grading cell shows no HTML report"
+    assert "dojo-report" in html and "Score" in html, "the grading cell shows no HTML report"
     for cell in done.cells:
         assert not ANSI.search(json.dumps(cell.get("outputs", []))), f"raw terminal codes in cell {cell.get('id')}"
     assert not (tmp_path / "workspace" / ".dojo").exists(), "the reference notebook recorded an attempt"
@@ -130,7 +121,7 @@ def test_blank_notebook_fails_in_a_kernel_like_the_py_path(toy_env):
     text, html = outputs(done.cells[-1])
 
     assert "Score 0/6 points" in text and "0/6 points" in html, text
-    assert "differs from the saved notebook" in text, f"no warning about unsaved edits:\n{text}"
+    assert "not what the saved notebook holds" in text, f"no warning about unsaved edits:\n{text}"
     assert not ANSI.search(json.dumps([c.get("outputs", []) for c in done.cells]))
     assert dojo.attempts() == [("toy", "check", 0, 6, 0)], "the grading cell did not record the attempt"
     # the same suite on the stub as a .py file
@@ -184,6 +175,7 @@ def test_check_and_grade_a_notebook_with_the_reference(toy_env):
     checked = dojo("check", "--notebook", str(path))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "Score 6/6 points" in checked.stdout and str(path) in checked.stdout
+    assert checked.stdout.startswith("Graded attempt.ipynb as saved at "), "no saved-version line first"
     results = json.loads((dojo.workspace / "results" / "toy.json").read_text())
     assert results["status"] == "pass" and results["path"] == str(path)
     assert dojo.attempts()[-1] == ("toy", "check", 6, 6, 1)
@@ -307,7 +299,7 @@ def test_kata_of_and_bad_notebooks(toy_env, tmp_path):
 
 def test_render_solutions_writes_read_only_reference_notebooks(tmp_path):
     """make notebooks: one read-only notebook per kata with a reference, its solution cell the reference"""
-    written = notebook.render_solutions(tmp_path / "notebooks")
+    written = nbbuild.render_solutions(tmp_path / "notebooks")
     katas = [k for k in catalog.load() if k.reference.is_file()]
     assert sorted(p.stem for p in written) == sorted(k.slug for k in katas)
     for kata in katas:
@@ -318,5 +310,15 @@ def test_render_solutions_writes_read_only_reference_notebooks(tmp_path):
         (solution,) = [c for c in nb.cells if nbextract.is_solution(c)]
         assert solution.source == kata.reference.read_text().rstrip("\n")
         assert all(c.metadata.get("editable") is False for c in nb.cells)
-    again = notebook.render_solutions(tmp_path / "notebooks")  # re-rendering replaces read-only files
+    again = nbbuild.render_solutions(tmp_path / "notebooks")  # re-rendering replaces read-only files
     assert len(again) == len(written)
+
+
+def test_instructions_say_what_is_graded_and_how_to_show_line_numbers(toy_env):
+    """The notebook's instructions say the saved notebook is graded, and how to show the line numbers that
+    reports name (JupyterLab hides them by default)"""
+    nb = nbbuild.build(catalog.get("toy"), "x = 1")
+    how = next(c["source"] for c in nb["cells"] if c["id"] == "how")
+    assert "View > Show Line Numbers" in how and "*as saved*" in how, how
+    grading = next(c["source"] for c in nb["cells"] if c["id"] == "grade")
+    assert "SAVED" in grading and max(len(line) for line in grading.splitlines()) <= 80, "the grading cell scrolls"

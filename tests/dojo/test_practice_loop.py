@@ -29,7 +29,8 @@ def test_start_check_fail_then_pass(dojo):
     """start copies the stub and shows the prompt; check fails on the stub, passes on the reference"""
     out = dojo("start", "toy")
     assert out.returncode == 0, out.stderr
-    assert "Implement `add(a, b)`" in out.stdout and str(dojo.file()) in out.stdout
+    assert "Implement add(a, b) and count_words(text)." in out.stdout and str(dojo.file()) in out.stdout
+    assert "`" not in out.stdout and "## " not in out.stdout, "raw Markdown in the prompt"
     assert dojo.file().read_text() == (dojo.toy / "katas" / "toy" / "toy.py").read_text()
 
     out = dojo("check")  # the kata in progress

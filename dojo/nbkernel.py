@@ -1,0 +1,87 @@
+"""What the notebook's kernel knows and the saved file does not: which notebook this is, what code it ran.
+
+The grading cell grades the notebook as saved; a kernel cannot read the open editor. What it can
+read is its own input history (In [1], In [2], ...). `stale_runs` compares that history with the
+saved solution cells: for each saved cell, the latest run that defined any of the cell's top-level
+functions or classes must be that cell's saved text, else the kernel has run solution code that
+the grade did not see (edited and run, not saved; or saved since, but not run). Once the user saves
+the code they ran, or runs the code they saved, the two agree and the warning goes.
+Not done: edits neither saved nor run are invisible here (the report's "as saved at" line is the cue),
+and names are found textually (`def`/`class` at column 0), so a string holding such a line counts too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+_DEFINED = re.compile(r"^(?:async\s+def|def|class)\s+([A-Za-z_]\w*)", re.MULTILINE)
+GRADING_CALL = "grade_here("  # the grading cell's own runs are not solution code
+
+
+def defined(source: str) -> set[str]:
+    """Names of the functions and classes `source` defines at top level (column 0), parsed or not."""
+    return set(_DEFINED.findall(source))
+
+
+def stale_runs(saved: list[str], runs: list[str]) -> list[int]:
+    """Indexes into `runs` (the kernel's inputs in order, index n = In [n]) of the latest run of each saved
+    solution cell's names, where that run is none of the saved solution cells. Empty: the kernel ran what
+    was saved (or none of it)."""
+    saved_text = {cell.strip() for cell in saved}
+    names_run = [set() if GRADING_CALL in run else defined(run) for run in runs]
+    stale = set()
+    for cell in saved:
+        names = defined(cell)
+        latest = next((n for n in range(len(runs) - 1, -1, -1) if names_run[n] & names), None)
+        if latest is not None and runs[latest].strip() not in saved_text:
+            stale.add(latest)
+    return sorted(stale)
+
+
+def unsaved_warning(saved: list[str]) -> str | None:
+    """The warning for the grade of `saved` (the saved solution cells' sources) while this kernel has run
+    other solution code; None when it has not, or outside IPython."""
+    shell = _shell()
+    if shell is None:
+        return None
+    stale = stale_runs(saved, list(shell.history_manager.input_hist_raw))
+    if not stale:
+        return None
+    runs = ", ".join(f"In [{n}]" for n in stale)
+    return (
+        f"this kernel last ran solution code ({runs}) that is not what the saved notebook holds, and the saved "
+        "notebook is what was graded. Unsaved edits? Save (Ctrl-S / Cmd-S) and run this cell again. "
+        "Saved since? Run the solution cell again, so that your scratch cells test what is graded."
+    )
+
+
+def this_notebook(slug: str | None, path: str | Path | None) -> Path:
+    """The notebook to grade: `path`, else the one the kernel was started for (Jupyter's __session__,
+    VS Code's __vsc_ipynb_file__), else <slug>.ipynb in the working directory. FileNotFoundError if none."""
+    if path is not None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no notebook at {path}")
+        return Path(path)
+    shell = _shell()
+    ns = shell.user_ns if shell is not None else {}
+    candidates = [ns.get("__session__"), os.environ.get("JPY_SESSION_NAME"), ns.get("__vsc_ipynb_file__")]
+    if slug:
+        candidates.append(str(Path.cwd() / f"{slug}.ipynb"))
+    for candidate in candidates:
+        if isinstance(candidate, str) and candidate.endswith(".ipynb") and Path(candidate).is_file():
+            return Path(candidate)
+    raise FileNotFoundError(
+        "cannot tell which notebook this is: pass it, as in grade_here(\"<kata>\", \"path/to/<kata>.ipynb\")"
+    )
+
+
+def _shell():
+    """The running IPython shell, or None (without importing IPython where it is not loaded)."""
+    if "IPython" not in sys.modules:
+        return None
+    from IPython import get_ipython
+
+    return get_ipython()

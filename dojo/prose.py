@@ -1,0 +1,56 @@
+"""A kata's Markdown prose (its prompt, a hint) as a learner reads it in a terminal, or in a pipe.
+
+`show()` renders the Markdown with rich, so headings, `code`, **bold** and lists read as such and
+never as raw `##`, backticks or `**`. On a terminal with colours, a rendering taller than the
+screen goes through the system pager (`$PAGER`, else `less`; LESS defaults to "FRX", as git sets
+it, so colours show and the text stays on screen after quitting). Anywhere else (a pipe, a file,
+NO_COLOR) it is the same rendering as plain text: no escape codes, no trailing spaces, prose
+wrapped at WIDTH columns and code blocks never wrapped.
+Not done: links (shown as their text) and images (their alt text).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from rich.console import Console
+from rich.markdown import Heading, Markdown
+
+WIDTH = 100  # columns of plain text, unless a code line needs more
+
+
+class _Heading(Heading):
+    LEVEL_ALIGN = {**Heading.LEVEL_ALIGN, "h1": "left"}  # rich centres the title; a prompt reads better flush
+
+
+class Document(Markdown):
+    """rich's Markdown with every heading flush left."""
+
+    elements = {**Markdown.elements, "heading_open": _Heading}
+
+
+def render_plain(text: str) -> str:
+    """The Markdown `text` rendered as plain text (no escape codes), code blocks unwrapped."""
+    width = max([WIDTH, *(len(line) + 4 for line in text.splitlines())])  # + rich's code padding and indent
+    con = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, emoji=False,
+                  force_terminal=False, force_jupyter=False)
+    con.print(Document(text))
+    return "\n".join(line.rstrip() for line in con.file.getvalue().rstrip("\n").splitlines())
+
+
+def show(out: Console, text: str) -> None:
+    """Print the Markdown `text` on `out`: rendered with colours on a terminal (paged when taller than the
+    screen), as plain text elsewhere."""
+    if out.is_terminal and out.color_system is not None:
+        doc = Document(text)
+        height = len(out.render_lines(doc, pad=False))
+    else:
+        doc = render_plain(text)
+        height = doc.count("\n") + 1
+    if out.is_terminal and height > out.height:
+        os.environ.setdefault("LESS", "FRX")
+        with out.pager(styles=out.color_system is not None):
+            out.print(doc, markup=False, highlight=False)
+    else:
+        out.print(doc, markup=False, highlight=False)
