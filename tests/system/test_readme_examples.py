@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from dojo import catalog, notebook
+from dojo import catalog, nbbuild
 from solutions.model import LlamaConfig, tiny_model
 
 KATAS = Path(__file__).resolve().parents[2] / "katas"
@@ -119,7 +119,7 @@ def test_config_page_reaches_every_prompt_that_reads_a_config(slug):
     shown = catalog.get(slug).readme()
     assert shown.startswith(readme) and "| `n_kv_heads` |" in shown[len(readme):], (
         f"Kata.readme() of {slug}: the prompt does not end with katas/CONFIG.md")
-    prompt_cell = notebook.build(catalog.get(slug), "")["cells"][0]["source"]
+    prompt_cell = nbbuild.build(catalog.get(slug), "")["cells"][0]["source"]
     assert "| `n_kv_heads` |" in "".join(prompt_cell), f"dojo notebook {slug}: the prompt cell lacks katas/CONFIG.md"
 
 
