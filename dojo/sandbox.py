@@ -68,11 +68,16 @@ def _is_checkout(path: Path) -> bool:
     return (path / "katas" / "katas.toml").is_file() or ((path / "solutions").is_dir() and (path / "dojo").is_dir())
 
 
+@cache
 def python_paths() -> list[Path]:
-    """The interpreter's folders to show: its prefixes and every package folder on sys.path, without a
-    checkout of this project (the editable install's root) and without anything inside another."""
+    """The interpreter's folders to show: its prefixes and the package folders on the sys.path that a
+    fresh interpreter builds (`python -I`: not this process's, which pytest or PYTHONPATH may have
+    extended), without a checkout of this project (the editable install's root) and without
+    anything inside another."""
+    fresh = subprocess.run([sys.executable, "-I", "-c", "import sys; print('\\n'.join(sys.path))"],
+                           capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stdout
     found = [Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent]
-    found += [Path(p) for p in sys.path if p and Path(p).exists()]
+    found += [Path(p) for p in fresh.splitlines() if p and Path(p).exists()]
     keep: list[Path] = []
     for path in sorted({p.resolve() for p in found}, key=lambda p: len(p.parts)):
         if _is_checkout(path) or any(path.is_relative_to(k) for k in keep):
