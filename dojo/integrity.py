@@ -9,7 +9,7 @@
 - walking sys.modules, `gc.get_objects`/`get_referrers`, frames (inspect, sys._getframe, f_back ...),
   sys.path, sys.argv, dunder escapes (`__globals__`, `__builtins__`, `__subclasses__` ...);
 - atexit, `os._exit`, subprocess, `os.system`, fork/setsid/kill, ctypes, signal, sockets;
-- importing pytest, _pytest or pluggy; and searching the filesystem (os.walk, rglob).
+- importing pytest, _pytest or pluggy; searching the filesystem (os.walk, rglob); unpickling.
 
 The points stay as they are: findings go into results.json (`integrity`) and the summaries, and a
 person judges them. Left out, on purpose: `gc.disable()`, open() of any path the submission is
@@ -43,6 +43,10 @@ MODULES = {  # importing any of these is a finding
     "runpy": "imports runpy (runs other files)",
     "builtins": "imports builtins (reaches exec, eval and __import__ by name)",
     "marshal": "imports marshal (code objects)",
+    "_pickle": "imports _pickle (unpickling can import and run any module)",
+    "shelve": "imports shelve (unpickling can import and run any module)",
+    "dill": "imports dill (unpickling can import and run any module)",
+    "cloudpickle": "imports cloudpickle (unpickling can import and run any module)",
     "zipimport": "imports zipimport (loads modules from archives)",
     "unittest.mock": "imports unittest.mock (patches other code)",
 }
@@ -82,6 +86,8 @@ NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suf
     "inspect.getsource*": "reads other code's source (inspect.getsource)",
     "inspect.getfile": "finds other code's files (inspect.getfile)",
     "inspect.getmodule": "finds other code's modules (inspect.getmodule)",
+    "pickle.load*": "unpickles data (which can import and run any module)",
+    "pickle.Unpickler": "unpickles data (which can import and run any module)",
     "importlib.util.spec_from_file_location": "loads a module from a file path",
     "importlib.util.module_from_spec": "builds a module by hand (importlib.util.module_from_spec)",
     "importlib.machinery*": "loads modules by hand (importlib.machinery)",
