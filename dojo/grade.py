@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -195,39 +194,6 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
     report.write_results(result, workspace.results_file(slug))
     history.record_result(result, mode=mode)
     return result
-
-
-def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
-    """Grade take-home submissions: every kata with a suite whose <slug>.py, or else <slug>.ipynb, is
-    in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs` gradings at
-    once. Returns the report: {"version", "graded", "submissions": [{"path", "katas": {slug:
-    results.json document}, "points", "total", "passed"}]}. Records nothing in the progress DB."""
-    katas = [k for k in catalog.load() if k.has_suite]
-    submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
-    work: list[tuple[int, str, Path, Path | None]] = []  # (submission, kata, target, notebook or None)
-    for i, folder in enumerate(map(Path, folders)):
-        if folder.suffix == ".ipynb":
-            from dojo import notebook as notebooks
-
-            work.append((i, notebooks.kata_of(folder), folder, folder))
-            continue
-        for k in katas:
-            if (folder / f"{k.slug}.py").is_file():
-                work.append((i, k.slug, folder, None))
-            elif (folder / f"{k.slug}.ipynb").is_file():
-                work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout, notebook=notebook,
-                                                sandboxed=True))
-                   for i, slug, folder, notebook in work]
-        for i, slug, future in futures:
-            submissions[i]["katas"][slug] = future.result().to_json()
-    for sub in submissions:
-        results = sub["katas"].values()
-        sub["points"] = sum(r["points"] for r in results)
-        sub["total"] = sum(r["total"] for r in results)
-        sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
-    return {"version": 1, "graded": time.time(), "submissions": submissions}
 
 
 # ---- the child process -------------------------------------------------------------------------
