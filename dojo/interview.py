@@ -143,9 +143,14 @@ def show_card(card: dict, out) -> None:
         ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
                   f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
         ("Verdict", card["verdict"]),
+        ("Integrity", f"{len(card.get('integrity', []))} finding(s), for the interviewer to judge"
+                      if card.get("integrity") else "no findings"),
+        ("Sandboxed", "yes" if card.get("sandboxed") else "no"),
     ]
     for name, value in lines:
         out.print(f"  {name + ':':<17}{value}", markup=False)
+    for finding in card.get("integrity", []):
+        out.print(f"    {finding}", markup=False)
     out.print("Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below.")
 
 
