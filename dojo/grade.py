@@ -1,13 +1,23 @@
-"""Grading: run a kata's hidden suite on one implementation, in a sandboxed subprocess.
+"""Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
 
-`grade(slug, target)` copies the suite, the reference package and the grading plugin to a
-temporary folder (the *pristine copies*), runs pytest there in a child process with a wall-clock
-timeout, a memory limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps,
-and reads the plugin's structured results, never pytest's text. Whatever the learner's code does
-(loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
-tests: reported, and the verdict comes from the copies), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
-loop's step: grade, write workspace/results/<slug>.json, record the attempt.
-Not a security boundary against a hostile user: code in the test process can always lie to it.
+`grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
+grading plugin and only the reference modules the suite needs (dojo.view: never the kata's own
+reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
+limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
+plugin's signed records (dojo.channel), never pytest's text: a forged or repeated record, a test
+without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
+code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
+edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
+a reason, in bounded time. Every grading is scanned by dojo.integrity (findings in the result, the
+points untouched). `check()` is the practice loop's step: grade, write
+workspace/results/<slug>.json, record the attempt.
+
+For take-homes and interviews (`sandboxed=True`: dojo.takehome, dojo.session.submit) the grade is
+a security boundary as far as bubblewrap makes it one (dojo.sandbox): no network, no repository or
+home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
+runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
+can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
+the code that does, and a person judges it.
 """
 
 from __future__ import annotations
