@@ -9,7 +9,8 @@
 - walking sys.modules, `gc.get_objects`/`get_referrers`, frames (inspect, sys._getframe, f_back ...),
   sys.path, sys.argv, dunder escapes (`__globals__`, `__builtins__`, `__subclasses__` ...);
 - atexit, `os._exit`, subprocess, `os.system`, fork/setsid/kill, ctypes, signal, sockets;
-- importing pytest, _pytest or pluggy; searching the filesystem (os.walk, rglob); unpickling.
+- importing pytest, _pytest or pluggy; searching the filesystem (os.walk, rglob, recursive glob);
+  unpickling; strings naming the project's paths, /proc/self, .pth files or DOJO_ variables.
 
 The points stay as they are: findings go into results.json (`integrity`) and the summaries, and a
 person judges them. Left out, on purpose: `gc.disable()`, open() of any path the submission is
@@ -109,8 +110,8 @@ BUILTINS = {"exec": "exec of text", "eval": "eval of text", "compile": "compile 
 COMPUTED = ("importlib.import_module", "__import__")  # fine with a constant name (then checked as an import)
 SENSITIVE = {n.split(".")[0] for n in (*NAMES, *MODULES)} | set(PROJECT)  # getattr(os, name) is a finding
 PATH_TEXT = re.compile(
-    r"(?:^|[/\\.\s'\"])(?:solutions|dojo)(?:[/\\.]|$)|tests[/\\]|\bmutants\b|\btest_\w+\.py\b|site-packages|\.pth\b"
-    r"|\*\*|/proc/|DOJO_",
+    r"(?:^|[/\\.\s'\"])(?:solutions|dojo)(?:[/\\]|\.\w|$)|tests[/\\]|\bmutants\b|\btest_\w+\.py\b|site-packages"
+    r"|\.pth\b|/proc/(?:self|thread-self|\d)|DOJO_",
 )
 
 
@@ -211,6 +212,8 @@ class _Scanner(ast.NodeVisitor):
                     self.flag(node, f"reaches into module {target.id} by a computed name ({func})")
                 else:
                     self.check_name(node, f"{self.aliases[target.id]}.{name.value}")
+        if func == "glob.glob" and any(k.arg == "recursive" for k in node.keywords):
+            self.flag(node, "searches the filesystem (glob, recursive)")
         if func == "vars" and isinstance(first, ast.Name) and self.aliases.get(first.id, "").split(".")[0] in SENSITIVE:
             self.flag(node, f"reads module {first.id}'s namespace (vars)")
         self.generic_visit(node)

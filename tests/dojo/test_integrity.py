@@ -38,6 +38,7 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "_pytest patch": ("bpe", "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n", 1),
     "setsid daemon": ("bpe", "import os\nif os.fork() == 0:\n    os.setsid()\n", 2),
     "signal": ("bpe", "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n", 1),
+    "a recursive glob": ("bpe", "import glob\nhits = glob.glob('/**/bpe.py', recursive=True)\n", 2),
     "the suite's file": ("bpe", "src = open('/tmp/x/tests/katas/test_bpe.py').read()\n", 1),
     "the results stream": ("bpe", "env = open('/proc/self/environ').read()\n", 1),
     "argv": ("bpe", "import sys\npath = sys.argv[-1]\n", 2),
@@ -81,6 +82,9 @@ HONEST = {  # name: (kata, source)
         "import re, math, time, statistics\nimport numpy as np\nimport torch\nfrom dataclasses import dataclass\n"
         "PAT = re.compile(r'x')\ndef f(dtype_name, x):\n    dtype = getattr(torch, dtype_name)\n"
         "    return torch.compile(x).eval(), getattr(x, dtype_name)\n")),
+    "prose and /proc/cpuinfo": ("roofline", (
+        "def f():\n    text = open('/proc/cpuinfo').read()\n"
+        "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
     "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
 }
 

@@ -177,3 +177,20 @@ def test_real_katas_hide_their_reference_and_its_twin(toy, monkeypatch):
         result = grade.grade(slug, str(folder), sandboxed=True)
         assert result.sandboxed and result.points == 0, f"{slug}: {result.points}/{result.total}"
         assert "ModuleNotFoundError" in result.tests[0].message and result.integrity
+
+
+def test_the_timing_lock_is_shared_with_the_sandbox(toy, monkeypatch, tmp_path):
+    """the machine-wide timing lock is the same file inside: held outside, the submission cannot take it"""
+    import fcntl
+
+    lock = tmp_path / "timing.lock"
+    monkeypatch.setenv("DOJO_TIMING_LOCK", str(lock))
+    sandbox.timing_lock()
+    with open(lock, "r+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = submit(toy, (
+            "import fcntl, os\nfd = os.open(os.environ['DOJO_TIMING_LOCK'], os.O_RDWR)\n"
+            "def add(a, b):\n    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        return 'free'\n"
+            "    except BlockingIOError:\n        return 'held'\n" + STUBS
+        ))
+    assert got(result, "add(2, 3) is 5") == "held", result.tests[0].message
