@@ -221,7 +221,7 @@ def cmd_history(args) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c["started"]))
         out.print(f"{when}  {c['kata']:<16} {c['points']}/{c['total']} pts  {c['time_used_s'] / 60:5.1f} min  "
                   f"{c['check_runs']} checks  {c['hints']} hints  rubric {c['rubric_covered']}/{c['rubric_offered']}  "
-                  f"{c['score']:.0%}  {c['verdict']}", markup=False)
+                  f"{c['score']:.0%}  {c['verdict']}  {len(c.get('integrity', []))} integrity findings", markup=False)
     return 0
 
 

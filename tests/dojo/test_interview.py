@@ -235,5 +235,6 @@ def test_scorecard_shows_integrity_findings(dojo):
     assert "Integrity:       1 finding(s), for the interviewer to judge" in out.stdout
     assert "toy.py:1: imports atexit (runs code as the process ends)" in out.stdout
     assert "Sandboxed:" in out.stdout
+    assert "1 integrity findings" in run(dojo, "history").stdout
     card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
     assert card["integrity"] == ["toy.py:1: imports atexit (runs code as the process ends)"]

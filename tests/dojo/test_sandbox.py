@@ -194,3 +194,16 @@ def test_the_timing_lock_is_shared_with_the_sandbox(toy, monkeypatch, tmp_path):
             "    except BlockingIOError:\n        return 'held'\n" + STUBS
         ))
     assert got(result, "add(2, 3) is 5") == "held", result.tests[0].message
+
+
+def test_grade_summary_says_not_sandboxed_and_lists_findings(dojo, tmp_path):
+    """`dojo grade` without a sandbox: the sandboxed column says NO and a line says why; findings are listed"""
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    (folder / "toy.py").write_text("import atexit\n" + dojo.reference.read_text())
+    dojo.env["DOJO_SANDBOX"] = "0"
+    out = dojo("grade", str(folder), "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 finding" in out.stdout and " NO" in out.stdout
+    assert f"{folder} toy: NOT sandboxed: DOJO_SANDBOX=0 is set" in out.stdout
+    assert f"integrity: {folder} toy: toy.py:1: imports atexit (runs code as the process ends)" in out.stdout
