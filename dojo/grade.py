@@ -211,7 +211,8 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
 
 def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
     """Copy under `tmp` what the suite needs and nothing more: the kata's suite and the conftest beside
-    it, the reference modules of dojo.view (never the kata's own), and the dojo package (the plugin).
+    it, the reference modules of dojo.view (never the kata's own), and the plugin with the dojo
+    modules it and the suite import.
     Readable by every uid: the sandbox may run the child as another one."""
     suites, solutions = targets.suites_dir(), targets.solutions_dir()
     (tmp / "tests" / "katas").mkdir(parents=True)
@@ -222,8 +223,10 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
         for name in ["__init__", *view.reference_modules(kata.slug)]:
             if (solutions / f"{name}.py").is_file():
                 shutil.copyfile(solutions / f"{name}.py", tmp / "solutions" / f"{name}.py")
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(Path(dojo.__file__).resolve().parent, tmp / "dojo", ignore=skip, copy_function=shutil.copyfile)
+    runner = Path(dojo.__file__).resolve().parent
+    (tmp / "dojo").mkdir()
+    for name in ["__init__", *view.runner_modules(kata.slug)]:
+        shutil.copyfile(runner / f"{name}.py", tmp / "dojo" / f"{name}.py")
     _readable(tmp)
 
 

@@ -9,8 +9,9 @@ without the kata's own reference: `solutions/<slug>.py` and every twin of it,
 `solutions/<slug>_*.py` (such as attention_fast.py). A module in the view that imports a hidden
 one (model.py's default cache is the kv_cache reference) keeps that import, which then fails.
 
-Left out: which *names* a module may use (a permitted module is visible whole) and anything
-outside solutions/ (the suites, mutants and the runner are placed by dojo.grade).
+`runner_modules` is the same for the dojo package: the plugin and what it and the suite import.
+Left out: which *names* a module may use (a permitted module is visible whole); the suites and
+mutants are placed by dojo.grade.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 from dojo import catalog, targets
 
 
-def solution_imports(path: Path) -> set[str]:
-    """The `solutions.<module>` names the file at `path` imports, anywhere in it (function bodies too).
+def imports_of(path: Path, package: str) -> set[str]:
+    """The `<package>.<module>` names the file at `path` imports, anywhere in it (function bodies too).
     Nothing for a file that does not parse: the suite's import then fails in the grading, which says why."""
     try:
         tree = ast.parse(Path(path).read_text(), filename=str(path))
@@ -32,13 +33,31 @@ def solution_imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("solutions.")}
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{package}.")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "solutions":  # from solutions import attention as readable
+            if node.module == package:  # from solutions import attention as readable
                 found |= {a.name for a in node.names}
-            elif node.module.startswith("solutions."):
+            elif node.module.startswith(f"{package}."):
                 found.add(node.module.split(".")[1])
     return found
+
+
+def solution_imports(path: Path) -> set[str]:
+    """The `solutions.<module>` names the file at `path` imports."""
+    return imports_of(path, "solutions")
+
+
+def _closure(start: set[str], folder: Path, package: str, never: set[str] = frozenset()) -> list[str]:
+    """`start` and every module of `folder` they import in turn, without those in `never`; sorted."""
+    todo, seen = set(start) - never, set()
+    while todo:
+        name = todo.pop()
+        source = folder / f"{name}.py"
+        if name in seen or not source.is_file():
+            continue
+        seen.add(name)
+        todo |= imports_of(source, package) - never - seen
+    return sorted(seen)
 
 
 def permitted(slug: str) -> set[str]:
@@ -67,14 +86,15 @@ def reference_modules(slug: str) -> list[str]:
     """The reference modules the suite of `slug` sees: what the suite and the README need, and what
     those import in turn, never a hidden one. Sorted names, without `__init__`."""
     kata = catalog.get(slug)
-    solutions, secret = targets.solutions_dir(), hidden(slug)
-    todo = (solution_imports(kata.suite) | allowed(slug)) - secret
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        source = solutions / f"{name}.py"
-        if name in seen or not source.is_file():
-            continue
-        seen.add(name)
-        todo |= solution_imports(source) - secret - seen
-    return sorted(seen)
+    start = solution_imports(kata.suite) | allowed(slug)
+    return _closure(start, targets.solutions_dir(), "solutions", hidden(slug))
+
+
+def runner_modules(slug: str) -> list[str]:
+    """The dojo modules the grading needs: the plugin and what it, the suite and the suites' conftest
+    import (dojo.testing ...), in turn. The rest of the runner (grade, check_katas ...) stays out."""
+    kata = catalog.get(slug)
+    package = Path(__file__).resolve().parent
+    start = {"plugin"} | imports_of(kata.suite, "dojo")
+    start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo")}
+    return _closure(start, package, "dojo")
