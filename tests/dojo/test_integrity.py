@@ -46,6 +46,13 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "dunder escape": ("bpe", "classes = ().__class__.__base__.__subclasses__()\n", 1),
     "another kata's reference, not allowed": ("mixed_precision", "from solutions.roofline import phase_cost\n", 1),
     "the roofline reference in the roofline kata": ("roofline", "from solutions.roofline import *\n", 1),
+    "patching a library the suite compares with": ("attention", "import torch\ntorch.allclose = lambda *a, **k: True\n", 2),
+    "patching through setattr": ("attention", "import torch.testing as tt\nsetattr(tt, 'assert_close', print)\n", 2),
+    "patching a reference the suite uses": ("generate", "import solutions.model\nsolutions.model.Llama.prefill = None\n", 2),
+    "a module's __dict__": ("bpe", "import importlib\nf = importlib.__dict__['import_module']\n", 2),
+    "site packages": ("bpe", "import site\nfolders = site.getsitepackages()\n", 1),
+    "package file lists": ("bpe", "from importlib.metadata import files\n", 1),
+    "path parts as words": ("bpe", "import os\np = os.path.join(root, 'tests', 'katas')\n", 2),
     "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
 }
 
@@ -85,6 +92,7 @@ HONEST = {  # name: (kata, source)
     "prose and /proc/cpuinfo": ("roofline", (
         "def f():\n    text = open('/proc/cpuinfo').read()\n"
         "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
+    "torch settings": ("roofline", "import torch\ntorch.backends.mkldnn.enabled = True\n"),
     "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
 }
 
