@@ -207,3 +207,9 @@ def test_grade_summary_says_not_sandboxed_and_lists_findings(dojo, tmp_path):
     assert "1 finding" in out.stdout and " NO" in out.stdout
     assert f"{folder} toy: NOT sandboxed: DOJO_SANDBOX=0 is set" in out.stdout
     assert f"integrity: {folder} toy: toy.py:1: imports atexit (runs code as the process ends)" in out.stdout
+
+
+def test_a_crash_inside_reads_as_it_does_outside(toy):
+    """a segfault in the sandbox is named as one (bwrap's 128 + signal is read back as the signal)"""
+    result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS)
+    assert result.status == "fail" and "segmentation fault" in result.error, result.error
