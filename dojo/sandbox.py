@@ -30,6 +30,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from dojo import ROOT
+
 SWITCH = "DOJO_SANDBOX"  # "0": never sandbox (the report says so)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
@@ -53,8 +55,11 @@ def timing_lock() -> Path:
 def process_limit() -> int:
     """How many processes and threads the submission's uid may hold: room for pytest, torch's thread
     pools (about two a core) and a few helpers; far below a fork loop. $DOJO_PROCESS_LIMIT overrides."""
-    if os.environ.get("DOJO_PROCESS_LIMIT"):
-        return int(os.environ["DOJO_PROCESS_LIMIT"])
+    given = os.environ.get("DOJO_PROCESS_LIMIT")
+    if given:
+        if not given.isdigit() or int(given) < 8:
+            raise ValueError(f"DOJO_PROCESS_LIMIT must be a whole number of processes, at least 8; got {given!r}")
+        return int(given)
     return 32 + 2 * len(os.sched_getaffinity(0))
 
 
@@ -65,7 +70,9 @@ def child_uid() -> int | None:
 
 
 def _is_checkout(path: Path) -> bool:
-    return (path / "katas" / "katas.toml").is_file() or ((path / "solutions").is_dir() and (path / "dojo").is_dir())
+    """A checkout of this project, or a folder holding this one or the home folder (a .pth naming /work)."""
+    holds = any(inside.is_relative_to(path) for inside in (ROOT.resolve(), Path.home().resolve()))
+    return holds or (path / "katas" / "katas.toml").is_file() or ((path / "solutions").is_dir() and (path / "dojo").is_dir())
 
 
 @cache
