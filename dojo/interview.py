@@ -142,9 +142,14 @@ def show_card(card: dict, out) -> None:
         ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
                   f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
         ("Verdict", card["verdict"]),
+        ("Integrity", f"{len(card.get('integrity', []))} finding(s), for the interviewer to judge"
+                      if card.get("integrity") else "no findings"),
+        ("Sandboxed", "yes" if card.get("sandboxed") else "no"),
     ]
     for name, value in lines:
         out.print(f"  {name + ':':<17}{value}", markup=False)
+    for finding in card.get("integrity", []):
+        out.print(f"    {finding}", markup=False)
     out.print("Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below.")
 
 
@@ -215,7 +220,7 @@ def cmd_history(args) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c["started"]))
         out.print(f"{when}  {c['kata']:<16} {c['points']}/{c['total']} pts  {c['time_used_s'] / 60:5.1f} min  "
                   f"{c['check_runs']} checks  {c['hints']} hints  rubric {c['rubric_covered']}/{c['rubric_offered']}  "
-                  f"{c['score']:.0%}  {c['verdict']}", markup=False)
+                  f"{c['score']:.0%}  {c['verdict']}  {len(c.get('integrity', []))} integrity findings", markup=False)
     return 0
 
 

@@ -76,6 +76,7 @@ def grade_notebook(
     timeout: float | None = None,
     test_timeout: float | None = None,
     memory_limit: int | None = None,
+    sandboxed: bool = False,
 ) -> GradeResult:
     """Grade the solution cells of the notebook at `path` with the hidden suite of `slug` (default: the
     notebook's kata). A notebook that cannot be graded (not a notebook, no solution cell, a syntax error)
@@ -110,7 +111,7 @@ def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = Fa
         module = nbextract.write_module(extracted, Path(tmp) / f"{slug}_ipynb.py")
         result = grade.grade(
             slug, str(module), examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-            memory_limit=memory_limit,
+            memory_limit=memory_limit, sandboxed=sandboxed,
         )
     return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution)
 
@@ -139,6 +140,7 @@ def _in_notebook_terms(result: GradeResult, extracted: nbextract.Extracted, modu
         error=extracted.rewrite(result.error, module) if result.error else result.error,
         output=extracted.rewrite(result.output, module),
         notes=[extracted.rewrite(note, module) for note in result.notes],
+        integrity=[extracted.rewrite(finding, module) for finding in result.integrity],
     )
 
 

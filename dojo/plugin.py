@@ -9,6 +9,9 @@ With `--dojo-results FILE` the plugin writes one JSON document with a row per te
 property, outcome, points, message, duration); the runner reads that, never pytest's text.
 While the run goes on it also appends to FILE.jsonl (the collected tests, each test as it starts,
 each row as it ends), so a run killed for a hang or a crash still tells how far it got.
+Under `dojo grade` the same records, and an `end` record with pytest's exit status, go instead to
+the signed results channel (dojo.channel) that the grader named in DOJO_CHANNEL: no path that the
+code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
 Loaded for every pytest run through `addopts = -p dojo.plugin` in pyproject.toml.
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo import targets
+from dojo import channel, targets
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +54,8 @@ class TestTimeout(BaseException):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _sender
+    _sender = _sender or channel.Sender.from_env()  # before any candidate code is imported
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
 
@@ -234,10 +239,13 @@ _rows: list[dict] = []  # one per graded test, in run order
 _errors: list[dict] = []  # collection errors: a suite that did not import
 _stream = None  # FILE.jsonl beside --dojo-results FILE, line-buffered
 _config: pytest.Config | None = None
+_sender: channel.Sender | None = None  # the grader's signed channel, when it gave one
 
 
 def _emit(record: dict) -> None:
     global _stream
+    if _sender is not None:
+        _sender.send(record)
     path = _config.getoption("--dojo-results") if _config else None
     if not path:
         return
@@ -274,6 +282,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _sender is not None:
+        _sender.send({"end": {"exitstatus": int(exitstatus), "examples_only": bool(session.config.getoption("--examples-only"))}})
     path = session.config.getoption("--dojo-results")
     if not path:
         return

@@ -167,7 +167,7 @@ def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> t
     """Grade the full hidden suite and move to the questions. `by` is "submit" or "time". Only the
     first submission counts: when another process got there first, its session comes back with
     None for the result."""
-    result = grade.grade(s.kata, "workspace", timeout=timeout)
+    result = grade.grade(s.kata, "workspace", timeout=timeout, sandboxed=True)
     report.write_results(result, workspace.results_file(s.kata))
     attempt = history.record_result(result, mode="interview")
     at = min(now(), s.deadline) if by == "time" and s.deadline is not None else now()
@@ -178,6 +178,9 @@ def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> t
             " tests = ?, tests_passed = ?, attempt = ? WHERE id = ? AND phase = 'coding'",
             (at, by, result.points, result.total, len(result.tests), passed, attempt, s.id),
         ).rowcount
+    if won:  # for the scorecard: an event row, so the sessions table keeps its schema
+        detail = {"session": s.id, "sandboxed": result.sandboxed, "findings": result.integrity}
+        history.record_event(s.kata, "integrity", json.dumps(detail))
     return get(s.id), (result if won else None)
 
 
@@ -220,6 +223,8 @@ def scorecard(s: Session) -> dict:
     score = CODE_WEIGHT * code + ANSWERS_WEIGHT * answers_part
     time_used = (s.submitted or now()) - s.started
     all_passed = bool(s.tests) and s.tests_passed == s.tests
+    checked = [json.loads(e[3]) for e in history.events(s.kata, "integrity")]
+    mine = next((c for c in checked if c["session"] == s.id), {"sandboxed": False, "findings": []})
     return {
         "session": s.id, "kata": s.kata, "started": s.started, "minutes": s.minutes, "timer": s.timer,
         "time_used_s": round(time_used, 1), "submitted_by": s.submitted_by,
@@ -228,6 +233,7 @@ def scorecard(s: Session) -> dict:
         "rubric_covered": covered, "rubric_offered": offered,
         "code": round(code, 3), "answers": round(answers_part, 3), "score": round(score, 3),
         "verdict": verdict(score, all_passed),
+        "sandboxed": mine["sandboxed"], "integrity": mine["findings"],  # for the interviewer to judge
     }
 
 

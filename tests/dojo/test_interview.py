@@ -6,6 +6,7 @@ is copied beside it. $DOJO_FAKE_NOW is the clock dojo.session reads, so time is 
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sqlite3
@@ -222,3 +223,18 @@ def _docstring_line(path: Path) -> str:
     import ast
 
     return ast.get_docstring(ast.parse(path.read_text())).strip().splitlines()[0]
+
+
+def test_scorecard_shows_integrity_findings(dojo):
+    """a submission that passes but reaches for the grader: the points stand, the scorecard lists the
+    finding with its line for the interviewer, and says whether the grading was sandboxed"""
+    run(dojo, "interview", "toy")
+    dojo.write("import atexit\n" + dojo.reference.read_text())
+    out = run(dojo, "submit", at=T0 + 60, stdin="a\n1\nb\n1\n")
+    assert "Score 6/6 points" in out.stdout, out.stdout + out.stderr
+    assert "Integrity:       1 finding(s), for the interviewer to judge" in out.stdout
+    assert "toy.py:1: imports atexit (runs code as the process ends)" in out.stdout
+    assert "Sandboxed:" in out.stdout
+    assert "1 integrity findings" in run(dojo, "history").stdout
+    card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
+    assert card["integrity"] == ["toy.py:1: imports atexit (runs code as the process ends)"]

@@ -1,0 +1,100 @@
+"""The grading view: which reference modules a kata's suite is given, and which it is never given.
+
+A kata is graded in isolation: its suite supplies the reference parts of *other* katas (the
+generate suite builds on `solutions.model` and `solutions.kv_cache`), and a README may tell the
+candidate to use one (`solutions.roofline.phase_cost` in the latency kata). The view is the
+closure of those modules, and of the helpers the kata's own reference imports (bpe's
+pretokenize), under their own `solutions.*` imports, read from the source as an AST,
+without the kata's own reference: `solutions/<slug>.py` and every twin of it,
+`solutions/<slug>_*.py` (such as attention_fast.py). A module in the view that imports a hidden
+one (model.py's default cache is the kv_cache reference) keeps that import, which then fails.
+
+`runner_modules` is the same for the dojo package: the plugin and what it and the suite import.
+Left out: which *names* a module may use (a permitted module is visible whole); the suites and
+mutants are placed by dojo.grade.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from dojo import catalog, targets
+
+
+def imports_of(path: Path, package: str) -> set[str]:
+    """The `<package>.<module>` names the file at `path` imports, anywhere in it (function bodies too).
+    Nothing for a file that does not parse: the suite's import then fails in the grading, which says why."""
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{package}.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == package:  # from solutions import attention as readable
+                found |= {a.name for a in node.names}
+            elif node.module.startswith(f"{package}."):
+                found.add(node.module.split(".")[1])
+    return found
+
+
+def solution_imports(path: Path) -> set[str]:
+    """The `solutions.<module>` names the file at `path` imports."""
+    return imports_of(path, "solutions")
+
+
+def _closure(start: set[str], folder: Path, package: str, never: set[str] = frozenset()) -> list[str]:
+    """`start` and every module of `folder` they import in turn, without those in `never`; sorted."""
+    todo, seen = set(start) - never, set()
+    while todo:
+        name = todo.pop()
+        source = folder / f"{name}.py"
+        if name in seen or not source.is_file():
+            continue
+        seen.add(name)
+        todo |= imports_of(source, package) - never - seen
+    return sorted(seen)
+
+
+def permitted(slug: str) -> set[str]:
+    """The reference modules the kata's README or stub names (`solutions.roofline`): the candidate may
+    import these, so the view holds them and the integrity scan does not flag them."""
+    kata = catalog.get(slug)
+    text = "".join(p.read_text() for p in (kata.folder / "README.md", kata.stub) if p.is_file())
+    return set(re.findall(r"\bsolutions\.(\w+)", text)) - hidden(slug)
+
+
+def allowed(slug: str) -> set[str]:
+    """The reference modules a submission for `slug` may import: the ones its README or stub names, and
+    the helpers its own reference imports (bpe's `solutions.pretokenize`), never a hidden one."""
+    reference = targets.solutions_dir() / f"{slug}.py"
+    own = solution_imports(reference) if reference.is_file() else set()
+    return (permitted(slug) | own) - hidden(slug)
+
+
+def hidden(slug: str) -> set[str]:
+    """The modules that hold the kata's own answer: its reference and every `<slug>_*` twin."""
+    names = {p.stem for p in targets.solutions_dir().glob(f"{slug}_*.py")}
+    return names | {slug}
+
+
+def reference_modules(slug: str) -> list[str]:
+    """The reference modules the suite of `slug` sees: what the suite and the README need, and what
+    those import in turn, never a hidden one. Sorted names, without `__init__`."""
+    kata = catalog.get(slug)
+    start = solution_imports(kata.suite) | allowed(slug)
+    return _closure(start, targets.solutions_dir(), "solutions", hidden(slug))
+
+
+def runner_modules(slug: str) -> list[str]:
+    """The dojo modules the grading needs: the plugin and what it, the suite and the suites' conftest
+    import (dojo.testing ...), in turn. The rest of the runner (grade, check_katas ...) stays out."""
+    kata = catalog.get(slug)
+    package = Path(__file__).resolve().parent
+    start = {"plugin"} | imports_of(kata.suite, "dojo")
+    start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo")}
+    return _closure(start, package, "dojo")

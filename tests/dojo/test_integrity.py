@@ -1,0 +1,120 @@
+"""The integrity scan's recall and precision: every cheating route is flagged with its line, and no
+honest solution (the references, the stubs, the habits a README allows) gets a finding."""
+
+from __future__ import annotations
+
+import pytest
+
+from dojo import catalog, integrity
+
+CHEATS = {  # name: (kata, source, line the finding must name)
+    "plain import": ("bpe", "from solutions.bpe import *\n", 1),
+    "import of the package": ("bpe", "import solutions\nBPETokenizer = solutions.bpe.BPETokenizer\n", 1),
+    "a twin": ("attention", "x = 1\nfrom solutions.attention_fast import attention\n", 2),
+    "importlib, computed name": ("bpe", "import importlib\nm = importlib.import_module('sol' + 'utions.bpe')\n", 2),
+    "importlib, constant name": ("bpe", "import importlib\nm = importlib.import_module('solutions.bpe')\n", 2),
+    "__import__, computed": ("bpe", "name = 'solutions'\nm = __import__(name + '.bpe')\n", 2),
+    "import_module aliased": ("bpe", "from importlib import import_module as im\nm = im(''.join(['solutions', '.bpe']))\n", 2),
+    "spec from a path": ("bpe", "import importlib.util as u\ns = u.spec_from_file_location('x', p)\n", 2),
+    "exec via sys.path": ("bpe", "import sys\nfor p in sys.path:\n    exec(open(p + '/x.py').read())\n", 3),
+    "eval": ("int4", "x = eval(open('f').read())\n", 1),
+    "compile": ("int4", "code = compile(src, 'f', 'exec')\n", 1),
+    "builtins by name": ("int4", "import builtins\nf = getattr(builtins, 'ex' + 'ec')\n", 1),
+    "__builtins__": ("int4", "f = __builtins__['exec']\n", 1),
+    ".pth files": ("bpe", "import glob\nfiles = glob.glob(sp + '/*.pth')\n", 2),
+    "subprocess find": ("bpe", "import subprocess\nsubprocess.run(['find', '/'])\n", 1),
+    "os.system": ("bpe", "import os\nos.system('find / -name bpe.py')\n", 2),
+    "os.popen via getattr": ("bpe", "import os\nf = getattr(os, 'po' + 'pen')\n", 2),
+    "sys.modules": ("generate", "import sys\nsuite = sys.modules['test_generate']\n", 2),
+    "gc.get_objects": ("generate", "import gc\nobjs = gc.get_objects()\n", 2),
+    "gc.get_referrers": ("generate", "from gc import get_referrers\nr = get_referrers(x)\n", 1),
+    "frames": ("generate", "import inspect\nf = inspect.currentframe().f_back.f_globals\n", 2),
+    "sys._getframe": ("generate", "import sys\ng = sys._getframe(1).f_globals\n", 2),
+    "atexit": ("bpe", "import atexit\natexit.register(print)\n", 1),
+    "os._exit": ("bpe", "import os\ndef encode(t):\n    os._exit(0)\n", 3),
+    "from os import _exit": ("bpe", "from os import _exit\n", 1),
+    "ctypes": ("bpe", "import ctypes\n", 1),
+    "pytest": ("bpe", "import pytest\n", 1),
+    "_pytest patch": ("bpe", "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n", 1),
+    "setsid daemon": ("bpe", "import os\nif os.fork() == 0:\n    os.setsid()\n", 2),
+    "signal": ("bpe", "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n", 1),
+    "a recursive glob": ("bpe", "import glob\nhits = glob.glob('/**/bpe.py', recursive=True)\n", 2),
+    "the suite's file": ("bpe", "src = open('/tmp/x/tests/katas/test_bpe.py').read()\n", 1),
+    "the results stream": ("bpe", "env = open('/proc/self/environ').read()\n", 1),
+    "argv": ("bpe", "import sys\npath = sys.argv[-1]\n", 2),
+    "a recursive search": ("bpe", "from pathlib import Path\nhits = list(Path('/').rglob('bpe.py'))\n", 2),
+    "dunder escape": ("bpe", "classes = ().__class__.__base__.__subclasses__()\n", 1),
+    "another kata's reference, not allowed": ("mixed_precision", "from solutions.roofline import phase_cost\n", 1),
+    "the roofline reference in the roofline kata": ("roofline", "from solutions.roofline import *\n", 1),
+    "patching a library the suite compares with": ("attention", "import torch\ntorch.allclose = lambda *a, **k: True\n", 2),
+    "patching through setattr": ("attention", "import torch.testing as tt\nsetattr(tt, 'assert_close', print)\n", 2),
+    "patching a reference the suite uses": ("generate", "import solutions.model\nsolutions.model.Llama.prefill = None\n", 2),
+    "a module's __dict__": ("bpe", "import importlib\nf = importlib.__dict__['import_module']\n", 2),
+    "site packages": ("bpe", "import site\nfolders = site.getsitepackages()\n", 1),
+    "package file lists": ("bpe", "from importlib.metadata import files\n", 1),
+    "path parts as words": ("bpe", "import os\np = os.path.join(root, 'tests', 'katas')\n", 2),
+    "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
+}
+
+
+@pytest.mark.parametrize("name", CHEATS)
+def test_a_cheat_is_flagged_on_its_line(tmp_path, name):
+    """each way to reach the answer or the grader gets a finding that names its line"""
+    slug, source, line = CHEATS[name]
+    path = tmp_path / f"{slug}.py"
+    path.write_text(source)
+    findings = integrity.scan(path, slug)
+    assert any(f.startswith(f"{slug}.py:{line}: ") for f in findings), f"{name}: {findings}"
+
+
+HONEST = {  # name: (kata, source)
+    "gc.disable around a timing": ("latency", (
+        "import gc, time\ndef timed(fn):\n    gc.disable()\n    try:\n        t = time.perf_counter()\n"
+        "        fn()\n        return time.perf_counter() - t\n    finally:\n        gc.enable()\n")),
+    "open() in save and load": ("bpe", (
+        "import json\nfrom pathlib import Path\nclass BPETokenizer:\n    def save(self, path):\n"
+        "        with open(path, 'w') as f:\n            f.write('bpe v1\\n' + json.dumps(self.pattern))\n"
+        "    @classmethod\n    def load(cls, path):\n        lines = Path(path).read_text().splitlines()\n")),
+    "reading /sys for the cache size": ("roofline", (
+        "from pathlib import Path\nimport glob\ndef last_level_cache_bytes():\n"
+        "    sizes = [Path(p).read_text() for p in glob.glob('/sys/devices/system/cpu/cpu0/cache/index*/size')]\n"
+        "    for index in Path('/sys/devices/system/cpu/cpu0/cache').glob('index*'):\n        pass\n")),
+    "the roofline reference where the README says so": ("latency", "from solutions.roofline import phase_cost\n"),
+    "and in batching": ("batching", "from solutions.roofline import arithmetic_intensity, bound, phase_cost\n"),
+    "and in int4": ("int4", "import solutions.roofline\nfrom solutions.model import LlamaConfig\n"),
+    "the model in generate's docstring and code": ("generate", (
+        '"""Uses solutions.model.Llama."""\nfrom solutions.model import tiny_model\n'
+        "def f(model):\n    '''A model like solutions.model.Llama; see tests/ for nothing.'''\n    return model.eval()\n")),
+    "ordinary library use": ("int4", (
+        "import re, math, time, statistics\nimport numpy as np\nimport torch\nfrom dataclasses import dataclass\n"
+        "PAT = re.compile(r'x')\ndef f(dtype_name, x):\n    dtype = getattr(torch, dtype_name)\n"
+        "    return torch.compile(x).eval(), getattr(x, dtype_name)\n")),
+    "prose and /proc/cpuinfo": ("roofline", (
+        "def f():\n    text = open('/proc/cpuinfo').read()\n"
+        "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
+    "torch settings": ("roofline", "import torch\ntorch.backends.mkldnn.enabled = True\n"),
+    "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
+}
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_an_honest_solution_gets_no_finding(tmp_path, name):
+    """what an honest solution does (a README allows it, or it is plain Python) is never flagged"""
+    slug, source = HONEST[name]
+    path = tmp_path / f"{slug}.py"
+    path.write_text(source)
+    assert integrity.scan(path, slug) == []
+
+
+@pytest.mark.parametrize("slug", [k.slug for k in catalog.load() if k.has_suite])
+def test_references_and_stubs_get_no_finding(slug):
+    """every reference and every stub scans clean"""
+    kata = catalog.get(slug)
+    assert integrity.scan(kata.reference, slug) == [] and integrity.scan(kata.stub, slug) == []
+
+
+def test_a_file_that_does_not_parse_gets_no_finding(tmp_path):
+    """a syntax error is the grading's to report, not the scan's"""
+    path = tmp_path / "bpe.py"
+    path.write_text("def f(:\n")
+    assert integrity.scan(path, "bpe") == []

@@ -1,0 +1,34 @@
+"""The grading view: each kata's suite gets the other katas' reference parts it needs, never the
+kata's own reference or a twin of it, and only the runner modules the plugin needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from dojo import catalog, view
+
+SLUGS = [k.slug for k in catalog.load() if k.has_suite]
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_the_view_never_holds_the_kata_reference(slug):
+    """no kata sees solutions/<slug>.py nor solutions/<slug>_*.py; it sees every other module its suite imports"""
+    shown = set(view.reference_modules(slug))
+    assert not shown & view.hidden(slug) and not any(m.startswith(f"{slug}_") for m in shown)
+    assert view.solution_imports(catalog.get(slug).suite) - view.hidden(slug) <= shown
+
+
+def test_what_each_kata_is_given():
+    """attention: nothing of solutions; generate: the model and the cache; latency: also the roofline it is told to use"""
+    assert view.hidden("attention") == {"attention", "attention_fast"}
+    assert view.reference_modules("attention") == []
+    assert {"model", "kv_cache"} <= set(view.reference_modules("generate"))
+    assert "roofline" in view.reference_modules("latency") and "roofline" in view.allowed("latency")
+    assert "roofline" not in view.allowed("mixed_precision")
+
+
+def test_only_the_plugin_and_its_helpers_of_the_runner():
+    """the plugin, the channel, target loading and the suites' helpers: not grade, check_katas or the CLI"""
+    runner = set(view.runner_modules("bpe"))  # its suite uses dojo.testing
+    assert {"plugin", "channel", "targets", "testing"} <= runner
+    assert not runner & {"grade", "check_katas", "cli", "mutant", "sandbox", "integrity"}
