@@ -82,11 +82,12 @@ def grade_notebook(
     notebook's kata). A notebook that cannot be graded (not a notebook, no solution cell, a syntax error)
     gives a result whose `error` names the cell; FileNotFoundError when there is no notebook at `path`."""
     return grade_saved(path, slug, examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-                       memory_limit=memory_limit).result
+                       memory_limit=memory_limit, sandboxed=sandboxed).result
 
 
 def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = False, timeout: float | None = None,
-                test_timeout: float | None = None, memory_limit: int | None = None) -> Graded:
+                test_timeout: float | None = None, memory_limit: int | None = None,
+                sandboxed: bool = False) -> Graded:
     """grade_notebook(), with the version of the file graded: when it was saved, its solution cells."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
