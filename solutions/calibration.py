@@ -6,7 +6,8 @@ wins at 1 row (greedy decode) and at 4 rows (a 4-beam step) depends on the vendo
 CPU: MKL on one Intel Xeon favoured column-major for 4 rows, while on an AMD EPYC that same
 layout made a 4-row product cost 2.4x a 1-row one. So nothing is assumed: `calibrate` times one
 decode step's matrix products (SmolLM2's shapes, a few layers, random values) in both layouts at
-1 and 4 rows, interleaved, and picks the layout with the least 1-row + 4-row time. The choice is
+1 and 4 rows, interleaved, and picks the layout with the least 1-row + 4-row time (each the
+fastest of its repeats: other work on the machine only ever adds time). The choice is
 cached per machine (CPU model, torch version, thread count) in a small JSON file.
 
 Left out: other row counts, the packed modes (oneDNN and the int4 kernel pick their own layouts),
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,7 +36,7 @@ LAYERS = 4  # 56 MB of fp32 per layout: past the caches of the CPUs we know, and
 
 @dataclass(frozen=True)
 class Calibration:
-    """The chosen layout, the medians it was chosen from ("row 1": seconds, ...), and the machine."""
+    """The chosen layout, the times it was chosen from ("row 1": seconds, ...), and the machine."""
 
     layout: str
     seconds: dict[str, float]
@@ -91,7 +91,7 @@ def matmul_timer(layers: int = LAYERS) -> Callable[[str, int], float]:
 
 def calibrate(timer: Callable[[str, int], float] | None = None, repeats: int = 7) -> Calibration:
     """Time every (layout, rows) pair `repeats` times, interleaved after a warm-up; pick the
-    layout with the least median 1-row + 4-row time. `timer(layout, rows)` -> seconds (default:
+    layout with the least 1-row + 4-row time, each pair's fastest run counting. `timer(layout, rows)` -> seconds (default:
     matmul_timer()). Raises ValueError for repeats < 1."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -103,7 +103,7 @@ def calibrate(timer: Callable[[str, int], float] | None = None, repeats: int = 7
     for _ in range(repeats):
         for pair in pairs:
             times[pair].append(timer(*pair))
-    seconds = {f"{layout} {rows}": statistics.median(times[layout, rows]) for layout, rows in pairs}
+    seconds = {f"{layout} {rows}": min(times[layout, rows]) for layout, rows in pairs}
     cost = {layout: sum(seconds[f"{layout} {rows}"] for rows in ROWS) for layout in LAYOUTS}
     return Calibration(min(LAYOUTS, key=cost.__getitem__), seconds, machine())
 

@@ -38,6 +38,23 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def default_mode() -> str:
+    """The fastest mode whose greedy answers match fp32's: int4 where torch has its kernel
+    (benchmarks measure the agreement: `make bench`'s mode rows), else fp32."""
+    return "int4" if int4_available() else "fp32"
+
+
+def describe_mode(mode: str) -> str:
+    """What a mode runs on this machine, in a few words."""
+    check_mode(mode)
+    if mode == "fp32":
+        return "fp32 matrices, BLAS"
+    bf16 = f"bf16 through {'oneDNN, prepacked' if bf16_kernel() == 'onednn' else 'plain F.linear'}"
+    if mode == "bf16":
+        return bf16
+    return f"Q4_1 matrices through torch's fused int4 kernel, LM head {bf16} with its top 16 logits exact"
+
+
 def bf16_kernel() -> str:
     """Which bf16 product this torch offers: "onednn" (prepacked, the CPU's BF16 instructions where
     it has them, emulated where not) or "aten" (plain F.linear in bf16)."""
