@@ -9,7 +9,7 @@
   (norms, RoPE, attention, cache writes, and the Python and dispatch overhead of ~20 small ops a
   layer), shown per layer. Bandwidth: bytes read per token x tok/s against copy bandwidth.
 - Start-up: `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace (cold: parses the GGUF and
-  builds the cache) and again (warm: maps it), wall time to exit and peak RSS of the process.
+  builds the cache) and again (warm: maps it), wall time to exit and the peak RSS it reports.
 
     python -m benchmarks.modes_bench [--tokens 16] [--repeats 3] [--threads N]
 """
@@ -93,17 +93,15 @@ def speeds(models: dict, tokens: int, repeats: int) -> dict[str, dict]:
                    "products_s": t[f"{mode} products"], "bytes": weight_bytes(m)} for mode, m in models.items()}
 
 
-def peak_rss_run(cmd: list[str], env: dict) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS bytes, stdout) of one command, its own rusage (not the other children's)."""
+def demo_run(cmd: list[str], env: dict) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS bytes from its `peak RSS:` line, stdout) of one `dojo demo --verbose`."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - start
     if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-2000:]}")
-    return wall, usage.ru_maxrss * 1024, out
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    peak = next((float(line.split()[2]) * 1e6 for line in proc.stdout.splitlines() if line.startswith("peak RSS:")), 0)
+    return wall, int(peak), proc.stdout
 
 
 def startup(mode: str, threads: int) -> dict:
@@ -111,8 +109,8 @@ def startup(mode: str, threads: int) -> dict:
     cmd = [sys.executable, "-m", "dojo", "demo", "--weights", mode, "--max-new-tokens", "1", "--verbose", "Hi"]
     with tempfile.TemporaryDirectory(prefix="dojo-start-") as ws:
         env = os.environ | {"DOJO_WORKSPACE": ws, "NO_COLOR": "1", "OMP_NUM_THREADS": str(threads)}
-        cold = peak_rss_run(cmd, env)
-        warm = peak_rss_run(cmd, env)
+        cold = demo_run(cmd, env)
+        warm = demo_run(cmd, env)
     calibration = next((line.strip() for line in cold[2].splitlines() if "by calibration" in line), "")
     return {"cold_s": cold[0], "warm_s": warm[0], "cold_rss": cold[1], "warm_rss": warm[1], "calibration": calibration}
 

@@ -104,6 +104,18 @@ class TextStream:
             self.shown = len(text)
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (VmHWM: counts from exec, unlike ru_maxrss, which on
+    Linux inherits the parent's peak at fork); 0 where /proc is missing."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
     """SmolLM2 and its tokenizer (a solutions.weights_cache.Loaded) in weights `mode`, with the
     chosen attention and cache; a progress bar on stderr while a first run builds the cache."""
@@ -125,7 +137,7 @@ def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from solutions.weight_modes import check_mode, default_mode, describe_mode, weight_bytes
+    from solutions.weight_modes import check_mode, default_mode, describe_mode, resident_bytes, weight_bytes
 
     out = report.console()
     mode = check_mode(args.weights or default_mode())  # before the slow load, as are the options
@@ -162,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     what = f"{args.beams} beams, " if args.beams > 1 else ""
     out.print(f"decode: {n_new} new tokens ({what}{steps} decode steps in {result.decode_seconds:.2f} s): "
               f"{rate:.1f} tokens/s")
+    if args.verbose and (peak := peak_rss_bytes()):
+        out.print(f"peak RSS: {peak / 1e6:.0f} MB (weights held: {resident_bytes(model) / 1e6:.0f} MB)")
     return 0
 
 
