@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.decode_bench import PROMPT, interleaved, ours_decode
+from benchmarks.decode_bench import interleaved, ours_decode
 from solutions.generate import generate
 from solutions.model import project
 from solutions.weight_modes import MATRICES, MODES, weight_bytes
