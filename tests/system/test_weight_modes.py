@@ -153,3 +153,16 @@ def test_bytes_read_per_token(modes):
     assert fp32 == 134_515_008 * 4, fp32
     assert int4 < fp32 / 4, f"int4 reads {int4:,} bytes a token"
     assert weight_bytes(modes["bf16"]) == pytest.approx(fp32 / 2, rel=1e-3)
+
+
+def test_bf16_falls_back_to_plain_linear_without_onednn(monkeypatch):
+    """Where torch has no oneDNN bf16, BF16Linear multiplies with F.linear in bf16, to the same result."""
+    from solutions import weight_modes
+
+    gen = torch.Generator().manual_seed(3)
+    w, x = torch.randn(48, 64, generator=gen), torch.randn(2, 64, generator=gen)
+    monkeypatch.setattr(weight_modes, "bf16_kernel", lambda: "aten")
+    plain = BF16Linear(w)
+    assert plain.kernel == "aten" and plain.weight is not None
+    assert relative_error(plain(x), x @ w.T) < 2e-2
+    assert torch.equal(plain.rows(torch.tensor([1])), w[1:2].to(torch.bfloat16).float())
