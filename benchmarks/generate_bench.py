@@ -1,7 +1,7 @@
 """The generator on SmolLM2: beam-step cost, beam search against HuggingFace, KV cache against recompute.
 
 - A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
-  once, like a greedy step: it should cost at most 1.3x a greedy step (HF's costs ~1.5x).
+  once, like a greedy step: it should cost at most 1.5x a greedy step on any x86 CPU (issue 18).
 - The same step's matrix products alone (F.linear on the model's weights) at 4 rows and at 1: on
   a CPU the 4-row product is compute-bound in BLAS, not bandwidth-bound, which sets a floor under
   the beam-step ratio.
@@ -103,7 +103,7 @@ def step_matmuls(model, rows: int) -> Callable[[], float]:
 
 
 def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
-    """One 4-beam step over one greedy step, ours and HF's; goal <= 1.3 for ours.
+    """One 4-beam step over one greedy step, ours and HF's; goal <= 1.5 for ours.
 
     Also the step's matrix products alone at 4 rows and at 1 (F.linear on the same weights): the
     step can't cost less than `floor`, its ratio were everything else as cheap for 4 rows as for 1.
@@ -114,7 +114,7 @@ def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     mine, theirs = t["ours 4"] / t["ours 1"], t["hf 4"] / t["hf 1"]
     floor = (t["ours 1"] + t["matmuls 4"] - t["matmuls 1"]) / t["ours 1"]
     return [dict(metric="beam step (4 beams) / greedy step", ours=mine, peer=theirs, peer_name="transformers",
-                 ratio=mine / theirs, goal="ours <= 1.3", unit="x", matmuls_1=t["matmuls 1"],
+                 ratio=mine / theirs, goal="ours <= 1.5", unit="x", matmuls_1=t["matmuls 1"],
                  matmuls_4=t["matmuls 4"], floor=floor)]
 
 

@@ -1,12 +1,12 @@
-"""SmolLM2 decode with packed 4-bit (Q4_1) weights against fp32: what the 6.4x smaller weights buy.
+"""SmolLM2 decode with the int4 kata's numpy Q4_1 matmul against fp32: what 6.4x smaller weights buy.
 
-Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed; `F.linear`
-and `F.embedding` reach them through `__torch_function__`, so the reference model runs unchanged.
-Three engines, interleaved (A B C A B C ...) so that drift on a shared machine hits all of them:
-fp32 (BLAS on fp32 weights), the int4 kata's `matmul_q4_1` (numpy: dequantize a slab, then
-BLAS), and PyTorch's fused CPU int4 kernel (`torch._weight_int4pack_mm_for_cpu`, a private op;
-the row is dropped if this torch lacks it; its fast path takes bf16 activations). The roofline predicts a ceiling; the measurement
-shows that only a kernel that unpacks in registers gets near it. Reported, never asserted.
+Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed; the model
+multiplies by them through solutions.model.project (a packed weight multiplies itself), so the
+reference model runs unchanged. Two engines, interleaved (A B A B ...) so that drift on a shared
+machine hits both: fp32 (BLAS) and the int4 kata's `matmul_q4_1` (numpy: dequantize a slab, then
+BLAS). `pack(model, "torch_int4")` offers torch's fused kernel instead (solutions.weight_modes'
+Int4Linear); the real int4 mode, on the GGUF's own blocks, is timed in modes_bench. The roofline
+predicts a ceiling; only a kernel that unpacks in registers gets near it. Reported, never asserted.
 
     python -m benchmarks.int4_bench [--tokens 8] [--repeats 3] [--threads N]
 """
@@ -19,7 +19,6 @@ import statistics
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from benchmarks.decode_bench import PROMPT, ours_decode
 from solutions.int4 import (
@@ -29,55 +28,27 @@ from solutions.int4 import (
     predicted_decode_speedup,
     quantize_q4_1,
 )
+from solutions.weight_modes import MATRICES, Int4Linear
 
-PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # per layer; plus the embedding / LM head
+PACKED = MATRICES  # per layer; plus the embedding / LM head
 
 
 class PackedQ4_1:
-    """A weight (N, K) held as Q4_1 blocks, accepted by F.linear and F.embedding in place of a Tensor."""
-
-    dtype = torch.float32  # what the model sees (the cache takes its dtype from the embedding)
-    device = torch.device("cpu")
+    """A weight (N, K) held as Q4_1 blocks: the model calls `w(x)` for x @ W.T and `w.rows(ids)` to look up."""
 
     def __init__(self, blocks: np.ndarray, shape: tuple[int, int], kernel: str):
         self.blocks, self.shape, self.kernel = blocks.reshape(shape[0], -1), shape, kernel  # (N, K / 32 * 20)
-        if kernel == "torch_int4":
-            packed, scales_zeros = to_torch_int4pack(self.blocks, shape)
-            self.packed, self.scales_zeros = packed, scales_zeros.to(torch.bfloat16)
+        self.fused = Int4Linear.from_q4_1(self.blocks, shape) if kernel == "torch_int4" else None
+        self.nbytes = self.blocks.nbytes
 
-    def linear(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "torch_int4":  # its fast path takes bf16 activations (fp32 ones take a slow one)
-            x2 = x.reshape(-1, self.shape[1]).to(torch.bfloat16)
-            y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, 32, self.scales_zeros).float()
-            return y.reshape(*x.shape[:-1], self.shape[0])
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused is not None:  # torch's fused kernel, bf16 activations
+            return self.fused(x)
         return torch.from_numpy(matmul_q4_1(x.numpy(), self.blocks, self.shape))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         picked = self.blocks[ids.reshape(-1).numpy()]  # (n, K / 32 * 20)
         return torch.from_numpy(dequantize_q4_1(picked, (picked.shape[0], self.shape[1]))).reshape(*ids.shape, -1)
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func is F.linear and isinstance(args[1], cls) and len(args) == 2 and not kwargs:
-            return args[1].linear(args[0])
-        if func is F.embedding and isinstance(args[1], cls):
-            return args[1].rows(args[0])
-        return NotImplemented
-
-
-def to_torch_int4pack(blocks: np.ndarray, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q4_1 blocks as torch's CPU int4 layout: codes packed by torch, and (K/32, N, 2) scale and zero.
-
-    torch computes w = (q - 8) * scale + zero; Q4_1 is w = d * q + m, so scale = d and zero = m + 8d.
-    """
-    n, k = shape
-    b = blocks.reshape(-1, 20)
-    d = b[:, 0:2].view(np.float16).astype(np.float32).reshape(n, k // 32)
-    m = b[:, 2:4].view(np.float16).astype(np.float32).reshape(n, k // 32)
-    q = np.concatenate([b[:, 4:] & 0x0F, b[:, 4:] >> 4], axis=1).reshape(n, k)  # (N, K) codes
-    packed = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
-    scales_zeros = torch.from_numpy(np.stack([d.T, (m + 8 * d).T], axis=-1).copy())  # (K/32, N, 2)
-    return packed, scales_zeros
 
 
 def pack(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
@@ -105,8 +76,6 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
         torch.set_num_threads(threads)
     fp32 = load_smollm2() if fp32_model is None else fp32_model
     engines = {"fp32": fp32, "q4_1 numpy (matmul_q4_1)": pack(fp32, "numpy")}
-    if hasattr(torch, "_weight_int4pack_mm_for_cpu"):
-        engines["q4_1 torch fused int4 kernel, bf16 x"] = pack(engines["q4_1 numpy (matmul_q4_1)"], "torch_int4")
     timers = {name: ours_decode(m, tokens) for name, m in engines.items()}
     for run in timers.values():
         run()  # warm-up

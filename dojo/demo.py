@@ -1,7 +1,11 @@
 """`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
 
-It loads the model from its GGUF file (with a progress bar), streams the answer as it is
-generated, then reports prompt tokens, time to first token and decode tokens/s. With `--mine`,
+It loads the model in a weights mode (`--weights fp32|bf16|int4`, default the fastest whose
+greedy answers match fp32's: solutions.weight_modes.default_mode) through the start-up cache
+(solutions.weights_cache, under the workspace: the first run parses the GGUF, with a progress
+bar, later runs map the cached files), streams the answer as it is generated, then reports
+prompt tokens, time to first token and decode tokens/s; `--verbose` adds what the cache and the
+calibration did and where the start-up time went. With `--mine`,
 the learner's passed katas (attention, kv_cache, generate) replace the reference parts; a kata
 that has not passed, or whose file fails to import, falls back to the reference, and the demo
 says which parts are whose. Everything but argument parsing and printing is importable.
@@ -17,6 +21,8 @@ from dataclasses import dataclass, field
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dojo import history, report, targets, workspace
+
+STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 
 # kata -> (the name its file defines, the Parts field it fills)
 MINE = {"attention": ("attention", "attention_fn"), "kv_cache": ("KVCache", "cache_cls"),
@@ -98,26 +104,43 @@ class TextStream:
             self.shown = len(text)
 
 
-def load_model(parts: Parts):
-    """SmolLM2 with the chosen attention and cache, a progress bar on stderr while it loads."""
-    from solutions.weights import load_smollm2
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (VmHWM: counts from exec, unlike ru_maxrss, which on
+    Linux inherits the parent's peak at fork); 0 where /proc is missing."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
-    columns = (TextColumn("loading SmolLM2-135M"), BarColumn(),
-               TextColumn("{task.completed}/{task.total} tensors"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=report.console(stderr=True), transient=True) as bar:
-        task = bar.add_task("load", total=None)
-        model = load_smollm2(progress=lambda done, total: bar.update(task, completed=done, total=total),
-                             attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
-    return model
+
+def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
+    """SmolLM2 and its tokenizer (a solutions.weights_cache.Loaded) in weights `mode`, with the
+    chosen attention and cache; a progress bar on stderr while a first run builds the cache."""
+    from dojo.targets import workspace_dir
+    from solutions import weights_cache
+
+    columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
+               TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
+    with Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False) as bar:
+        task = bar.add_task("load", total=None, visible=False)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, visible=True, refresh=True)
+
+        return weights_cache.load(mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress,
+                                  attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from solutions.tokenizer import load_tokenizer
+    from solutions.weight_modes import check_mode, default_mode, describe_mode, resident_bytes, weight_bytes
 
     out = report.console()
+    mode = check_mode(args.weights or default_mode())  # before the slow load, as are the options
     kwargs = generation_kwargs(args)  # before the slow load, so bad options fail fast (ValueError -> exit 1)
     parts = choose_parts(args.mine)
     if args.mine:
@@ -125,8 +148,16 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"your katas in this run: {mine}")
         for note in parts.notes:
             out.print(f"  {note}")
-    tokenizer = load_tokenizer()
-    model = load_model(parts)
+    note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
+    loaded = load_model(parts, mode, note)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if args.verbose:
+        out.print(f"weights: {mode} ({describe_mode(mode)}), "
+                  f"{weight_bytes(model) / 1e6:.0f} MB read per token")
+        if loaded.calibration is not None:
+            out.print(f"  {loaded.calibration.summary()}", markup=False)
+        out.print("start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
+                  + f"; {time.perf_counter() - STARTED:.2f} s since the command began")
     prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": args.question}]))
     stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
     start = time.perf_counter()
@@ -139,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     ttft = stream.first_token_at - start if streamed else result.prefill_seconds
     out.print(f"prompt tokens: {len(prompt)}   time to first token: {ttft * 1e3:.0f} ms")
     out.print(decode_line(n_new, args.beams, result.decode_seconds), markup=False)
+    if args.verbose and (peak := peak_rss_bytes()):
+        out.print(f"peak RSS: {peak / 1e6:.0f} MB (weights held: {resident_bytes(model) / 1e6:.0f} MB)")
     return 0
 
 
@@ -166,4 +199,8 @@ def register(subparsers) -> None:
                    help="beam search with N beams (answer shown at the end)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     p.add_argument("--mine", action="store_true", help="use your passed katas: attention, kv_cache, generate")
+    p.add_argument("--weights", default=None, metavar="MODE",
+                   help="fp32, bf16 or int4 (default: int4 where torch has its fused kernel, else fp32: "
+                        "the fastest whose greedy answers match fp32's)")
+    p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
     p.set_defaults(func=run)

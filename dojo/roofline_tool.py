@@ -4,8 +4,12 @@ Measures copy bandwidth and matmul peak (solutions.roofline) before and after ti
 reference model's prefill of a prompt and one decode step after it, keeping the higher of each
 ceiling (a busy machine only ever lowers one, and says so); prints a table (ceilings; per phase:
 intensity, achieved and attainable FLOP/s, share of the roof, verdict) and saves the roofline
-plot under the workspace. On a CUDA GPU it repeats everything there. The numbers come from
-`solutions.roofline`; this module only chooses sizes, formats and prints.
+plot under the workspace. Each weights mode (`--weights`, default all: fp32, bf16, int4) adds
+its decode step, credited with the bytes its weights really take, and a line comparing its
+measured speed-up over fp32 with its bytes ratio: the INT4 kata's "8x smaller, so 8x faster?"
+on the real model. On a CUDA GPU it repeats the fp32 phases there (the packed modes are CPU
+kernels). The numbers come from `solutions.roofline`; this module only chooses sizes, formats
+and prints.
 """
 
 from __future__ import annotations
@@ -75,6 +79,26 @@ def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[
     return [prefill, decode]
 
 
+def mode_decode(model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, batch: int,
+                repeats: int) -> Measurement:
+    """One decode step of a `mode` model, credited with fp32's FLOPs and its own weight bytes
+    (phase_cost counts fp32 weights; the KV cache stays fp32 in every mode)."""
+    from solutions import roofline
+    from solutions.roofline import Cost
+    from solutions.weight_modes import weight_bytes
+
+    m = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
+    cost = Cost(m.cost.flops, m.cost.bytes - fp32_weight_bytes + weight_bytes(model))
+    return replace(m, cost=cost)
+
+
+def mode_lines(fp32: Measurement, modes: dict[str, Measurement]) -> list[str]:
+    """Per packed mode: how many times fewer bytes a decode step moves, and how much faster it ran."""
+    return [f"  {mode}: decode moves {fp32.cost.bytes / m.cost.bytes:.2f}x fewer bytes than fp32 and ran "
+            f"{fp32.seconds / m.seconds:.2f}x faster ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
+            for mode, m in modes.items()]
+
+
 def _si(value: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
@@ -114,7 +138,10 @@ def register(subparsers) -> None:
                     "after it, print where each sits under the roof, and save the plot under the workspace "
                     "(roofline/roofline-<device>.png). On a CUDA GPU, the GPU is measured too.")
     p.add_argument("--random-weights", action="store_true",
-                   help="SmolLM2-shaped random weights: nothing to load, identical cost")
+                   help="SmolLM2-shaped random weights: nothing to load, identical cost (fp32 only)")
+    p.add_argument("--weights", default=None, metavar="MODES",
+                   help="comma-separated weights modes to place: fp32, bf16, int4 (default: all that this "
+                        "torch runs; fp32 is always measured, as the baseline)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="prefill length; decode runs after it")
     p.add_argument("--batch", type=int, default=1, help="rows per pass (default 1)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -138,27 +165,44 @@ def run(args: argparse.Namespace) -> int:
     shape = LlamaConfig.smollm2_135m()  # reject bad sizes before minutes of measuring
     roofline.phase_cost(shape, "decode", args.batch, 1, args.prompt_tokens)
     roofline.phase_cost(shape, "prefill", args.batch, args.prompt_tokens, 0)
+    from solutions.weight_modes import MODES, check_mode, int4_available, weight_bytes
+
+    wanted = MODES if args.weights is None else [check_mode(m.strip()) for m in args.weights.split(",") if m.strip()]
+    modes = ["fp32"] + [m for m in MODES if m != "fp32" and m in wanted and (m != "int4" or int4_available())]
+    if args.random_weights:
+        modes = ["fp32"]
     started = time.perf_counter()
     if args.random_weights:
-        model, what = smollm2_shaped(), "random weights"
+        models, what = {"fp32": smollm2_shaped()}, "random weights"
     else:
-        from solutions.weights import load_smollm2
+        from solutions import weights_cache
 
-        print("loading SmolLM2-135M from its GGUF ...", flush=True)
-        model, what = load_smollm2(), "real weights"
-    print(f"SmolLM2-135M, fp32, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
+        print("loading SmolLM2-135M (the start-up cache under the workspace) ...", flush=True)
+        cache_dir = workspace_dir() / "cache" / "smollm2"
+        models = {m: weights_cache.load(m, cache_dir, log=print).model for m in modes}
+        what = "real weights"
+    print(f"SmolLM2-135M, {', '.join(modes)}, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
     labels = [f"prefill {args.prompt_tokens} tokens", f"decode after {args.prompt_tokens}"]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     out_dir = workspace_dir() / "roofline"
     out_dir.mkdir(parents=True, exist_ok=True)
+    fp32_bytes = weight_bytes(models["fp32"])
     for device in devices:
-        model = model.to(device)
+        model = models["fp32"].to(device)
         before = measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats)
         phases = measure_phases(model, args.prompt_tokens, args.batch, args.repeats)
+        packed = {} if device != "cpu" else {
+            m: mode_decode(models[m], m, fp32_bytes, args.prompt_tokens, args.batch, args.repeats)
+            for m in modes if m != "fp32"}
         after = measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats)
         ceilings, note = best_of(before, after)
+        extra = [f"decode after {args.prompt_tokens}, {m}" for m in packed]
         print("\n".join(table(ceilings, phases, labels, args.batch) + ([note] if note else [])))
-        points = {label: (m.intensity, m.flops_per_s) for label, m in zip(labels, phases)}
+        if packed:
+            print("\n".join(table(ceilings, list(packed.values()), extra, args.batch)[6:-1]))
+            print("\n".join(mode_lines(phases[-1], packed)))
+        points = {label: (m.intensity, m.flops_per_s)
+                  for label, m in zip(labels + extra, phases + list(packed.values()))}
         path = out_dir / f"roofline-{device}.png"
         roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
         print(f"  plot: {path}\n")

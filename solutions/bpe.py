@@ -161,9 +161,7 @@ class BPETokenizer:
                 out.append(self.special_tokens[part])
             elif part:
                 chunks = self._splitter.findall(part) if self._splitter else [part]
-                if self._whole_tokens is None:
-                    self._whole_tokens = self._find_whole_tokens()
-                cache, whole, merge = self._cache, self._whole_tokens, self._encode_chunk
+                cache, whole, merge = self._cache, self.whole_tokens, self._encode_chunk
                 if len(cache) > _CACHE_LIMIT:
                     cache.clear()
                 cached = cache.get
@@ -301,10 +299,13 @@ class BPETokenizer:
         merges: list[str],
         pattern: str | None = GPT2_PATTERN,
         special_tokens: dict[str, int] | None = None,
+        whole_tokens: dict[str, int] | None = None,
     ) -> BPETokenizer:
         """A tokenizer from a GPT-2-style vocabulary (token strings over the byte-to-unicode
         alphabet) and merges ("Ġ t", ranked by position). Special tokens are left out of the byte
         vocabulary. Bytes with no token are dropped when encoding, as HuggingFace does.
+        `whole_tokens`: the `whole_tokens` table of an earlier load of the same vocabulary, which
+        skips re-checking every token (solutions.tokenizer caches it).
         Raises ValueError for a token outside the alphabet or a merge whose parts are unknown."""
         to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
         specials = dict(special_tokens or {})
@@ -322,8 +323,16 @@ class BPETokenizer:
             tok.merges[(vocab[a], vocab[b])] = vocab[a + b]
         tok.special_tokens = specials
         tok._rebuild()
-        tok._whole_tokens = tok._find_whole_tokens()  # part of loading a large vocabulary
+        # part of loading a large vocabulary
+        tok._whole_tokens = tok._find_whole_tokens() if whole_tokens is None else dict(whole_tokens)
         return tok
+
+    @property
+    def whole_tokens(self) -> dict[str, int]:
+        """Text -> id of the tokens a chunk can match in one lookup (built on first use)."""
+        if self._whole_tokens is None:
+            self._whole_tokens = self._find_whole_tokens()
+        return self._whole_tokens
 
     # ---- derived tables --------------------------------------------------------------------------
 

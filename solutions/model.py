@@ -10,8 +10,10 @@ Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learne
 can be swapped in; by default they are `solutions.attention_fast.attention` (the attention kata's
 reference, dispatched to torch's fused kernel) and
 `solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
-`F.linear`, a preallocated cache and RoPE tables built once. Left out: training conveniences
-(dropout, weight decay groups), fp16/bf16 paths, sliding windows and RoPE scaling.
+`F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
+from solutions.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
+stream, norms, attention and cache stay fp32 whatever the weights. Left out: training
+conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
 `Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
 `smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
 SmolLM2's own.
@@ -100,15 +102,15 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
 
 def linear_weight(n_out: int, n_in: int) -> nn.Parameter:
-    """An (n_out, n_in) weight for F.linear, stored column-major: its transpose is contiguous.
+    """An (n_out, n_in) weight for F.linear, row-major. Which memory order BLAS multiplies fastest
+    differs between machines; solutions.calibration measures it and the loader applies it."""
+    return nn.Parameter(torch.empty(n_out, n_in))
 
-    Values, shape and indexing are as usual; only the memory order differs. F.linear(x, w) then
-    multiplies x by a contiguous (n_in, n_out) matrix, which BLAS handles as well for the 4 rows of
-    a 4-beam decode step as for 1 row. Row-major, a 4-row step cost 1.75x a 1-row step; column-major
-    1.36x, with 1-row decode and prefill unchanged (SmolLM2 shapes, 2 threads, measured side by side).
-    Loading copies values in (load_state_dict without assign keeps this layout).
-    """
-    return nn.Parameter(torch.empty(n_in, n_out).t())
+
+def project(x: Tensor, w) -> Tensor:
+    """x (..., K) @ w.T for a weight w (N, K): F.linear for a Tensor, else the packed weight's own
+    product (solutions.weight_modes), fp32 in and out either way."""
+    return F.linear(x, w) if isinstance(w, Tensor) else w(x)
 
 
 class Block(nn.Module):
@@ -140,6 +142,7 @@ class Llama(nn.Module):
         self.attention_fn = attention_fn
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
+        self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
@@ -153,7 +156,7 @@ class Llama(nn.Module):
         if max_len > c.max_seq_len:
             raise ValueError(f"cache max_len {max_len} exceeds the model's context of {c.max_seq_len}")
         return self.cache_cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_len,
-                              dtype=self.embed.dtype, device=self.embed.device)
+                              dtype=self.norm.dtype, device=self.norm.device)
 
     def forward(self, ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for ids (B, T), recomputing everything (no cache)."""
@@ -205,9 +208,9 @@ class Llama(nn.Module):
         sin = self.rope_signed_sin[positions][:, :, None]
 
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
-        x = F.embedding(ids, self.embed)  # (B, T, d)
+        x = F.embedding(ids, self.embed) if isinstance(self.embed, Tensor) else self.embed.rows(ids)  # (B, T, d)
         for i, layer in enumerate(self.layers):
-            qkv = F.linear(rms_norm(x, layer.attn_norm, c.norm_eps), layer.wqkv).view(B, T, nh + 2 * nkv, hd)
+            qkv = project(rms_norm(x, layer.attn_norm, c.norm_eps), layer.wqkv).view(B, T, nh + 2 * nkv, hd)
             qk = apply_rope(qkv[:, :, :nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
             q = qk[:, :, :nh].transpose(1, 2)  # (B, Hq, T, D)
             k = qk[:, :, nh:].transpose(1, 2)  # (B, Hkv, T, D)
@@ -215,10 +218,11 @@ class Llama(nn.Module):
             if cache is not None:
                 k, v = cache.update(i, k, v)  # (B, Hkv, start + T, D)
             y = self.attention_fn(q, k, v, causal=True, key_padding_mask=key_mask)  # (B, Hq, T, D)
-            x = x + F.linear(y.transpose(1, 2).reshape(B, T, layer.q_dim), layer.wo)
-            gate, up = F.linear(rms_norm(x, layer.ffn_norm, c.norm_eps), layer.w_gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.w_down)
-        return F.linear(rms_norm(x, self.norm, c.norm_eps), self.embed)  # (B, T, V), tied head
+            x = x + project(y.transpose(1, 2).reshape(B, T, layer.q_dim), layer.wo)
+            gate, up = project(rms_norm(x, layer.ffn_norm, c.norm_eps), layer.w_gate_up).chunk(2, dim=-1)
+            x = x + project(F.silu(gate) * up, layer.w_down)
+        head = self.embed if self.lm_head is None else self.lm_head
+        return project(rms_norm(x, self.norm, c.norm_eps), head)  # (B, T, V)
 
 
 def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None,

@@ -6,13 +6,16 @@ The GGUF holds a GPT-2-style vocabulary and merges (`tokenizer.ggml.model = gpt2
 split. SMOLLM_PATTERN folds the last two steps into one regex, which the system tests check
 against a HuggingFace `tokenizers` peer built with Digits(individual_digits=True) + ByteLevel.
 
+`save_tokenizer` / `read_tokenizer` keep it as JSON (the fields above plus the BPE's whole-token
+table), which solutions.weights_cache uses so that a warm start never opens the GGUF.
 Leaves out: offsets, truncation and padding, and encoding without special-token matching.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2.sandbox
@@ -22,6 +25,7 @@ from solutions.pretokenize import SMOLLM_PATTERN
 from solutions.weights import find_gguf, open_gguf
 
 CONTROL, USER_DEFINED = 3, 4  # GGUF token types that are special tokens
+TOKENIZER_FORMAT = "smollm2-tokenizer v1"
 
 
 @dataclass
@@ -32,6 +36,7 @@ class ChatTokenizer:
     chat_template: str
     eos_token_id: int  # ends an assistant turn: <|im_end|> for SmolLM2-Instruct
     bos_token_id: int | None = None
+    fields: dict = field(default_factory=dict, repr=False)  # the GGUF fields it was built from
 
     def __post_init__(self):
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -77,27 +82,51 @@ def load_tokenizer(path: str | Path | None = None) -> ChatTokenizer:
     return tokenizer_from_gguf(open_gguf(path if path is not None else find_gguf()))
 
 
+FIELDS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+          "tokenizer.ggml.merges", "tokenizer.chat_template", "tokenizer.ggml.eos_token_id")
+
+
 def tokenizer_from_gguf(reader) -> ChatTokenizer:
     """The tokenizer held in an open `gguf.GGUFReader` (share one reader with the weights)."""
-
-    def field(key: str):
+    for key in FIELDS:
         if key not in reader.fields:
             raise ValueError(f"GGUF metadata lacks {key!r}: no SmolLM2 tokenizer in this file")
-        return reader.fields[key].contents()
+    bos = "tokenizer.ggml.bos_token_id"
+    fields = {key: reader.fields[key].contents() for key in FIELDS + ((bos,) if bos in reader.fields else ())}
+    return tokenizer_from_fields(fields)
 
-    if field("tokenizer.ggml.model") != "gpt2":
-        raise ValueError(f"tokenizer model {field('tokenizer.ggml.model')!r} is not a GPT-2-style BPE")
-    if field("tokenizer.ggml.pre") != "smollm":
-        raise ValueError(f"pre-tokenizer {field('tokenizer.ggml.pre')!r} is not 'smollm'")
-    tokens = field("tokenizer.ggml.tokens")
-    types = field("tokenizer.ggml.token_type")
+
+def tokenizer_from_fields(fields: dict, whole_tokens: dict[str, int] | None = None) -> ChatTokenizer:
+    """The tokenizer from the GGUF's tokenizer fields (key -> value, as GGUF names them);
+    `whole_tokens` as BPETokenizer.from_gpt2 takes it. Raises ValueError for another tokenizer."""
+    if fields["tokenizer.ggml.model"] != "gpt2":
+        raise ValueError(f"tokenizer model {fields['tokenizer.ggml.model']!r} is not a GPT-2-style BPE")
+    if fields["tokenizer.ggml.pre"] != "smollm":
+        raise ValueError(f"pre-tokenizer {fields['tokenizer.ggml.pre']!r} is not 'smollm'")
+    tokens = fields["tokenizer.ggml.tokens"]
+    types = fields["tokenizer.ggml.token_type"]
     specials = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (CONTROL, USER_DEFINED)}
     vocab = {t: i for i, t in enumerate(tokens)}
-    bpe = BPETokenizer.from_gpt2(vocab, field("tokenizer.ggml.merges"), SMOLLM_PATTERN, specials)
-    bos = "tokenizer.ggml.bos_token_id"
-    return ChatTokenizer(
-        bpe=bpe,
-        chat_template=field("tokenizer.chat_template"),
-        eos_token_id=int(field("tokenizer.ggml.eos_token_id")),
-        bos_token_id=int(field(bos)) if bos in reader.fields else None,
-    )
+    bpe = BPETokenizer.from_gpt2(vocab, fields["tokenizer.ggml.merges"], SMOLLM_PATTERN, specials, whole_tokens)
+    bos = fields.get("tokenizer.ggml.bos_token_id")
+    return ChatTokenizer(bpe=bpe, chat_template=fields["tokenizer.chat_template"],
+                         eos_token_id=int(fields["tokenizer.ggml.eos_token_id"]),
+                         bos_token_id=None if bos is None else int(bos), fields=fields)
+
+
+def save_tokenizer(tok: ChatTokenizer, path: str | Path) -> None:
+    """Write the tokenizer as JSON: its GGUF fields and the whole-token table, so that
+    read_tokenizer needs neither the GGUF nor the 49,152-token check."""
+    data = {"format": TOKENIZER_FORMAT, "fields": tok.fields, "whole_tokens": tok.bpe.whole_tokens}
+    Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def read_tokenizer(path: str | Path) -> ChatTokenizer:
+    """A tokenizer written by save_tokenizer. Raises ValueError for a file that is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data.get("format") != TOKENIZER_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, not {TOKENIZER_FORMAT!r}")
+        return tokenizer_from_fields(data["fields"], data["whole_tokens"])
+    except (UnicodeDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{path} is not a saved SmolLM2 tokenizer: {type(exc).__name__}: {exc}") from None

@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct from its GGUF file: config from the metadata, weights dequantized to fp32.
+"""SmolLM2-135M-Instruct from its GGUF file: config from the metadata, weights in a chosen mode.
 
 The `gguf` package parses the file (header, metadata, tensor table, memory-mapped data); the
 dequantization of Q4_1 matrices and the Q8_0 embedding is ours (solutions.int4). Two layout facts:
@@ -6,20 +6,25 @@ ggml lists dimensions fastest-first, so a gguf shape [in, out] is a numpy/PyTorc
 llama.cpp's converter permuted the rows of the Q and K projections so that RoPE rotates adjacent
 pairs (2i, 2i+1), while our model rotates dimension i with i + D/2 as HF does: we undo the permute.
 
-Left out: other architectures, K-quants, untied output heads, and quantized inference (the model
-runs in fp32; the INT4 kata measures what 4-bit weights would buy).
+`mode_state` turns the file into the tensors of one weights mode (solutions.weight_modes: fp32,
+bf16, or int4 from the Q4_1 blocks without dequantizing), `build_model` assembles a model on
+them; `load_smollm2` does both, and solutions.weights_cache keeps the tensors between runs.
+Left out: other architectures, K-quants, untied output heads.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from solutions.int4 import dequantize_q4_1, dequantize_q8_0
+from solutions.int4 import dequantize_q4_1, dequantize_q8_0, quantize_q4_1
 from solutions.model import Llama, LlamaConfig
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -140,47 +145,164 @@ def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, rows // n_heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def load_smollm2(path: str | Path | None = None, *,
-                 progress: Callable[[int, int], None] | None = None, **model_kwargs) -> Llama:
-    """SmolLM2 (or another tied-embedding Llama GGUF) as an fp32 `Llama` in eval mode.
-
-    `path` defaults to `find_gguf()`. `progress(done, total)` is called after each tensor.
-    `model_kwargs` (attention_fn, cache_cls) go to `Llama`. Raises FileNotFoundError for a missing
-    file and ValueError for a truncated file, another architecture, or tensors whose shapes
-    disagree with the metadata.
-    """
-    reader = open_gguf(find_gguf() if path is None else path)
-    config = read_config(reader)
+def checked_tensors(reader, config: LlamaConfig) -> dict:
+    """The reader's tensors by name, in `expected_shapes` order; ValueError for missing or extra ones."""
     want = expected_shapes(config)
     tensors = {t.name: t for t in reader.tensors}
     if missing := sorted(set(want) - set(tensors)):
         raise ValueError(f"the GGUF file lacks {len(missing)} tensors the metadata implies, e.g. {missing[:3]}")
     if extra := sorted(set(tensors) - set(want)):
         raise ValueError(f"the GGUF file has tensors this loader does not understand, e.g. {extra[:3]}")
+    return {name: tensors[name] for name in want}
 
-    weights = {}
-    for done, name in enumerate(want, start=1):
-        w = dequantize(tensors[name])
-        if w.shape != want[name]:
-            raise ValueError(f"tensor {name} has shape {w.shape}, but the metadata implies {want[name]}")
-        weights[name] = w
-        if progress is not None:
-            progress(done, len(want))
 
-    state = {"embed": weights["token_embd.weight"], "norm": weights["output_norm.weight"]}
-    for i in range(config.n_layers):
-        w = {key: weights[f"blk.{i}.{key}.weight"] for key in
-             ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-              "ffn_down")}
-        q, k = unpermute_qk(w["attn_q"], config.n_heads), unpermute_qk(w["attn_k"], config.n_kv_heads)
-        state |= {
-            f"layers.{i}.attn_norm": w["attn_norm"], f"layers.{i}.ffn_norm": w["ffn_norm"],
-            f"layers.{i}.wqkv": np.concatenate([q, k, w["attn_v"]]),
-            f"layers.{i}.wo": w["attn_output"],
-            f"layers.{i}.w_gate_up": np.concatenate([w["ffn_gate"], w["ffn_up"]]),
-            f"layers.{i}.w_down": w["ffn_down"],
-        }
+def _model_names(config: LlamaConfig) -> list[tuple[str, list[str], list[int]]]:
+    """(model name, the GGUF tensors it joins, how many Q/K heads each holds: 0 = no un-permute)."""
+    c = config
+    names = [("embed", ["token_embd.weight"], [0]), ("norm", ["output_norm.weight"], [0])]
+    for i in range(c.n_layers):
+        b = f"blk.{i}."
+        names += [(f"layers.{i}.attn_norm", [b + "attn_norm.weight"], [0]),
+                  (f"layers.{i}.ffn_norm", [b + "ffn_norm.weight"], [0]),
+                  (f"layers.{i}.wqkv", [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"],
+                   [c.n_heads, c.n_kv_heads, 0]),
+                  (f"layers.{i}.wo", [b + "attn_output.weight"], [0]),
+                  (f"layers.{i}.w_gate_up", [b + "ffn_gate.weight", b + "ffn_up.weight"], [0, 0]),
+                  (f"layers.{i}.w_down", [b + "ffn_down.weight"], [0])]
+    return names
+
+
+def _rows(tensor) -> np.ndarray:
+    """A quantized tensor's bytes as one row of blocks per output row: uint8 (out, blocks * bytes)."""
+    return np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1)
+
+
+def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
+               progress: Callable[[int, int], None] | None = None) -> dict[str, torch.Tensor]:
+    """The tensors a `mode` model is built from (solutions.weight_modes), row-major, by name.
+
+    fp32 / bf16: each model weight dequantized (and rounded to bf16), Q/K rows un-permuted.
+    int4: the layer matrices as the int4 kernel's `<name>.packed` and `<name>.scales_zeros`,
+    straight from the Q4_1 blocks (rows un-permuted, never dequantized); `embed.blocks`, the
+    Q8_0 embedding's bytes (`embed`, fp32, for a file without one); `lm_head`, the embedding in
+    bf16 (see weight_modes.RescoredHead); norms fp32.
+    `progress(done, total)` is called after each GGUF tensor. Raises ValueError as load_smollm2.
+    """
+    from gguf import GGMLQuantizationType as Q
+
+    from solutions.weight_modes import check_mode
+
+    check_mode(mode)
+    tensors = checked_tensors(reader, config)
+    want = expected_shapes(config)
+    for name, t in tensors.items():
+        shape = tuple(int(s) for s in reversed(t.shape))
+        if shape != want[name]:
+            raise ValueError(f"tensor {name} has shape {shape}, but the metadata implies {want[name]}")
+    done, state = 0, {}
+    for model_name, parts, heads in _model_names(config):
+        if mode == "int4" and all(tensors[p].tensor_type == Q.Q4_1 for p in parts):
+            blocks = np.concatenate([unpermute_qk(_rows(tensors[p]), h) if h else _rows(tensors[p])
+                                     for p, h in zip(parts, heads)])  # the file's blocks, rows un-permuted
+            state |= _int4(model_name, blocks, (blocks.shape[0], want[parts[0]][1]))
+        else:
+            w = np.concatenate([unpermute_qk(dequantize(tensors[p]), h) if h else dequantize(tensors[p])
+                                for p, h in zip(parts, heads)])
+            if mode == "int4" and model_name == "embed":
+                state["lm_head"] = torch.from_numpy(w).to(torch.bfloat16)
+            elif mode == "int4" and w.ndim == 2:  # not Q4_1 in the file: quantized here
+                state |= _int4(model_name, quantize_q4_1(w), w.shape)
+            elif mode == "bf16" and w.ndim == 2:
+                state[model_name] = torch.from_numpy(w).to(torch.bfloat16)
+            else:
+                state[model_name] = torch.from_numpy(w)
+            if mode == "int4" and model_name == "embed":
+                if tensors[parts[0]].tensor_type == Q.Q8_0:  # looked up from its own blocks
+                    state["embed.blocks"] = torch.from_numpy(_rows(tensors[parts[0]]).copy())
+                else:
+                    state["embed"] = torch.from_numpy(w)
+        for _ in parts:
+            done += 1
+            if progress is not None:
+                progress(done, len(tensors))
+    return state
+
+
+def _int4(name: str, blocks: np.ndarray, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
+    from solutions.weight_modes import Int4Linear
+
+    w = Int4Linear.from_q4_1(blocks, shape)
+    return {f"{name}.packed": w.packed, f"{name}.scales_zeros": w.scales_zeros}
+
+
+def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str = "fp32",
+                **model_kwargs) -> Llama:
+    """A `mode` Llama in eval mode on the tensors of `mode_state` (taken as they are, memory
+    layout included: memory-mapped tensors stay mapped). `model_kwargs` go to `Llama`.
+    Raises ValueError for a missing or extra tensor."""
+    from solutions.weight_modes import MATRICES, BF16Linear, Int4Linear, Q8Rows, RescoredHead, check_mode
+
+    check_mode(mode)
     model = Llama(config, **model_kwargs)
-    # copied in (not assigned) so that the weights keep the model's column-major layout
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
+    names = {n for n, _ in model.named_parameters()}
+    if mode == "fp32":
+        if missing := sorted(names - set(state)):
+            raise ValueError(f"the fp32 weights lack {missing[:3]}")
+        model.load_state_dict(state, strict=True, assign=True)
+        return model.eval()
+    state = dict(state)
+    used = set()
+
+    def take(key: str) -> torch.Tensor:
+        if key not in state:
+            raise ValueError(f"the {mode} weights lack {key!r}")
+        used.add(key)
+        return state[key]
+
+    def packed(name: str):
+        if mode == "bf16":
+            return BF16Linear(take(name))
+        return Int4Linear(take(f"{name}.packed"), take(f"{name}.scales_zeros"))
+
+    vectors = {n: take(n) for n in names if n.endswith("norm")}
+    model.load_state_dict(vectors, strict=False, assign=True)
+    del model.embed
+    if mode == "bf16":
+        model.embed = model.lm_head = BF16Linear(take("embed"), lookup=True)
+    else:
+        if "embed.blocks" in state:
+            model.embed = Q8Rows(take("embed.blocks"), (config.vocab_size, config.d_model))
+            rows = model.embed.rows
+        else:
+            model.embed = nn.Parameter(take("embed"), requires_grad=False)
+            rows = partial(F.embedding, weight=model.embed)
+        model.lm_head = RescoredHead(BF16Linear(take("lm_head")), rows)
+    for i, layer in enumerate(model.layers):
+        for name in MATRICES:
+            delattr(layer, name)  # the empty fp32 Parameter
+            setattr(layer, name, packed(f"layers.{i}.{name}"))
+    if extra := sorted(set(state) - used):
+        raise ValueError(f"the {mode} weights hold tensors this model does not use, e.g. {extra[:3]}")
     return model.eval()
+
+
+def load_smollm2(path: str | Path | None = None, *, mode: str = "fp32", layout: str = "row",
+                 progress: Callable[[int, int], None] | None = None, **model_kwargs) -> Llama:
+    """SmolLM2 (or another tied-embedding Llama GGUF) as a `Llama` in eval mode, straight from the
+    file (no cache: solutions.weights_cache keeps one).
+
+    `path` defaults to `find_gguf()`; `mode` is a solutions.weight_modes mode (fp32 by default);
+    `layout` ("row" or "col", see solutions.calibration) the fp32 matrices' memory order.
+    `progress(done, total)` is called after each tensor. `model_kwargs` (attention_fn, cache_cls)
+    go to `Llama`. Raises FileNotFoundError for a missing file and ValueError for a truncated
+    file, another architecture, tensors whose shapes disagree with the metadata, or an unknown
+    mode or layout.
+    """
+    from solutions.calibration import apply_layout
+
+    reader = open_gguf(find_gguf() if path is None else path)
+    config = read_config(reader)
+    state = mode_state(reader, config, mode, progress)
+    if mode == "fp32":
+        state = {name: apply_layout(w, layout) if w.dim() == 2 else w for name, w in state.items()}
+    return build_model(config, state, mode, **model_kwargs)

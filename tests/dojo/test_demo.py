@@ -106,3 +106,26 @@ def test_decode_line_without_decode_steps_shows_no_nan():
     assert "nan" not in demo.decode_line(1, 4, 0.0) and "4 beams" in demo.decode_line(1, 4, 0.0)
     assert demo.decode_line(9, 1, 0.5) == "decode: 9 new tokens (8 decode steps in 0.50 s): 16.0 tokens/s"
     assert demo.decode_line(2, 1, 0.25).endswith("(1 decode step in 0.25 s): 4.0 tokens/s")
+
+
+@pytest.mark.slow
+def test_demo_weights_modes_and_verbose(tmp_path):
+    """`--weights fp32 --verbose` says the mode, the calibration, start-up times and peak RSS;
+    a second run maps the cache (no "cached" line); an unknown mode is a clear error"""
+    dojo = Path(sys.executable).with_name("dojo")
+    cmd = [str(dojo)] if dojo.exists() else [sys.executable, "-m", "dojo"]
+    env = os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
+
+    def demo(*extra):
+        return subprocess.run([*cmd, "demo", *extra, "--max-new-tokens", "4", "Hi"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    first = demo("--weights", "fp32", "--verbose")
+    assert first.returncode == 0, first.stdout + first.stderr
+    for want in ("weights: fp32", "by calibration", "start-up:", "peak RSS:", "cached the fp32 weights"):
+        assert want in first.stdout, f"{want!r} missing:\n{first.stdout}"
+    assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists()
+    again = demo("--weights", "fp32", "--verbose")
+    assert again.returncode == 0 and "cached the" not in again.stdout, again.stdout
+    bad = demo("--weights", "int3")
+    assert bad.returncode != 0 and "int3" in bad.stdout + bad.stderr and "fp32, bf16, int4" in bad.stdout + bad.stderr

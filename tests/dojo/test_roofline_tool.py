@@ -53,3 +53,34 @@ def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
     assert (best.bandwidth, best.peak_flops) == (1e10, 1e11), best
     assert "busy" in note and "bandwidth 4 GB/s then 10 GB/s" in note and "peak" not in note, note
     assert best_of(before, before)[1] == "", "identical measurements need no warning"
+
+
+def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
+    """Each packed mode's line says how many times fewer bytes its decode moved and how much faster it ran"""
+    from solutions.roofline import Cost
+
+    from dojo.roofline_tool import mode_lines
+
+    fp32 = Measurement("decode", 0.030, Cost(270_000_000, 540_000_000))
+    int4 = Measurement("decode", 0.012, Cost(270_000_000, 125_000_000))
+    (line,) = mode_lines(fp32, {"int4": int4})
+    assert "int4" in line and "4.32x fewer bytes" in line and "2.50x faster" in line, line
+
+
+def test_mode_decode_credits_the_modes_own_weight_bytes():
+    """A packed model's decode is credited with fp32's FLOPs and its own weight bytes, not fp32's"""
+    from dojo.roofline_tool import mode_decode
+    from solutions.model import tiny_model
+    from solutions.weight_modes import BF16Linear, weight_bytes
+
+    fp32 = tiny_model(0)
+    packed = tiny_model(0)
+    for layer in packed.layers:
+        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
+            w = getattr(layer, name).detach()
+            delattr(layer, name)
+            setattr(layer, name, BF16Linear(w))
+    m = mode_decode(packed, "bf16", weight_bytes(fp32), 4, 1, 1)
+    want = phase_cost(fp32.config, "decode", 1, 1, 4)
+    assert m.cost.flops == want.flops
+    assert m.cost.bytes == want.bytes - weight_bytes(fp32) + weight_bytes(packed) < want.bytes

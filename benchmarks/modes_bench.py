@@ -1,0 +1,136 @@
+"""The weights modes side by side: agreement with fp32, decode speed, where a step's time goes, start-up.
+
+- Agreement: for each chat prompt, fp32 answers greedily; each mode then reads the prompt and
+  that answer in one forward (teacher forcing) and we count the positions where its argmax is
+  fp32's token, and the largest |logit difference| anywhere.
+- Decode tok/s at batch 1 per mode, interleaved (A B C A B C ...), medians.
+- Where the time goes, per mode: the step's matrix products alone (each matrix once, on a
+  one-row input, as the step calls them) against the whole step; the rest is everything else
+  (norms, RoPE, attention, cache writes, and the Python and dispatch overhead of ~20 small ops a
+  layer), shown per layer. Bandwidth: bytes read per token x tok/s against copy bandwidth.
+- Start-up: `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace (cold: parses the GGUF and
+  builds the cache) and again (warm: maps it), wall time to exit and the peak RSS it reports.
+
+    python -m benchmarks.modes_bench [--tokens 16] [--repeats 3] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks.decode_bench import interleaved, ours_decode
+from solutions.generate import generate
+from solutions.model import project
+from solutions.weight_modes import MATRICES, MODES, weight_bytes
+
+CHATS = ["What is the capital of France?", "Name three prime numbers.", "Write a haiku about the sea.",
+         "How do I reverse a list in Python?", "Why is the sky blue?", "Give me a synonym for happy."]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_modes(fp32=None) -> tuple[dict, object]:
+    """({mode: model}, tokenizer): every mode built from the GGUF, parsed once (`fp32`: reuse it)."""
+    from solutions.tokenizer import tokenizer_from_gguf
+    from solutions.weights import build_model, find_gguf, mode_state, open_gguf, read_config
+
+    reader = open_gguf(find_gguf())
+    config = read_config(reader)
+    models = {m: fp32 if m == "fp32" and fp32 is not None else build_model(config, mode_state(reader, config, m), m)
+              for m in MODES}
+    return models, tokenizer_from_gguf(reader)
+
+
+def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> dict[str, dict]:
+    """{mode: {"max_logit_diff", "agree", "positions"}} against fp32, teacher-forced on fp32's answers."""
+    out = {m: {"max_logit_diff": 0.0, "same": 0, "positions": 0} for m in models if m != "fp32"}
+    for chat in chats:
+        prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": chat}]))
+        answer = generate(models["fp32"], [prompt], max_new_tokens=tokens, eos_token_id=tokenizer.eos_token_id)
+        ids = torch.tensor([prompt + answer.tokens[0]])
+        with torch.inference_mode():
+            ref = models["fp32"](ids)[0, len(prompt) - 1:-1]  # (answer, V): what chose each answer token
+            for mode, r in out.items():
+                got = models[mode](ids)[0, len(prompt) - 1:-1]
+                r["max_logit_diff"] = max(r["max_logit_diff"], float((got - ref).abs().max()))
+                r["same"] += int((got.argmax(-1) == ref.argmax(-1)).sum())
+                r["positions"] += ref.shape[0]
+    return {m: r | {"agree": r["same"] / r["positions"]} for m, r in out.items()}
+
+
+def products_timer(model) -> Callable[[], float]:
+    """Seconds for one decode step's matrix products alone: every matrix once, on one row."""
+    mats = [getattr(layer, name) for layer in model.layers for name in MATRICES]
+    mats.append(model.embed if model.lm_head is None else model.lm_head)
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1]) for w in mats}
+
+    @torch.inference_mode()
+    def run() -> float:
+        start = time.perf_counter()
+        for w in mats:
+            project(inputs[w.shape[1]], w)
+        return time.perf_counter() - start
+
+    return run
+
+
+def speeds(models: dict, tokens: int, repeats: int) -> dict[str, dict]:
+    """{mode: {"tok_s", "step_s", "products_s", "bytes"}}: decode and its products alone, interleaved."""
+    timers = {}
+    for mode, m in models.items():
+        timers[f"{mode} decode"] = ours_decode(m, tokens)
+        timers[f"{mode} products"] = products_timer(m)
+    t = interleaved(timers, repeats)
+    return {mode: {"tok_s": tokens / t[f"{mode} decode"], "step_s": t[f"{mode} decode"] / tokens,
+                   "products_s": t[f"{mode} products"], "bytes": weight_bytes(m)} for mode, m in models.items()}
+
+
+def demo_run(cmd: list[str], env: dict) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS bytes from its `peak RSS:` line, stdout) of one `dojo demo --verbose`."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    peak = next((float(line.split()[2]) * 1e6 for line in proc.stdout.splitlines() if line.startswith("peak RSS:")), 0)
+    return wall, int(peak), proc.stdout
+
+
+def startup(mode: str, threads: int) -> dict:
+    """Cold and warm `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace: wall s, peak RSS."""
+    cmd = [sys.executable, "-m", "dojo", "demo", "--weights", mode, "--max-new-tokens", "1", "--verbose", "Hi"]
+    with tempfile.TemporaryDirectory(prefix="dojo-start-") as ws:
+        env = os.environ | {"DOJO_WORKSPACE": ws, "NO_COLOR": "1", "OMP_NUM_THREADS": str(threads)}
+        cold = demo_run(cmd, env)
+        warm = demo_run(cmd, env)
+    calibration = next((line.strip() for line in cold[2].splitlines() if "by calibration" in line), "")
+    return {"cold_s": cold[0], "warm_s": warm[0], "cold_rss": cold[1], "warm_rss": warm[1], "calibration": calibration}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models, tok = load_modes()
+    for mode, r in agreement(models, tok).items():
+        print(f"{mode}: max |logit diff| {r['max_logit_diff']:.3f}, greedy agreement {r['agree']:.1%}")
+    for mode, r in speeds(models, args.tokens, args.repeats).items():
+        rest = r["step_s"] - r["products_s"]
+        print(f"{mode}: {r['tok_s']:.1f} tok/s; step {r['step_s'] * 1e3:.1f} ms = products "
+              f"{r['products_s'] * 1e3:.1f} ms + the rest {rest * 1e3:.1f} ms ({rest / 30 * 1e6:.0f} us a layer)")
+
+
+if __name__ == "__main__":
+    main()

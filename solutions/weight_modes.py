@@ -1,0 +1,197 @@
+"""Weights modes: SmolLM2's matrices held as fp32, bf16 or packed 4-bit, behind one call `w(x)`.
+
+- fp32: plain Parameters and `F.linear` (BLAS). The path tests/system compares with HuggingFace.
+- bf16: matrices rounded to bfloat16 and multiplied by oneDNN from its prepacked layout, which
+  uses the CPU's BF16 instructions (AVX512_BF16, AMX) where it has them; without oneDNN's BF16
+  support, plain `F.linear` in bf16. Activations are cast to bf16 for each product only.
+- int4: the GGUF's own Q4_1 blocks, rearranged (not dequantized) into the layout of torch's fused
+  CPU int4 kernel, `torch._weight_int4pack_mm_for_cpu` (bf16 activations; it unpacks in
+  registers). Q4_1 is w = d * q + m; the kernel computes (q - 8) * scale + zero, so
+  scale = d and zero = m + 8d, both held in bf16 as the kernel wants. The Q8_0 embedding is
+  looked up from its blocks. The tied LM head is the embedding in bf16 (oneDNN, as above), its
+  top 16 logits per row recomputed exactly from the Q8_0 rows (`RescoredHead`): a Q4_1 head
+  (the kernel has no Q8_0 form) moved logits by up to 4.5 and changed greedy answers.
+
+Between products the model's residual stream, norms, attention and KV cache stay fp32 in every
+mode, so a mode changes only how the weights are read. The weights cache stores each mode's plain tensors (solutions.weights.mode_state) and
+memory-maps them; the classes here are built from those.
+Left out: fp16, int8, CUDA kernels for the packed modes (they run on CPU only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MODES = ("fp32", "bf16", "int4")
+GROUP = 32  # weights per Q4_1 block, and the int4 kernel's group size
+
+
+def check_mode(mode: str) -> str:
+    """`mode` if it is one of MODES; ValueError naming the choices otherwise."""
+    if mode not in MODES:
+        raise ValueError(f"unknown weights mode {mode!r}: choose one of {', '.join(MODES)}")
+    return mode
+
+
+def default_mode() -> str:
+    """The fastest mode whose greedy answers match fp32's: int4 where torch has its kernel
+    (benchmarks measure the agreement: `make bench`'s mode rows), else fp32."""
+    return "int4" if int4_available() else "fp32"
+
+
+def describe_mode(mode: str) -> str:
+    """What a mode runs on this machine, in a few words."""
+    check_mode(mode)
+    if mode == "fp32":
+        return "fp32 matrices, BLAS"
+    bf16 = f"bf16 through {'oneDNN, prepacked' if bf16_kernel() == 'onednn' else 'plain F.linear'}"
+    if mode == "bf16":
+        return bf16
+    return f"Q4_1 matrices through torch's fused int4 kernel, LM head {bf16} with its top 16 logits exact"
+
+
+def bf16_kernel() -> str:
+    """Which bf16 product this torch offers: "onednn" (prepacked, the CPU's BF16 instructions where
+    it has them, emulated where not) or "aten" (plain F.linear in bf16)."""
+    ok = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    return "onednn" if ok and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "aten"
+
+
+def int4_available() -> bool:
+    """Whether this torch has the fused CPU int4 kernel (a private op, present since 2.4)."""
+    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+
+
+class BF16Linear:
+    """A (N, K) weight in bfloat16: `w(x)` is x @ w.T for fp32 x (..., K), returned in fp32.
+
+    With `lookup`, the plain matrix is kept for `rows` (the tied embedding); otherwise only
+    oneDNN's blocked copy is (its reorder reads the plain one once)."""
+
+    def __init__(self, weight: Tensor, lookup: bool = False):
+        weight = weight.to(torch.bfloat16).contiguous()  # (N, K)
+        self.shape = tuple(weight.shape)
+        self.kernel = bf16_kernel()
+        self._packed = (torch.ops.mkldnn._reorder_linear_weight(weight, 1) if self.kernel == "onednn"
+                        else weight)
+        self.weight = weight if lookup or self.kernel == "aten" else None
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * 2
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Embedding lookup: rows `ids` (...) of the matrix as fp32 (..., K)."""
+        if self.weight is None:
+            raise ValueError("this bf16 weight was packed for products only (lookup=False)")
+        return F.embedding(ids, self.weight).float()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x2 = x.reshape(-1, self.shape[1]).to(torch.bfloat16)  # (M, K)
+        if self.kernel == "onednn":
+            y = torch.ops.mkldnn._linear_pointwise(x2, self._packed, None, "none", [], "")
+        else:
+            y = F.linear(x2, self._packed)
+        return y.float().reshape(*x.shape[:-1], self.shape[0])
+
+
+def q4_1_to_int4pack(blocks: np.ndarray, shape: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """Q4_1 blocks of a (N, K) weight as the int4 kernel's operands: the codes packed by torch
+    (uint8), and scales and zeros (K / 32, N, 2) in bf16 (scale = d, zero = m + 8 d)."""
+    n, k = shape
+    b = np.ascontiguousarray(blocks).reshape(-1, 20)  # one row per block: d, m (fp16), 16 code bytes
+    d = b[:, 0:2].view(np.float16).astype(np.float32).reshape(n, k // GROUP)
+    m = b[:, 2:4].view(np.float16).astype(np.float32).reshape(n, k // GROUP)
+    q = np.concatenate([b[:, 4:] & 0x0F, b[:, 4:] >> 4], axis=1).reshape(n, k)  # (N, K) codes 0..15
+    packed = torch._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
+    scales_zeros = torch.from_numpy(np.stack([d.T, (m + 8 * d).T], axis=-1))  # (K/32, N, 2)
+    return packed, scales_zeros.to(torch.bfloat16).contiguous()  # the kernel reads it densely
+
+
+class Int4Linear:
+    """A (N, K) weight as packed int4 codes with per-32 scales and zeros: `w(x)` is x @ w.T, fp32 out."""
+
+    def __init__(self, packed: Tensor, scales_zeros: Tensor):
+        self.packed, self.scales_zeros = packed, scales_zeros  # (N, K/2) uint8, (K/32, N, 2) bf16
+        self.shape = (int(scales_zeros.shape[1]), int(scales_zeros.shape[0]) * GROUP)
+
+    @classmethod
+    def from_q4_1(cls, blocks: np.ndarray, shape: tuple[int, int]) -> Int4Linear:
+        return cls(*q4_1_to_int4pack(blocks, shape))
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel() * self.packed.element_size() + self.scales_zeros.numel() * 2
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x2 = x.reshape(-1, self.shape[1]).to(torch.bfloat16)  # (M, K); the kernel's fast path is bf16
+        y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP, self.scales_zeros)  # (M, N)
+        return y.float().reshape(*x.shape[:-1], self.shape[0])
+
+
+class Q8Rows:
+    """An embedding table held as Q8_0 blocks: `rows(ids)` dequantizes only the rows looked up.
+
+    Each weight is d * q (d fp16, q int8), computed in fp32 as solutions.int4.dequantize_q8_0 does."""
+
+    def __init__(self, blocks: Tensor, shape: tuple[int, int]):
+        self.blocks = blocks.reshape(shape[0], -1)  # (V, d / 32 * 34) uint8
+        self.shape = (int(shape[0]), int(shape[1]))
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+    def rows(self, ids: Tensor) -> Tensor:
+        b = self.blocks[ids.reshape(-1)].reshape(-1, 34)  # (n * blocks per row, 34)
+        d = b[:, :2].contiguous().view(torch.float16).float()  # (n_blocks, 1)
+        q = b[:, 2:].contiguous().view(torch.int8).float()  # (n_blocks, 32)
+        return (q * d).reshape(*ids.shape, self.shape[1])
+
+
+class RescoredHead:
+    """The LM head as a fast product whose top `k` logits per row are recomputed exactly, in
+    fp32, from the embedding's own rows: greedy search then picks fp32's token whenever fp32's
+    best is among the fast head's top k. The other logits are the fast head's."""
+
+    def __init__(self, fast: BF16Linear, rows: Callable[[Tensor], Tensor], k: int = 16):
+        self.fast, self.rows, self.k = fast, rows, k
+        self.shape = fast.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.fast.nbytes  # plus k rows per token: nothing beside the matrix
+
+    def __call__(self, x: Tensor) -> Tensor:
+        logits = self.fast(x)  # (..., V)
+        top = logits.topk(self.k, dim=-1).indices  # (..., k)
+        exact = (self.rows(top) @ x.unsqueeze(-1)).squeeze(-1)  # (..., k, d) @ (..., d, 1) -> (..., k)
+        return logits.scatter_(-1, top, exact)
+
+
+def weight_bytes(model) -> int:
+    """Bytes one decode step reads: every matrix once (the LM head included), the norms, and
+    nothing for an embedding table held apart from the head (a lookup reads one row)."""
+    head = model.lm_head if model.lm_head is not None else model.embed
+    total = _nbytes(head) + sum(p.numel() * p.element_size() for p in (model.norm,))
+    for layer in model.layers:
+        total += sum(_nbytes(getattr(layer, name)) for name in ("attn_norm", "ffn_norm", *MATRICES))
+    return total
+
+
+def resident_bytes(model) -> int:
+    """Bytes of every weight held, embedding table and head both counted when they are apart."""
+    extra = _nbytes(model.embed) if model.lm_head is not None else 0
+    return weight_bytes(model) + extra
+
+
+MATRICES = ("wqkv", "wo", "w_gate_up", "w_down")  # per layer, in the order the forward pass reads them
+
+
+def _nbytes(w) -> int:
+    return w.numel() * w.element_size() if isinstance(w, Tensor) else w.nbytes
