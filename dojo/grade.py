@@ -6,7 +6,10 @@ timeout, a memory limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) a
 and reads the plugin's structured results, never pytest's text. Whatever the learner's code does
 (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
 tests: reported, and the verdict comes from the copies), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
-loop's step: grade, write workspace/results/<slug>.json, record the attempt.
+loop's step: grade, write workspace/results/<slug>.json, record the attempt; `check(...,
+rerun_inconclusive=True)` re-runs only the tests the last check left inconclusive and merges them in.
+A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
+points and costs none (its points leave the total), and does not stop a pass.
 Not a security boundary against a hostile user: code in the test process can always lie to it.
 """
 
@@ -42,7 +45,7 @@ class TestResult:
     property: str  # what the test checks, in the kata's terms (first docstring line)
     points: int
     example: bool  # a README worked example
-    outcome: str  # passed | failed | skipped
+    outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
     message: str = ""
     duration: float = 0.0
 
@@ -64,20 +67,35 @@ class GradeResult:
     examples_only: bool = False
     notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
     output: str = ""  # tail of the test process's own output, for diagnosis
+    digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
+
+    @property
+    def inconclusive(self) -> list[TestResult]:
+        """Timing tests the machine was too noisy to decide: neither earned nor counted in the total."""
+        return [t for t in self.tests if t.outcome == "inconclusive"]
 
     @property
     def status(self) -> str:
-        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke)."""
+        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke).
+        Inconclusive tests do not change it: a pass with some inconclusive is a pass."""
         if self.error and not self.tests:
             return "error"
         return "pass" if self.passed else "fail"
 
     def to_json(self) -> dict:
-        """The results.json document: Exercism's version-3 fields plus dojo's points and properties."""
-        failing = [t for t in self.tests if t.outcome != "passed"]
+        """The results.json document: Exercism's version-3 fields plus dojo's points and properties.
+
+        Extension: a test's status may be "inconclusive" besides pass / fail / skip (see `inconclusive`);
+        "inconclusive" at the top lists those tests' ids, and `dojo check --rerun-inconclusive` re-runs them.
+        """
+        failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
+        unsure = self.inconclusive
         message = self.error or (
             f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
         )
+        if unsure and not self.error:
+            message = (f"{message}; " if message else "") + (
+                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)")
         return {
             "version": 3,
             "status": self.status,
@@ -91,16 +109,31 @@ class GradeResult:
             "started": self.started,
             "examples_only": self.examples_only,
             "notes": self.notes,
+            "digest": self.digest,
+            "inconclusive": [t.id for t in unsure],
             "tests": [
                 {
                     "name": t.property,
-                    "status": "pass" if t.outcome == "passed" else ("skip" if t.outcome == "skipped" else "fail"),
+                    "status": _STATUS.get(t.outcome, "fail"),
                     "message": t.message or None,
-                    **{k: v for k, v in asdict(t).items() if k != "property"},
+                    **asdict(t),
                 }
                 for t in self.tests
             ],
         }
+
+
+_STATUS = {"passed": "pass", "skipped": "skip", "inconclusive": "inconclusive"}
+
+
+def score(tests: list[TestResult], error: str | None) -> tuple[int, int, bool]:
+    """(points earned, points available, passed): skipped and inconclusive tests count for neither;
+    passed needs no error, at least one test passed, and every other test passed or inconclusive."""
+    counted = [t for t in tests if t.outcome not in ("skipped", "inconclusive")]
+    points = sum(t.points for t in counted if t.outcome == "passed")
+    total = sum(t.points for t in counted)
+    passed = error is None and bool(counted) and all(t.outcome == "passed" for t in counted)
+    return points, total, passed
 
 
 class NoSuite(FileNotFoundError):
@@ -116,6 +149,7 @@ def grade(
     test_timeout: float | None = None,
     memory_limit: int | None = None,
     notebook: Path | None = None,
+    only: list[str] | None = None,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
@@ -124,6 +158,7 @@ def grade(
     grades that here, and reports notebook cells ("cell 3, line 5") instead of the temporary file's lines.
     Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
+    only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
     if notebook is not None:
         from dojo import notebook as notebooks  # the notebook helper's module
@@ -143,12 +178,14 @@ def grade(
     with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
         tmp = Path(tmp_name)
         path = targets.resolve(slug, target)
+        digest = _digest(path)
         _pristine_copies(tmp)
         watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
         results = tmp / "results.json"
+        suite = str(tmp / "tests" / "katas" / kata.suite.name)
         cmd = [
-            sys.executable, "-m", "pytest", str(tmp / "tests" / "katas" / kata.suite.name),
+            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
             "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
             "-p", "dojo.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
             f"--target={path}", f"--dojo-results={results}", f"--dojo-test-timeout={test_timeout:g}",
@@ -163,24 +200,60 @@ def grade(
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
         notes += _tampering(kata, before)
     tests, error = result
-    points = sum(t.points for t in tests if t.outcome == "passed")
-    total = sum(t.points for t in tests if t.outcome != "skipped")
-    passed = error is None and bool(tests) and all(t.outcome == "passed" for t in tests if t.outcome != "skipped")
+    points, total, passed = score(tests, error)
     return GradeResult(
         slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
         duration=time.time() - started, started=started, error=error, examples_only=examples_only,
-        notes=notes, output=output,
+        notes=notes, output=output, digest=digest,
     )
 
 
-def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None) -> GradeResult:
-    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt."""
+def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,
+          rerun_inconclusive: bool = False) -> GradeResult:
+    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt.
+
+    rerun_inconclusive: run only the tests that the last results/<slug>.json left inconclusive, and
+    merge their new outcomes into it. Raises ValueError when there is nothing to re-run, or when the
+    file changed since (then a full `dojo check` is what is needed).
+    """
     from dojo import history, report, workspace
 
-    result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
+    if rerun_inconclusive:
+        result = _rerun_inconclusive(slug, workspace.results_file(slug), timeout)
+    else:
+        result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
     report.write_results(result, workspace.results_file(slug))
     history.record_result(result, mode=mode)
     return result
+
+
+def _rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> GradeResult:
+    """The last full grading of the workspace copy, with its inconclusive tests run again."""
+    doc = _load_json(results_file)
+    if doc is None:
+        raise ValueError(f"no results of a full check of {slug!r} at {results_file}: run `dojo check {slug}` first")
+    unsure = set(doc.get("inconclusive") or [])
+    if not unsure:
+        raise ValueError(f"the last check of {slug!r} left no test inconclusive: nothing to re-run")
+    if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("error"):
+        raise ValueError(f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
+                         f"run `dojo check {slug}`")
+    fields = set(TestResult.__dataclass_fields__)
+    before = [TestResult(**{k: v for k, v in t.items() if k in fields}) for t in doc["tests"]]
+    rerun = grade(slug, "workspace", timeout=timeout, only=[t.name for t in before if t.id in unsure])
+    if rerun.digest != doc.get("digest"):
+        raise ValueError(f"{rerun.path} changed since the last check: run `dojo check {slug}` to grade all of it")
+    again = {t.id: t for t in rerun.tests}
+    tests = [again.get(t.id, t) if t.id in unsure else t for t in before]
+    error = rerun.error
+    points, total, passed = score(tests, error)
+    return GradeResult(
+        slug=slug, target="workspace", path=rerun.path, tests=tests, points=points, total=total, passed=passed,
+        duration=rerun.duration, started=rerun.started, error=error, notes=rerun.notes + [
+            f"re-ran {len(unsure)} inconclusive test(s); the other results are from the check of "
+            f"{time.strftime('%H:%M:%S', time.localtime(doc.get('started', 0)))}"],
+        output=rerun.output, digest=rerun.digest,
+    )
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
@@ -212,6 +285,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         sub["points"] = sum(r["points"] for r in results)
         sub["total"] = sum(r["total"] for r in results)
         sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
+        sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
     return {"version": 1, "graded": time.time(), "submissions": submissions}
 
 
