@@ -93,6 +93,24 @@ def test_grade_summary_shows_inconclusive(noisy, tmp_path):
     assert sub["inconclusive"] == 1 and sub["passed"] and sub["katas"]["toy"]["tests"][-1]["status"] == "inconclusive"
 
 
+def test_interview_scorecard_shows_inconclusive(noisy):
+    """A submission whose timing test is inconclusive: the scorecard counts it apart, and it costs no points"""
+    from dojo import KATAS_DIR
+
+    shutil.copy(KATAS_DIR / "BANK.md", noisy.toy / "katas" / "BANK.md")
+    env = {**noisy.env, "DOJO_FAKE_NOW": "1800000000"}
+    started = subprocess.run([sys.executable, "-m", "dojo", "interview", "toy"], env=env, capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert started.returncode == 0, started.stdout + started.stderr
+    noisy.write(noisy.reference.read_text())
+    env["DOJO_FAKE_NOW"] = "1800000060"
+    out = subprocess.run([sys.executable, "-m", "dojo", "submit"], env=env, input="a\n1\nb\n1\n",
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Tests passed:    4/4 (1 timing tests inconclusive on a busy machine: not counted)" in out.stdout
+    assert "Points:          6/6" in out.stdout
+
+
 # ---- the machine-wide lock ---------------------------------------------------------------------
 
 LOCKED_SUITE = '''
