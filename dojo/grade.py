@@ -235,7 +235,7 @@ def _rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) ->
     unsure = set(doc.get("inconclusive") or [])
     if not unsure:
         raise ValueError(f"the last check of {slug!r} left no test inconclusive: nothing to re-run")
-    if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("error"):
+    if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("status") == "error":
         raise ValueError(f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
                          f"run `dojo check {slug}`")
     fields = set(TestResult.__dataclass_fields__)

@@ -68,7 +68,6 @@ def expect_value_error(fn, what: str) -> ValueError:
     pytest.fail(f"{what}: raised nothing, want ValueError", pytrace=False)
 
 
-
 class Inconclusive(pytest.skip.Exception):
     """A timing test could not decide on this machine, now: reported as skipped by plain pytest and
     as "inconclusive" by the grading plugin. Never a verdict on the code under test."""
@@ -82,20 +81,17 @@ def inconclusive(message: str) -> NoReturn:
 
 
 @contextmanager
-def timing_lock(path: Path | None = None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+def timing_lock(path: Path | None = None, wait_s: float | None = None) -> Iterator[None]:
     """Hold the machine-wide timing lock (fcntl.flock on TIMING_LOCK_PATH) for the block.
 
-    Waits up to `wait_s` seconds for another process's timing test to finish, then raises
+    Waits up to `wait_s` (default LOCK_WAIT_S) seconds for another process's timing test to finish, then raises
     Inconclusive (the machine stayed busy with timing). Raises pytest.UsageError when the lock file
     cannot be opened, naming the path and DOJO_TIMING_LOCK. The lock dies with its process, so a
     killed grading never leaves it held.
     """
     path = TIMING_LOCK_PATH if path is None else Path(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise pytest.UsageError(
-            f"cannot open the timing lock {path} ({exc.strerror}): set DOJO_TIMING_LOCK to a writable file") from exc
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    fd = _open_lock(path)
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -111,3 +107,18 @@ def timing_lock(path: Path | None = None, wait_s: float = LOCK_WAIT_S) -> Iterat
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _open_lock(path: Path) -> int:
+    """A descriptor on the lock file: created if missing, read-only where it is another user's
+    (flock works on either)."""
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o666)
+        except PermissionError as exc:
+            error = exc
+        except OSError as exc:
+            error = exc
+            break
+    raise pytest.UsageError(
+        f"cannot open the timing lock {path} ({error.strerror}): set DOJO_TIMING_LOCK to a writable file") from error

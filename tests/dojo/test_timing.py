@@ -193,6 +193,23 @@ def test_lock_gives_up_as_inconclusive(tmp_path):
         os.close(other)
 
 
+def test_machine_test_that_cannot_get_the_lock_is_inconclusive(tmp_path):
+    """Through the plugin: a machine test whose lock stays held is recorded inconclusive, and never runs"""
+    (tmp_path / "conftest.py").write_text("import dojo.testing\ndojo.testing.LOCK_WAIT_S = 0.3\n")
+    (tmp_path / "test_waits.py").write_text(
+        "import pytest\n\n@pytest.mark.machine\ndef test_waits():\n    raise AssertionError('ran')\n")
+    lock, results = tmp_path / "timing.lock", tmp_path / "results.json"
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.plugin", "-p", "no:cacheprovider",
+                          str(tmp_path / "test_waits.py"), f"--dojo-results={results}"], cwd=tmp_path,
+                         env={**os.environ, "DOJO_TIMING_LOCK": str(lock)}, capture_output=True, text=True, timeout=60)
+    os.close(holder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [row] = json.loads(results.read_text())["tests"]
+    assert row["outcome"] == "inconclusive" and "another timing test held the machine" in row["message"]
+
+
 def test_lock_path_that_cannot_be_opened_names_the_variable(tmp_path):
     """A lock file in a folder that does not exist: a usage error naming the path and DOJO_TIMING_LOCK"""
     with pytest.raises(pytest.UsageError, match="DOJO_TIMING_LOCK"):
