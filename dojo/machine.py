@@ -43,6 +43,7 @@ from dojo.testing import inconclusive
 MIN_COPY_BYTES = 64 << 20
 MAX_COPY_BYTES = 512 << 20  # a bound on time and memory above any cache one core streams from: see above
 MAX_SPREAD = 0.5  # median / best - 1 of any quantity above this: too noisy to decide a miss
+MAX_ROUNDS_FACTOR = 3  # retries stop at this many times the rounds asked for, whatever the budget
 AGREE = 0.15  # kata and oracle this close (plus twice the spread) measure the same thing
 
 
@@ -143,17 +144,23 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
     """Pass, fail or end inconclusive as the module docstring says; returns the claim that held.
 
     Measures until the bench has `rounds` rounds, then, while the claim fails on the kata's side,
-    one more round at a time as long as it fits in `budget_s` seconds of this call (the grader's
-    per-test limit stays far away, however busy the machine)."""
+    one more round at a time, up to MAX_ROUNDS_FACTOR x `rounds` in all; a round starts only if it is expected to end within `budget_s`
+    seconds of this call (the first always runs), so the grader's per-test limit stays far away,
+    however busy the machine."""
     start = time.monotonic()
-    bench.measure(max(0, rounds - bench.rounds))
+
+    def fits() -> bool:
+        return not bench.rounds or time.monotonic() - start + bench.seconds / bench.rounds <= budget_s
+
+    while bench.rounds < rounds and fits():
+        bench.measure(1)
     while True:
         claim = claim_of(bench)
-        if claim.holds(claim.kata):
-            return claim
-        if time.monotonic() - start + bench.seconds / bench.rounds > budget_s:
+        if claim.holds(claim.kata) or not fits() or bench.rounds >= MAX_ROUNDS_FACTOR * rounds:
             break
         bench.measure(1)
+    if claim.holds(claim.kata):
+        return claim
     said, plain, spread = claim.describe(claim.kata), claim.describe(claim.oracle), bench.spread()
     if not claim.holds(claim.oracle):
         inconclusive(f"{said}; but a plain timing loop here shows the same ({plain}): "

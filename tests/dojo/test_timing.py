@@ -241,28 +241,28 @@ def ratio_claim(bench: machine.SideBySide) -> machine.Claim:
 def test_claim_that_holds_passes():
     """The kata's best timings show the claim: pass"""
     bench = scripted({"kata a": [1.0], "kata b": [2.0], "plain a": [1.0], "plain b": [2.0]})
-    assert machine.check_claim(bench, ratio_claim, budget_s=0).kata == (2.0,)
+    assert machine.check_claim(bench, ratio_claim, budget_s=60).kata == (2.0,)
 
 
 def test_machine_that_does_not_show_the_effect_is_inconclusive():
     """The plain loop misses the claim too: this machine cannot show it, so inconclusive, not a fail"""
     bench = scripted({"kata a": [1.0], "kata b": [4.0], "plain a": [1.0], "plain b": [4.1]})
     with pytest.raises(Inconclusive, match="plain timing loop here shows the same"):
-        machine.check_claim(bench, ratio_claim, budget_s=0)
+        machine.check_claim(bench, ratio_claim, budget_s=60)
 
 
 def test_noisy_machine_is_inconclusive():
     """Timings whose median is far above their best: too noisy to call a miss a fail"""
     bench = scripted({"kata a": [1.0, 2.0, 2.0], "kata b": [5.0, 9.0, 9.0], "plain a": [1.0], "plain b": [2.0]})
     with pytest.raises(Inconclusive, match="too noisy"):
-        machine.check_claim(bench, ratio_claim, budget_s=0)
+        machine.check_claim(bench, ratio_claim, budget_s=60)
 
 
 def test_quiet_clear_miss_fails():
     """A quiet machine, the plain loop shows the claim, the kata's numbers are far from it: fail"""
     bench = scripted({"kata a": [1.0], "kata b": [5.0], "plain a": [1.0], "plain b": [2.0]})
     with pytest.raises(pytest.fail.Exception, match="b costs 5.00x a; a plain timing loop"):
-        machine.check_claim(bench, ratio_claim, budget_s=0)
+        machine.check_claim(bench, ratio_claim, budget_s=60)
 
 
 def test_retries_until_a_quiet_round_shows_the_claim():
@@ -316,3 +316,16 @@ def test_fake_clock_replaces_and_restores_perf_counter():
     assert time.perf_counter is fakeclock._REAL and module.perf_counter is fakeclock._REAL
     with pytest.raises(ValueError):
         clock.advance(-1)
+
+
+def test_budget_bounds_the_rounds():
+    """A slow machine: rounds stop when the next would end past the budget, so per-test limits hold"""
+    def slow() -> float:
+        time.sleep(0.05)
+        return 1.0
+
+    bench = machine.SideBySide({"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0})
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception):
+        machine.check_claim(bench, ratio_claim, rounds=3, budget_s=0.12)
+    assert bench.rounds == 2 and time.monotonic() - started < 1
