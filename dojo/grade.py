@@ -7,7 +7,7 @@ and reads the plugin's structured results, never pytest's text. Whatever the lea
 (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import, edits the
 tests: reported, and the verdict comes from the copies), the answer is a GradeResult with a reason, in bounded time. `check()` is the practice
 loop's step: grade, write workspace/results/<slug>.json, record the attempt; `check(...,
-rerun_inconclusive=True)` re-runs only the tests the last check left inconclusive and merges them in.
+rerun_inconclusive=True)` re-runs only the tests the last check left inconclusive (dojo.rerun).
 A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
 points and costs none (its points leave the total), and does not stop a pass.
 Not a security boundary against a hostile user: code in the test process can always lie to it.
@@ -219,41 +219,14 @@ def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeou
     from dojo import history, report, workspace
 
     if rerun_inconclusive:
-        result = _rerun_inconclusive(slug, workspace.results_file(slug), timeout)
+        from dojo import rerun
+
+        result = rerun.rerun_inconclusive(slug, workspace.results_file(slug), timeout)
     else:
         result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
     report.write_results(result, workspace.results_file(slug))
     history.record_result(result, mode=mode)
     return result
-
-
-def _rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> GradeResult:
-    """The last full grading of the workspace copy, with its inconclusive tests run again."""
-    doc = _load_json(results_file)
-    if doc is None:
-        raise ValueError(f"no results of a full check of {slug!r} at {results_file}: run `dojo check {slug}` first")
-    unsure = set(doc.get("inconclusive") or [])
-    if not unsure:
-        raise ValueError(f"the last check of {slug!r} left no test inconclusive: nothing to re-run")
-    if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("status") == "error":
-        raise ValueError(f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
-                         f"run `dojo check {slug}`")
-    fields = set(TestResult.__dataclass_fields__)
-    before = [TestResult(**{k: v for k, v in t.items() if k in fields}) for t in doc["tests"]]
-    rerun = grade(slug, "workspace", timeout=timeout, only=[t.name for t in before if t.id in unsure])
-    if rerun.digest != doc.get("digest"):
-        raise ValueError(f"{rerun.path} changed since the last check: run `dojo check {slug}` to grade all of it")
-    again = {t.id: t for t in rerun.tests}
-    tests = [again.get(t.id, t) if t.id in unsure else t for t in before]
-    error = rerun.error
-    points, total, passed = score(tests, error)
-    return GradeResult(
-        slug=slug, target="workspace", path=rerun.path, tests=tests, points=points, total=total, passed=passed,
-        duration=rerun.duration, started=rerun.started, error=error, notes=rerun.notes + [
-            f"re-ran {len(unsure)} inconclusive test(s); the other results are from the check of "
-            f"{time.strftime('%H:%M:%S', time.localtime(doc.get('started', 0)))}"],
-        output=rerun.output, digest=rerun.digest,
-    )
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
