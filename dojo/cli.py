@@ -61,6 +61,8 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--examples-only", action="store_true", help="run only the README's worked examples")
     p.add_argument("--notebook", nargs="?", const="", default=None, metavar="PATH",
                    help="grade a notebook's solution cells instead (default PATH: workspace/<slug>.ipynb)")
+    p.add_argument("--rerun-inconclusive", action="store_true",
+                   help="re-run only the timing tests the last check left inconclusive, and merge them into it")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("hint", help="the next hint you have not seen")
     p.add_argument("slug", nargs="?")
@@ -212,13 +214,22 @@ def _interview_hook(command: str, args) -> int | None:
 def cmd_check(args) -> int:
     if (code := _interview_hook("check", args)) is not None:
         return code
+    if args.rerun_inconclusive and (args.examples_only or args.notebook is not None):
+        raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "
+                         "not with --examples-only or --notebook")
     if args.notebook is not None:  # notebook mode (dojo.notebook): the .ipynb's solution cells
         from dojo import notebook
 
         return notebook.run_check(args)
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
-    result = grade.check(slug, examples_only=args.examples_only, timeout=args.timeout)
+    try:
+        result = grade.check(slug, examples_only=args.examples_only, timeout=args.timeout,
+                             rerun_inconclusive=args.rerun_inconclusive)
+    except ValueError as exc:
+        if not args.rerun_inconclusive:
+            raise
+        raise UsageError(str(exc)) from exc
     out = report.console()
     report.show_result(result, out, title=kata.title)
     out.print(report.verdict(result, slug))
@@ -351,8 +362,11 @@ def cmd_grade(args) -> int:
         cells = []
         for slug in slugs:
             r = sub["katas"].get(slug)
-            cells.append("-" if r is None else f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}"))
+            cells.append("-" if r is None else f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}")
+                         + (f" ({len(r['inconclusive'])} inconclusive)" if r["inconclusive"] else ""))
         note = "" if sub["katas"] else " (no kata files)"
+        note += f" ({sub['inconclusive']} inconclusive: timing tests the machine was too noisy to decide, not counted)" \
+            if sub["inconclusive"] else ""
         table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}", *takehome.flags(sub))
     out.print(table, markup=False)
     for line in takehome.findings(doc):

@@ -18,6 +18,10 @@ home folder, every process dies with the grading, a process cap. Where bwrap can
 runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
 can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
 the code that does, and a person judges it.
+
+A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
+points and costs none (its points leave the total), and does not stop a pass. `check(...,
+rerun_inconclusive=True)` re-runs only the tests the last check left inconclusive (dojo.rerun).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class TestResult:
     property: str  # what the test checks, in the kata's terms (first docstring line)
     points: int
     example: bool  # a README worked example
-    outcome: str  # passed | failed | skipped
+    outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
     message: str = ""
     duration: float = 0.0
 
@@ -76,20 +80,35 @@ class GradeResult:
     output: str = ""  # tail of the test process's own output, for diagnosis
     sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.sandbox)
     integrity: list[str] = field(default_factory=list)  # dojo.integrity's findings: "bpe.py:3: what"
+    digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
+
+    @property
+    def inconclusive(self) -> list[TestResult]:
+        """Timing tests the machine was too noisy to decide: neither earned nor counted in the total."""
+        return [t for t in self.tests if t.outcome == "inconclusive"]
 
     @property
     def status(self) -> str:
-        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke)."""
+        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke).
+        Inconclusive tests do not change it: a pass with some inconclusive is a pass."""
         if self.error and not self.tests:
             return "error"
         return "pass" if self.passed else "fail"
 
     def to_json(self) -> dict:
-        """The results.json document: Exercism's version-3 fields plus dojo's points and properties."""
-        failing = [t for t in self.tests if t.outcome != "passed"]
+        """The results.json document: Exercism's version-3 fields plus dojo's points and properties.
+
+        Extension: a test's status may be "inconclusive" besides pass / fail / skip (see `inconclusive`);
+        "inconclusive" at the top lists those tests' ids, and `dojo check --rerun-inconclusive` re-runs them.
+        """
+        failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
+        unsure = self.inconclusive
         message = self.error or (
             f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
         )
+        if unsure and not self.error:
+            message = (f"{message}; " if message else "") + (
+                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)")
         return {
             "version": 3,
             "status": self.status,
@@ -105,16 +124,31 @@ class GradeResult:
             "notes": self.notes,
             "sandboxed": self.sandboxed,
             "integrity": self.integrity,
+            "digest": self.digest,
+            "inconclusive": [t.id for t in unsure],
             "tests": [
                 {
                     "name": t.property,
-                    "status": "pass" if t.outcome == "passed" else ("skip" if t.outcome == "skipped" else "fail"),
+                    "status": _STATUS.get(t.outcome, "fail"),
                     "message": t.message or None,
-                    **{k: v for k, v in asdict(t).items() if k != "property"},
+                    **asdict(t),
                 }
                 for t in self.tests
             ],
         }
+
+
+_STATUS = {"passed": "pass", "skipped": "skip", "inconclusive": "inconclusive"}
+
+
+def score(tests: list[TestResult], error: str | None) -> tuple[int, int, bool]:
+    """(points earned, points available, passed): skipped and inconclusive tests count for neither;
+    passed needs no error, at least one test passed, and every other test passed or inconclusive."""
+    counted = [t for t in tests if t.outcome not in ("skipped", "inconclusive")]
+    points = sum(t.points for t in counted if t.outcome == "passed")
+    total = sum(t.points for t in counted)
+    passed = error is None and bool(counted) and all(t.outcome == "passed" for t in counted)
+    return points, total, passed
 
 
 class NoSuite(FileNotFoundError):
@@ -131,6 +165,7 @@ def grade(
     memory_limit: int | None = None,
     notebook: Path | None = None,
     sandboxed: bool = False,
+    only: list[str] | None = None,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
@@ -141,6 +176,7 @@ def grade(
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
     sandboxed: run inside the bubblewrap sandbox (take-homes, interviews); where the machine cannot,
     the run goes as without it and a note says "NOT sandboxed" and why.
+    only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
     if notebook is not None:
         from dojo import notebook as notebooks  # the notebook helper's module
@@ -160,14 +196,16 @@ def grade(
     with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
         tmp = Path(tmp_name)
         path = targets.resolve(slug, target)
+        digest = _digest(path)
         findings = integrity.scan(path, slug)
         _pristine_copies(tmp, kata)
         why_not = sandbox.unavailable() if sandboxed else None
         graded = path if not sandboxed or why_not else _into_view(path, tmp)
         watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
+        suite = str(tmp / "tests" / "katas" / kata.suite.name)
         cmd = [
-            sys.executable, "-m", "pytest", str(tmp / "tests" / "katas" / kata.suite.name),
+            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
             "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
             "-p", "dojo.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
             f"--target={graded}", f"--dojo-test-timeout={test_timeout:g}",
@@ -186,21 +224,30 @@ def grade(
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
         notes += _tampering(kata, before)
     tests, error = result
-    points = sum(t.points for t in tests if t.outcome == "passed")
-    total = sum(t.points for t in tests if t.outcome != "skipped")
-    passed = error is None and bool(tests) and all(t.outcome == "passed" for t in tests if t.outcome != "skipped")
+    points, total, passed = score(tests, error)
     return GradeResult(
         slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
         duration=time.time() - started, started=started, error=error, examples_only=examples_only,
-        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings,
+        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
     )
 
 
-def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None) -> GradeResult:
-    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt."""
+def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,
+          rerun_inconclusive: bool = False) -> GradeResult:
+    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt.
+
+    rerun_inconclusive: run only the tests that the last results/<slug>.json left inconclusive, and
+    merge their new outcomes into it. Raises ValueError when there is nothing to re-run, or when the
+    file changed since (then a full `dojo check` is what is needed).
+    """
     from dojo import history, report, workspace
 
-    result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
+    if rerun_inconclusive:
+        from dojo import rerun
+
+        result = rerun.rerun_inconclusive(slug, workspace.results_file(slug), timeout)
+    else:
+        result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
     report.write_results(result, workspace.results_file(slug))
     history.record_result(result, mode=mode)
     return result

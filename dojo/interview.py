@@ -133,7 +133,9 @@ def show_card(card: dict, out) -> None:
     if card["submitted_by"] == "time":
         used += " (time ran out)"
     lines = [
-        ("Tests passed", f"{card['tests_passed']}/{card['tests']}"),
+        ("Tests passed", f"{card['tests_passed']}/{card['tests']}" + (
+            f" ({card['inconclusive']} timing tests inconclusive on a busy machine: not counted)"
+            if card.get("inconclusive") else "")),
         ("Points", f"{card['points']}/{card['total']}"),
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),

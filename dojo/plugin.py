@@ -13,6 +13,10 @@ Under `dojo grade` the same records, and an `end` record with pytest's exit stat
 the signed results channel (dojo.channel) that the grader named in DOJO_CHANNEL: no path that the
 code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
+A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
+lock (dojo.testing.timing_lock, setup to teardown, not counted in its time limit) and may end
+*inconclusive* (dojo.testing.inconclusive: skipped to plain pytest, outcome "inconclusive" in the
+rows) when the machine is too noisy to decide.
 Loaded for every pytest run through `addopts = -p dojo.plugin` in pyproject.toml.
 """
 
@@ -29,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo import channel, targets
+from dojo import channel, targets, testing
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,6 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _sender = _sender or channel.Sender.from_env()  # before any candidate code is imported
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
+    config.addinivalue_line(
+        "markers", "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -194,8 +200,24 @@ def _time_limit(config: pytest.Config) -> Iterator[None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
+    if item.get_closest_marker("machine"):  # held until the teardown: module fixtures may time too
+        lock = testing.timing_lock()
+        lock.__enter__()  # may raise Inconclusive: the setup, and so the test, is inconclusive
+        item.stash[_TIMING_LOCK] = lock
     with _time_limit(item.config):  # the setup imports the learner's file: an import can hang too
         yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    yield
+    lock = item.stash.get(_TIMING_LOCK, None)
+    if lock is not None:
+        del item.stash[_TIMING_LOCK]
+        lock.__exit__(None, None, None)
+
+
+_TIMING_LOCK = pytest.StashKey()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -222,10 +244,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when == "call" or (report.when == "setup" and not report.passed):
         report.dojo_row = {
             **describe(item),
-            "outcome": "passed" if report.passed else ("skipped" if report.skipped else "failed"),
+            "outcome": _outcome(report, call),
             "message": "" if report.passed else failure_message(call.excinfo, report.longrepr, _target_file(item)),
             "duration": round(call.duration, 4),
         }
+
+
+def _outcome(report: pytest.TestReport, call: pytest.CallInfo) -> str:
+    """passed | failed | skipped | inconclusive (a timing test that could not decide: dojo.testing)."""
+    if report.passed:
+        return "passed"
+    if call.excinfo is not None and call.excinfo.errisinstance(testing.Inconclusive):
+        return "inconclusive"
+    return "skipped" if report.skipped else "failed"
 
 
 def _target_file(item: pytest.Item) -> str | None:

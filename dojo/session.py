@@ -13,6 +13,7 @@ stands then, so the card records time used as the full time box.
 
 Scoring, and the verdict thresholds:
     code    = hidden-suite points / total, minus HINT_COST (0.10) per hint used, at least 0
+              (a timing test left inconclusive by a busy machine is in neither, and shown apart)
     answers = rubric points covered / rubric points offered over the follow-up questions
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
@@ -65,6 +66,7 @@ class Session:
     total: int | None = None
     tests: int | None = None
     tests_passed: int | None = None
+    inconclusive: int = 0  # timing tests the machine was too noisy to decide: not in tests, points or total
 
     @property
     def deadline(self) -> float | None:
@@ -79,7 +81,7 @@ class Session:
 
 
 _COLUMNS = ("id, kata, started, minutes, timer, phase, questions, check_runs, hints, submitted, submitted_by,"
-            " points, total, tests, tests_passed")
+            " points, total, tests, tests_passed, inconclusive")
 
 
 def _session(row) -> Session:
@@ -172,11 +174,12 @@ def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> t
     attempt = history.record_result(result, mode="interview")
     at = min(now(), s.deadline) if by == "time" and s.deadline is not None else now()
     passed = sum(1 for t in result.tests if t.outcome == "passed")
+    unsure = len(result.inconclusive)
     with history.connect() as conn, history.transaction(conn):
         won = conn.execute(
             "UPDATE sessions SET phase = 'questions', submitted = ?, submitted_by = ?, points = ?, total = ?,"
-            " tests = ?, tests_passed = ?, attempt = ? WHERE id = ? AND phase = 'coding'",
-            (at, by, result.points, result.total, len(result.tests), passed, attempt, s.id),
+            " tests = ?, tests_passed = ?, inconclusive = ?, attempt = ? WHERE id = ? AND phase = 'coding'",
+            (at, by, result.points, result.total, len(result.tests) - unsure, passed, unsure, attempt, s.id),
         ).rowcount
     if won:  # for the scorecard: an event row, so the sessions table keeps its schema
         detail = {"session": s.id, "sandboxed": result.sandboxed, "findings": result.integrity}
@@ -229,6 +232,7 @@ def scorecard(s: Session) -> dict:
         "session": s.id, "kata": s.kata, "started": s.started, "minutes": s.minutes, "timer": s.timer,
         "time_used_s": round(time_used, 1), "submitted_by": s.submitted_by,
         "tests_passed": s.tests_passed, "tests": s.tests, "points": s.points, "total": s.total,
+        "inconclusive": s.inconclusive,
         "check_runs": s.check_runs, "hints": len(s.hints), "hint_cost": round(HINT_COST * len(s.hints), 2),
         "rubric_covered": covered, "rubric_offered": offered,
         "code": round(code, 3), "answers": round(answers_part, 3), "score": round(score, 3),

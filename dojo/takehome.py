@@ -48,6 +48,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         sub["points"] = sum(r["points"] for r in results)
         sub["total"] = sum(r["total"] for r in results)
         sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
+        sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
         sub["sandboxed"] = bool(sub["katas"]) and all(r["sandboxed"] for r in results)
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
     sources: dict[str, dict[str, str]] = {}

@@ -1,9 +1,33 @@
-"""Helpers that hidden suites share: banned-shortcut checks by AST, readable comparisons."""
+"""Helpers that hidden suites share: banned-shortcut checks by AST, readable comparisons, and the
+two pieces every timing test relies on: the *inconclusive* outcome and the machine-wide timing lock.
+
+`inconclusive(message)` ends a test that could not decide because the machine was too noisy (or
+does not show the effect at all): pytest reports it as skipped, so `make test` stays green, and
+the grading plugin records the outcome "inconclusive", which counts neither for nor against a
+candidate. Tests that time the real machine carry `@pytest.mark.machine`; the plugin holds
+`timing_lock()` around each of them (setup to teardown), so no two timing tests on one machine
+run at the same moment, whichever process (make test, two `dojo check`s, `dojo grade --jobs N`)
+runs them. Everything else still runs in parallel. What it leaves out: how a test measures
+(dojo.machine) and fake clocks (dojo.fakeclock).
+"""
 
 from __future__ import annotations
 
 import ast
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+# the one machine-wide lock file: a sandbox binds this path read-write (keep the name and the variable)
+TIMING_LOCK_PATH = Path(os.environ.get("DOJO_TIMING_LOCK") or "/tmp/decode-dojo-timing.lock")
+LOCK_WAIT_S = 45.0  # longest a timing test waits for another one before it gives up as inconclusive
 
 
 def banned_uses(path: Path, names: set[str]) -> list[str]:
@@ -36,8 +60,6 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
 def expect_raises(exc_type: type[BaseException], fn, what: str) -> BaseException:
     """Call fn(); the `exc_type` it raises, or a test failure saying what it did instead
     ("not written yet (NotImplementedError), want ValueError" for a stub)."""
-    import pytest
-
     from dojo.plugin import raised
 
     try:
@@ -52,3 +74,59 @@ def expect_raises(exc_type: type[BaseException], fn, what: str) -> BaseException
 def expect_value_error(fn, what: str) -> ValueError:
     """Call fn(); the ValueError it raises, or a test failure saying what it did instead."""
     return expect_raises(ValueError, fn, what)
+
+
+class Inconclusive(pytest.skip.Exception):
+    """A timing test could not decide on this machine, now: reported as skipped by plain pytest and
+    as "inconclusive" by the grading plugin. Never a verdict on the code under test."""
+
+    __test__ = False
+
+
+def inconclusive(message: str) -> NoReturn:
+    """End the running test as inconclusive, saying what was measured and why it cannot decide."""
+    raise Inconclusive(f"inconclusive: {message}", _use_item_location=True)
+
+
+@contextmanager
+def timing_lock(path: Path | None = None, wait_s: float | None = None) -> Iterator[None]:
+    """Hold the machine-wide timing lock (fcntl.flock on TIMING_LOCK_PATH) for the block.
+
+    Waits up to `wait_s` (default LOCK_WAIT_S) seconds for another process's timing test to finish, then raises
+    Inconclusive (the machine stayed busy with timing). Raises pytest.UsageError when the lock file
+    cannot be opened, naming the path and DOJO_TIMING_LOCK. The lock dies with its process, so a
+    killed grading never leaves it held.
+    """
+    path = TIMING_LOCK_PATH if path is None else Path(path)
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    fd = _open_lock(path)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    inconclusive(f"another timing test held the machine ({path}) for over {wait_s:g} s")
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _open_lock(path: Path) -> int:
+    """A descriptor on the lock file: created if missing, read-only where it is another user's
+    (flock works on either)."""
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o666)
+        except PermissionError as exc:
+            error = exc
+        except OSError as exc:
+            error = exc
+            break
+    raise pytest.UsageError(
+        f"cannot open the timing lock {path} ({error.strerror}): set DOJO_TIMING_LOCK to a writable file") from error

@@ -1,0 +1,58 @@
+"""A fake `time.perf_counter` for timing-semantics tests: exact seconds charged to instrumented work.
+
+Whether a kata times the right thing (the pass asked for, after one warm-up, the median of the
+repeats) needs no real clock. A test swaps `time.perf_counter` for a FakeClock and hands the kata
+a fake model whose calls move the clock by exact, chosen costs: the answer is then exact, on an
+idle laptop and on a loaded grader alike. `FakeClock(step=s)` instead moves `s` at every read, so
+each interval between two reads is exactly `s`: for timed work a test cannot instrument (a
+tensor copy, a matmul).
+
+Left out: time.perf_counter_ns, time.time and time.monotonic, and timers bound before the swap
+(timeit's default_timer): the katas' READMEs say to time with time.perf_counter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+_REAL = time.perf_counter
+
+
+class FakeClock:
+    """A clock that moves only by `advance(seconds)`, and by `step` after each read."""
+
+    def __init__(self, step: float = 0.0, start: float = 1000.0) -> None:
+        self.now = start
+        self.step = step
+        self.reads = 0
+
+    def __call__(self) -> float:
+        now = self.now
+        self.now += self.step
+        self.reads += 1
+        return now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back: advance({seconds})")
+        self.now += seconds
+
+
+@contextmanager
+def reading(clock: FakeClock, *modules: ModuleType) -> Iterator[FakeClock]:
+    """Make time.perf_counter, and every alias of it in `modules` (a kata's `from time import
+    perf_counter`), read `clock` for the block; the real clock comes back afterwards, whatever
+    happened."""
+    aliases = [(m, name) for m in modules for name, value in vars(m).items() if value is _REAL]
+    time.perf_counter = clock
+    for module, name in aliases:
+        setattr(module, name, clock)
+    try:
+        yield clock
+    finally:
+        time.perf_counter = _REAL
+        for module, name in aliases:
+            setattr(module, name, _REAL)
