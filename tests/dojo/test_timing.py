@@ -19,15 +19,16 @@ from dojo.testing import Inconclusive, timing_lock
 
 MACHINE_TEST = '''
 
-import os
 from dojo.testing import inconclusive
+
+TOY_NOISY = True  # a constant in the suite, not an environment variable: the sandbox passes none through
 
 
 @pytest.mark.machine
 @pytest.mark.points(3)
 def test_timing_claim(kata):
     """a timing claim the machine decides"""
-    if os.environ.get("TOY_NOISY"):
+    if TOY_NOISY:
         inconclusive("the timings spread 80%, too noisy to decide")
     assert kata.add(1, 1) == 2
 '''
@@ -35,11 +36,11 @@ def test_timing_claim(kata):
 
 @pytest.fixture
 def noisy(dojo, tmp_path):
-    """The toy kata with one machine test that is inconclusive while TOY_NOISY is set, and the reference
-    in the workspace."""
+    """The toy kata with one machine test that is inconclusive while the suite's TOY_NOISY is True, and
+    the reference in the workspace."""
     dojo.suite.write_text(dojo.suite.read_text() + MACHINE_TEST)
     dojo.write(dojo.reference.read_text())
-    dojo.env.update(TOY_NOISY="1", DOJO_TIMING_LOCK=str(tmp_path / "timing.lock"))
+    dojo.env.update(DOJO_TIMING_LOCK=str(tmp_path / "timing.lock"))
     return dojo
 
 
@@ -62,7 +63,7 @@ def test_inconclusive_counts_neither_way(noisy):
 def test_rerun_inconclusive_merges_into_the_last_check(noisy):
     """`dojo check --rerun-inconclusive` runs only the inconclusive tests and merges their outcome"""
     noisy("check", "toy")
-    del noisy.env["TOY_NOISY"]
+    noisy.suite.write_text(noisy.suite.read_text().replace("TOY_NOISY = True", "TOY_NOISY = False"))
     out = noisy("check", "toy", "--rerun-inconclusive")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Score 9/9 points · 5/5 tests passing" in out.stdout and "re-ran 1 inconclusive" in out.stdout
