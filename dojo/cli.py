@@ -20,13 +20,10 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog, grade, history, prose, report, takehome, workspace
+from dojo import catalog, check, grade, history, prose, report, takehome, workspace
+from dojo.errors import UsageError
 
 PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.lab", "dojo.bench_tool")
-
-
-class UsageError(Exception):
-    """A mistake in how dojo was called: printed as one line, exit code 2."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning
     try:
+        if (code := _during_interview(args)) is not None:
+            return code
         return args.func(args)
     except (catalog.UnknownKata, UsageError) as exc:
         report.console(stderr=True).print(f"dojo: {exc}", markup=False)
@@ -107,6 +106,21 @@ BUILTIN = ("list", "start", "check", "hint", "watch", "reset", "solution", "grad
 def _grading_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("slug", nargs="?", help="kata to grade (default: the kata in progress)")
     p.add_argument("--timeout", type=float, default=None, help=f"seconds before grading stops (default {grade.DEFAULT_TIMEOUT_S:g})")
+
+
+INTERVIEW_RULED = ("check", "hint", "watch", "solution", "status")
+
+
+def _during_interview(args) -> int | None:
+    """The one interface to the interview layer: while a mock interview is open, dojo.interview decides
+    what the commands in INTERVIEW_RULED do (examples only, counted; hints cost points; the countdown;
+    no full suite or reference): its exit code, or None to run the command as usual."""
+    command = args.func.__name__.removeprefix("cmd_")
+    if command not in INTERVIEW_RULED:
+        return None
+    from dojo import interview
+
+    return interview.during_session(command, args)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -202,18 +216,7 @@ def cmd_start(args) -> int:
     return 0
 
 
-def _interview_hook(command: str, args) -> int | None:
-    """While a mock interview is open, dojo.interview decides what check/hint/status/watch/solution do
-    (examples only, counted; hints cost points; the countdown; no full suite or reference): its exit
-    code, or None to carry on as usual."""
-    from dojo import interview
-
-    return interview.during_session(command, args)
-
-
 def cmd_check(args) -> int:
-    if (code := _interview_hook("check", args)) is not None:
-        return code
     if args.rerun_inconclusive and (args.examples_only or args.notebook is not None):
         raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "
                          "not with --examples-only or --notebook")
@@ -224,7 +227,7 @@ def cmd_check(args) -> int:
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     try:
-        result = grade.check(slug, examples_only=args.examples_only, timeout=args.timeout,
+        result = check.check(slug, examples_only=args.examples_only, timeout=args.timeout,
                              rerun_inconclusive=args.rerun_inconclusive)
     except ValueError as exc:
         if not args.rerun_inconclusive:
@@ -237,8 +240,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_watch(args) -> int:
-    if (code := _interview_hook("watch", args)) is not None:
-        return code
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     path = workspace.kata_file(slug)
@@ -254,7 +255,7 @@ def cmd_watch(args) -> int:
                 out.clear()
             else:
                 out.print("-" * 40)
-            result = grade.check(slug, mode="watch", timeout=args.timeout)
+            result = check.check(slug, mode="watch", timeout=args.timeout)
             report.show_result(result, out, title=kata.title)
             out.print(f"Watching {path}: save to re-grade, Ctrl-C to stop.")
             code, runs = (0 if result.passed else 1), runs + 1
@@ -275,8 +276,6 @@ def _stamp(path: Path) -> tuple | None:
 
 
 def cmd_hint(args) -> int:
-    if (code := _interview_hook("hint", args)) is not None:
-        return code
     out = report.console()
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
@@ -325,8 +324,6 @@ def cmd_reset(args) -> int:
 
 
 def cmd_solution(args) -> int:
-    if (code := _interview_hook("solution", args)) is not None:
-        return code
     out = report.console()
     kata = catalog.get(args.slug)
     if not kata.reference.is_file():
@@ -377,8 +374,6 @@ def cmd_grade(args) -> int:
 
 
 def cmd_status(args) -> int:
-    if (code := _interview_hook("status", args)) is not None:
-        return code
     out = report.console()
     current = history.current_kata()
     if current is None:

@@ -9,8 +9,8 @@ without an outcome or a process that ended early is an error, never a pass. What
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
 a reason, in bounded time. Every grading is scanned by dojo.integrity (findings in the result, the
-points untouched). `check()` is the practice loop's step: grade, write
-workspace/results/<slug>.json, record the attempt.
+points untouched). Left out: what the practice loop does with a grade (dojo.check), notebooks
+(dojo.notebook grades their extracted .py here and maps the outcomes back to cells).
 
 For take-homes and interviews (`sandboxed=True`: dojo.takehome, dojo.session.submit) the grade is
 a security boundary as far as bubblewrap makes it one (dojo.sandbox): no network, no repository or
@@ -20,8 +20,8 @@ can still lie to pytest (patch it, read the suite's oracles out of memory); the 
 the code that does, and a person judges it.
 
 A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
-points and costs none (its points leave the total), and does not stop a pass. `check(...,
-rerun_inconclusive=True)` re-runs only the tests the last check left inconclusive (dojo.rerun).
+points and costs none (its points leave the total), and does not stop a pass. `grade(...,
+only=[...])` runs just some tests: dojo.rerun re-runs the ones the last check left inconclusive.
 """
 
 from __future__ import annotations
@@ -163,28 +163,18 @@ def grade(
     timeout: float | None = None,
     test_timeout: float | None = None,
     memory_limit: int | None = None,
-    notebook: Path | None = None,
     sandboxed: bool = False,
     only: list[str] | None = None,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
     target: workspace | solutions | katas | a directory of <slug>.py files | one .py file.
-    notebook: a .ipynb to grade instead: dojo.notebook.grade_notebook extracts its solution cells to a .py,
-    grades that here, and reports notebook cells ("cell 3, line 5") instead of the temporary file's lines.
     Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
     sandboxed: run inside the bubblewrap sandbox (take-homes, interviews); where the machine cannot,
     the run goes as without it and a note says "NOT sandboxed" and why.
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
-    if notebook is not None:
-        from dojo import notebook as notebooks  # the notebook helper's module
-
-        return notebooks.grade_notebook(
-            Path(notebook), slug, examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-            memory_limit=memory_limit, sandboxed=sandboxed,
-        )
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
     test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
@@ -230,27 +220,6 @@ def grade(
         duration=time.time() - started, started=started, error=error, examples_only=examples_only,
         notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
     )
-
-
-def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,
-          rerun_inconclusive: bool = False) -> GradeResult:
-    """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt.
-
-    rerun_inconclusive: run only the tests that the last results/<slug>.json left inconclusive, and
-    merge their new outcomes into it. Raises ValueError when there is nothing to re-run, or when the
-    file changed since (then a full `dojo check` is what is needed).
-    """
-    from dojo import history, report, workspace
-
-    if rerun_inconclusive:
-        from dojo import rerun
-
-        result = rerun.rerun_inconclusive(slug, workspace.results_file(slug), timeout)
-    else:
-        result = grade(slug, "workspace", examples_only=examples_only, timeout=timeout)
-    report.write_results(result, workspace.results_file(slug))
-    history.record_result(result, mode=mode)
-    return result
 
 
 # ---- the child process -------------------------------------------------------------------------

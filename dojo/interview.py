@@ -14,7 +14,7 @@ import time
 
 from rich.markup import escape
 
-from dojo import catalog, grade, prose, report, session, workspace
+from dojo import catalog, check, prose, report, session, workspace
 from dojo.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
 from dojo.session import Session
 
@@ -167,8 +167,9 @@ def _file(s: Session) -> str:
 
 
 def during_session(command: str, args) -> int | None:
-    """The runner's hook for check, hint and status while an interview is open: an exit code when
-    the interview handled the command, None when the runner should carry on as usual."""
+    """The interview's rules for `command` (one of dojo.cli.INTERVIEW_RULED: check, hint, watch, solution,
+    status) while an interview is open: an exit code when the interview handled the command, None when
+    the command should run as usual."""
     s = session.open_session()
     if s is None or getattr(args, "slug", None) not in (None, s.kata):
         return None
@@ -182,7 +183,7 @@ def during_session(command: str, args) -> int | None:
     if s.expired():
         return _time_up(s, out, ask=False)
     if command == "check":
-        result = grade.check(s.kata, examples_only=True, timeout=args.timeout)
+        result = check.check(s.kata, examples_only=True, timeout=args.timeout)
         s = session.count_check(s)
         report.show_result(result, out, title=catalog.get(s.kata).title)
         out.print(f"Interview: README examples only (check run {s.check_runs}). {_clock(s)} `dojo submit` when done.",

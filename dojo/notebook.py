@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dojo import catalog, grade, history, nbbuild, nbextract, nbkernel, report, workspace
 from dojo.grade import GradeResult
+from dojo.errors import UsageError
 from dojo.nbextract import SOLUTION_TAG, NotebookError
 from dojo.nbreport import NotebookReport, saved_line
 
@@ -220,8 +221,6 @@ def cmd_notebook(args) -> int:
 
 def run_check(args) -> int:
     """`dojo check [<slug>] --notebook [PATH]`: grade a notebook (default: workspace/<slug>.ipynb)."""
-    from dojo.cli import UsageError
-
     path = Path(args.notebook).expanduser() if args.notebook else None
     if args.slug:
         slug = catalog.get(args.slug).slug

@@ -134,14 +134,6 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     return _describe(exc, _where(excinfo, target)) + notes
 
 
-def raised(exc: BaseException) -> str:
-    """How a failure names an exception the test did not want: a stub's NotImplementedError is work
-    "not written yet (NotImplementedError)", whatever its message; anything else "raised Type: message"."""
-    if isinstance(exc, NotImplementedError):
-        return "not written yet (NotImplementedError)"
-    return f"raised {type(exc).__name__}: {exc}" if str(exc) else f"raised {type(exc).__name__}"
-
-
 def _notes(exc: BaseException) -> list[str]:
     """Notes attached to the exception (hypothesis's failing example), without the kata module's repr
     and hypothesis's commentary lines."""

@@ -38,9 +38,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
             elif (folder / f"{k.slug}.ipynb").is_file():
                 work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade.grade, slug, str(folder), timeout=timeout, notebook=notebook,
-                                         sandboxed=True))
-                   for i, slug, folder, notebook in work]
+        futures = [(i, slug, pool.submit(_grade_one, slug, folder, notebook, timeout)) for i, slug, folder, notebook in work]
         for i, slug, future in futures:
             submissions[i]["katas"][slug] = future.result().to_json()
     for sub in submissions:
@@ -61,6 +59,15 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         {s: kata_files[s].stub.read_text() for s in sources if kata_files[s].stub.is_file()},
     )
     return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": similar}
+
+
+def _grade_one(slug: str, folder: Path, notebook: Path | None, timeout: float | None) -> grade.GradeResult:
+    """One sandboxed grading: a .py by the engine, a notebook through the notebook layer (cells, not lines)."""
+    if notebook is None:
+        return grade.grade(slug, str(folder), timeout=timeout, sandboxed=True)
+    from dojo import notebook as notebooks
+
+    return notebooks.grade_notebook(notebook, slug, timeout=timeout, sandboxed=True)
 
 
 def _source(folder: Path, slug: str, notebook: Path | None) -> str:
