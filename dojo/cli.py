@@ -20,10 +20,13 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog, check, grade, history, prose, report, takehome, workspace
+from dojo import catalog
+from dojo.grading import grade
+from dojo.interview import takehome
+from dojo.practice import check, history, prose, report, workspace
 from dojo.errors import UsageError
 
-PLUGINS = ("dojo.demo", "dojo.roofline_tool", "dojo.interview", "dojo.notebook", "dojo.lab", "dojo.bench_tool")
+PLUGINS = ("dojo.tools.demo", "dojo.tools.roofline", "dojo.interview.flow", "dojo.notebook.commands", "dojo.notebook.lab", "dojo.tools.bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +121,7 @@ def _during_interview(args) -> int | None:
     command = args.func.__name__.removeprefix("cmd_")
     if command not in INTERVIEW_RULED:
         return None
-    from dojo import interview
+    from dojo.interview import flow as interview
 
     return interview.during_session(command, args)
 
@@ -221,7 +224,7 @@ def cmd_check(args) -> int:
         raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "
                          "not with --examples-only or --notebook")
     if args.notebook is not None:  # notebook mode (dojo.notebook): the .ipynb's solution cells
-        from dojo import notebook
+        from dojo.notebook import commands as notebook
 
         return notebook.run_check(args)
     slug = _slug_or_current(args.slug)

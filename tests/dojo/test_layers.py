@@ -1,9 +1,9 @@
 """The dojo package in layers: no import cycle, and a grading engine that imports no feature.
 
 Every module's imports are read from its AST, imports inside functions included (a lazy import is
-still a dependency). `LAYERS` ranks the modules: a module may import only modules of a lower rank,
-so imports flow one way: cli -> features -> practice -> grading -> the base (catalog, targets, the
-suites' kit). Left out: third-party imports, and imports a module makes of itself.
+still a dependency). `MAY_IMPORT` says what each layer (a package of dojo/) may import, so imports
+flow one way: cli -> features (interview, notebook, tools) -> practice -> grading -> the base
+(catalog, targets, the suites' kit). Left out: third-party imports, and imports a module makes of itself.
 """
 
 from __future__ import annotations
@@ -15,28 +15,27 @@ import dojo
 
 PACKAGE = Path(dojo.__file__).resolve().parent
 
-# rank: a module imports only lower ranks. Keep in step with the README's layout.
-LAYERS = {
-    "base": 0,  # dojo, errors, catalog, targets, channel, testing, machine, fakeclock
-    "grading": 1,
-    "practice": 2,
-    "features": 3,  # interview, notebook, tools
-    "cli": 4,
+# what each layer may import (its own modules included); keep in step with the README's layout. A
+# module's layer is its package below dojo/ (dojo/grading/grade.py: grading); the top-level modules
+# are the base (catalog, targets, errors, the suites' kit: testing, machine, fakeclock), save the CLI.
+MAY_IMPORT = {
+    "base": {"base"},
+    "grading": {"base", "grading"},
+    "practice": {"base", "grading", "practice"},
+    "notebook": {"base", "grading", "practice", "notebook"},
+    "interview": {"base", "grading", "practice", "notebook", "interview"},
+    "tools": {"base", "practice", "tools"},
+    "cli": {"base", "grading", "practice", "notebook", "interview", "tools", "cli"},
 }
-LAYER_OF = {
-    "dojo": "base", "dojo.errors": "base", "dojo.targets": "base", "dojo.catalog": "base", "dojo.channel": "base",
-    "dojo.testing": "base", "dojo.machine": "base", "dojo.fakeclock": "base", "dojo.prose": "base",
-    "dojo.grade": "grading", "dojo.sandbox": "grading", "dojo.integrity": "grading", "dojo.similarity": "grading",
-    "dojo.view": "grading", "dojo.plugin": "grading", "dojo.mutant": "grading", "dojo.check_katas": "grading",
-    "dojo.rerun": "grading",
-    "dojo.report": "practice", "dojo.history": "practice", "dojo.workspace": "practice", "dojo.check": "practice",
-    "dojo.interview": "features", "dojo.ask": "features", "dojo.session": "features", "dojo.bank": "features",
-    "dojo.takehome": "features", "dojo.notebook": "features", "dojo.nbbuild": "features",
-    "dojo.nbextract": "features", "dojo.nbkernel": "features", "dojo.nbreport": "features", "dojo.lab": "features",
-    "dojo.demo": "features", "dojo.roofline_tool": "features", "dojo.bench_tool": "features",
-    "dojo.cli": "cli", "dojo.__main__": "cli",
-}
-FEATURES = ("practice", "features", "cli")  # what grading may never import
+FEATURES = ("practice", "interview", "notebook", "tools", "cli")  # what grading may never import
+
+
+def layer_of(module: str) -> str:
+    """dojo.grading.grade -> grading; dojo.cli and dojo.__main__ -> cli; dojo.catalog -> base."""
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE / parts[-1] / "__init__.py").is_file():
+        return parts[1]
+    return "cli" if parts[-1] in ("cli", "__main__") else "base"
 
 
 def module_name(path: Path) -> str:
@@ -101,8 +100,8 @@ def test_find_cycle_names_a_cycle():
 
 def test_imports_count_those_inside_functions(tmp_path):
     """A lazy import inside a function is an import: the AST walk sees it."""
-    assert "dojo.grade" in imports(PACKAGE / "check.py", set(modules()))
-    assert "dojo.interview" in imports(PACKAGE / "cli.py", set(modules()))  # imported inside _during_interview
+    assert "dojo.grading.grade" in imports(PACKAGE / "practice" / "check.py", set(modules()))
+    assert "dojo.interview.flow" in imports(PACKAGE / "cli.py", set(modules()))  # imported inside _during_interview
 
 
 def test_no_import_cycle():
@@ -111,21 +110,28 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle in dojo/: " + " -> ".join(cycle)
 
 
-def test_every_module_has_a_layer():
-    """Each module of dojo/ is placed in a layer (a new one must say where it belongs)."""
-    missing = sorted(set(modules()) - set(LAYER_OF))
-    assert not missing, f"modules without a layer in LAYER_OF: {missing}"
+def test_every_package_is_a_layer():
+    """Each package of dojo/ is a layer with a rule (a new package must say what it may import)."""
+    missing = sorted({layer_of(m) for m in modules()} - set(MAY_IMPORT))
+    assert not missing, f"packages without a rule in MAY_IMPORT: {missing}"
 
 
 def test_imports_flow_down_the_layers():
-    """A module imports only from its own layer or those below: cli -> features -> practice -> grading -> base."""
-    wrong = [f"{m} ({LAYER_OF[m]}) imports {n} ({LAYER_OF[n]})"
-             for m, ns in graph().items() for n in sorted(ns) if LAYERS[LAYER_OF[n]] > LAYERS[LAYER_OF[m]]]
+    """A module imports only what its layer may: cli -> features (interview, notebook, tools) -> practice
+    -> grading -> the base."""
+    wrong = [f"{m} ({layer_of(m)}) imports {n} ({layer_of(n)})"
+             for m, ns in graph().items() for n in sorted(ns) if layer_of(n) not in MAY_IMPORT[layer_of(m)]]
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
 def test_grading_imports_no_feature():
     """The grading engine imports nothing from practice, interview, notebook, tools or cli."""
-    wrong = [f"{m} imports {n}" for m, ns in graph().items() if LAYER_OF.get(m) in ("grading", "base")
-             for n in sorted(ns) if LAYER_OF.get(n) in FEATURES]
+    wrong = [f"{m} imports {n}" for m, ns in graph().items() if layer_of(m) in ("grading", "base")
+             for n in sorted(ns) if layer_of(n) in FEATURES]
     assert not wrong, "grading reaches into a feature:\n" + "\n".join(wrong)
+
+
+def test_layer_of_reads_the_package():
+    """A module's layer is its package; the top-level modules are the base, save the CLI."""
+    assert layer_of("dojo.grading.grade") == "grading" and layer_of("dojo.notebook") == "notebook"
+    assert layer_of("dojo.catalog") == "base" and layer_of("dojo.cli") == "cli" and layer_of("dojo") == "base"

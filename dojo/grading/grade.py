@@ -1,19 +1,19 @@
 """Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
 
 `grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
-grading plugin and only the reference modules the suite needs (dojo.view: never the kata's own
+grading plugin and only the reference modules the suite needs (dojo.grading.view: never the kata's own
 reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
 limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
-plugin's signed records (dojo.channel), never pytest's text: a forged or repeated record, a test
+plugin's signed records (dojo.grading.channel), never pytest's text: a forged or repeated record, a test
 without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.integrity (findings in the result, the
-points untouched). Left out: what the practice loop does with a grade (dojo.check), notebooks
+a reason, in bounded time. Every grading is scanned by dojo.grading.integrity (findings in the result, the
+points untouched). Left out: what the practice loop does with a grade (dojo.practice.check), notebooks
 (dojo.notebook grades their extracted .py here and maps the outcomes back to cells).
 
-For take-homes and interviews (`sandboxed=True`: dojo.takehome, dojo.session.submit) the grade is
-a security boundary as far as bubblewrap makes it one (dojo.sandbox): no network, no repository or
+For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
+a security boundary as far as bubblewrap makes it one (dojo.grading.sandbox): no network, no repository or
 home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
 runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
 can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
@@ -21,7 +21,7 @@ the code that does, and a person judges it.
 
 A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
 points and costs none (its points leave the total), and does not stop a pass. `grade(...,
-only=[...])` runs just some tests: dojo.rerun re-runs the ones the last check left inconclusive.
+only=[...])` runs just some tests: dojo.practice.rerun re-runs the ones the last check left inconclusive.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dojo
-from dojo import catalog, channel, integrity, sandbox, targets, view
+from dojo import catalog, targets
+from dojo.grading import channel, integrity, sandbox, view
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
@@ -78,8 +79,8 @@ class GradeResult:
     examples_only: bool = False
     notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
     output: str = ""  # tail of the test process's own output, for diagnosis
-    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.sandbox)
-    integrity: list[str] = field(default_factory=list)  # dojo.integrity's findings: "bpe.py:3: what"
+    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
+    integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
     digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
 
     @property
@@ -197,7 +198,7 @@ def grade(
         cmd = [
             sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
             "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
-            "-p", "dojo.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
+            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
             f"--target={graded}", f"--dojo-test-timeout={test_timeout:g}",
         ] + (["--examples-only"] if examples_only else [])
         env = {
@@ -227,7 +228,7 @@ def grade(
 
 def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
     """Copy under `tmp` what the suite needs and nothing more: the kata's suite and the conftest beside
-    it, the reference modules of dojo.view (never the kata's own), and the plugin with the dojo
+    it, the reference modules of dojo.grading.view (never the kata's own), and the plugin with the dojo
     modules it and the suite import.
     Readable by every uid: the sandbox may run the child as another one."""
     suites, solutions = targets.suites_dir(), targets.solutions_dir()
@@ -240,9 +241,12 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
             if (solutions / f"{name}.py").is_file():
                 shutil.copyfile(solutions / f"{name}.py", tmp / "solutions" / f"{name}.py")
     runner = Path(dojo.__file__).resolve().parent
-    (tmp / "dojo").mkdir()
-    for name in ["__init__", *view.runner_modules(kata.slug)]:
-        shutil.copyfile(runner / f"{name}.py", tmp / "dojo" / f"{name}.py")
+    for name in view.runner_modules(kata.slug):  # "grading.plugin": grading/plugin.py, and each __init__.py above it
+        parts = name.split(".")
+        module = view.module_file(runner, name).relative_to(runner)
+        for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
+            (tmp / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(runner / rel, tmp / "dojo" / rel)
     _readable(tmp)
 
 
@@ -328,7 +332,7 @@ _LAUNCH = (
 def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
          receiver: channel.Receiver, box=None) -> tuple[int | None, bool]:
     """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
-    when `box` is dojo.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
+    when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
     could fill up; its results to `receiver`."""
     env = {**env, **receiver.env}
     if box is None:

@@ -10,14 +10,14 @@ property, outcome, points, message, duration); the runner reads that, never pyte
 While the run goes on it also appends to FILE.jsonl (the collected tests, each test as it starts,
 each row as it ends), so a run killed for a hang or a crash still tells how far it got.
 Under `dojo grade` the same records, and an `end` record with pytest's exit status, go instead to
-the signed results channel (dojo.channel) that the grader named in DOJO_CHANNEL: no path that the
+the signed results channel (dojo.grading.channel) that the grader named in DOJO_CHANNEL: no path that the
 code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
 A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
 lock (dojo.testing.timing_lock, setup to teardown, not counted in its time limit) and may end
 *inconclusive* (dojo.testing.inconclusive: skipped to plain pytest, outcome "inconclusive" in the
 rows) when the machine is too noisy to decide.
-Loaded for every pytest run through `addopts = -p dojo.plugin` in pyproject.toml.
+Loaded for every pytest run through `addopts = -p dojo.grading.plugin` in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo import channel, targets, testing
+from dojo import targets, testing
+from dojo.grading import channel
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -37,7 +37,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             id INTEGER PRIMARY KEY, kata TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL,
             detail TEXT NOT NULL DEFAULT '')""",
     ),
-    (  # version 2: mock interviews (dojo.session): a session, its answers, one scorecard each
+    (  # version 2: mock interviews (dojo.interview.session): a session, its answers, one scorecard each
         """CREATE TABLE sessions (
             id INTEGER PRIMARY KEY, kata TEXT NOT NULL, started REAL NOT NULL, minutes REAL NOT NULL,
             timer INTEGER NOT NULL, phase TEXT NOT NULL, questions TEXT NOT NULL,
@@ -236,7 +236,7 @@ def record_attempt(
 
 
 def record_result(result, *, mode: str = "check", path: Path | None = None) -> int:
-    """Store a dojo.grade.GradeResult as an attempt; returns its id. An examples-only run is stored with
+    """Store a dojo.grading.grade.GradeResult as an attempt; returns its id. An examples-only run is stored with
     mode "examples" and never counts as a pass."""
     return record_attempt(
         result.slug,

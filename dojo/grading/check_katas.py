@@ -1,8 +1,8 @@
-"""`python -m dojo.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
+"""`python -m dojo.grading.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
 
 For each kata in katas.toml that has a suite: the suite passes on the reference (solutions), every
 graded test fails on the stub (katas), and every mutant in tests/katas/mutants/<slug>/ fails at least
-one test (a mutant written as edits on the reference is applied first: dojo/mutant.py). Prints a
+one test (a mutant written as edits on the reference is applied first: dojo/grading/mutant.py). Prints a
 table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
 
 Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dojo
-from dojo import catalog, mutant, targets
+from dojo import catalog, targets
+from dojo.grading import mutant
 
 RUN_TIMEOUT_S = 300.0
 TEST_TIMEOUT_S = 60.0
@@ -56,7 +57,7 @@ class Run:
         tests = [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order] if self.order else [str(self.suite)]
         return [
             *tests, "-c", str(ini), "--rootdir", str(targets.katas_dir().parent),
-            "--confcutdir", str(self.suite.parent), "-p", "dojo.plugin", "-p", "no:cacheprovider",
+            "--confcutdir", str(self.suite.parent), "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
             "-q", "--tb=no", "--no-header", f"--target={self.target}", f"--dojo-results={results}",
             f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
         ] + (["-x"] if self.kind == "mutant" else [])
@@ -103,7 +104,8 @@ def _inputs(run: Run, deps: list[str]) -> list[Path]:
     """Every file a run's verdict depends on: the plugin, the suite, the target, and the reference
     modules and suite helpers that the run imported (recorded by the run itself)."""
     package = Path(dojo.__file__).resolve().parent
-    own = [package / n for n in ("plugin.py", "targets.py", "testing.py", "machine.py", "fakeclock.py")]
+    own = [package / n for n in ("grading/plugin.py", "grading/channel.py", "targets.py", "testing.py", "machine.py",
+                                 "fakeclock.py")]
     return own + [run.suite, run.target] + [Path(d) for d in deps]
 
 
@@ -143,7 +145,7 @@ def _warm_up(suites: set[Path]) -> None:
     run starts in milliseconds. Reference modules themselves are left to each run."""
     import pytest  # noqa: F401
 
-    import dojo.plugin
+    import dojo.grading.plugin
     import dojo.testing  # noqa: F401
 
     used = set()
@@ -312,7 +314,7 @@ def plan(katas: list[catalog.Kata]) -> list[Run]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dojo.check_katas", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dojo.grading.check_katas", description=__doc__.splitlines()[0])
     parser.add_argument("slugs", nargs="*", help="katas to check (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="re-run everything, even unchanged runs")

@@ -1,14 +1,15 @@
 """The practice loop's step: grade the workspace copy, write its results file, record the attempt.
 
 `check(slug)` is what `dojo check` and `dojo watch` run (and, examples only, a mock interview's
-check): dojo.grade.grade on the workspace copy, dojo.report.write_results into
-workspace/results/<slug>.json, dojo.history.record_result into the progress database. Left out:
-the grading itself (dojo.grade), printing (dojo.report), notebooks (dojo.notebook).
+check): dojo.grading.grade.grade on the workspace copy, dojo.practice.report.write_results into
+workspace/results/<slug>.json, dojo.practice.history.record_result into the progress database. Left out:
+the grading itself (dojo.grading.grade), printing (dojo.practice.report), notebooks (dojo.notebook).
 """
 
 from __future__ import annotations
 
-from dojo import grade, history, report, rerun, workspace
+from dojo.grading import grade
+from dojo.practice import history, report, rerun, workspace
 
 
 def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,

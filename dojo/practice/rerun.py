@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from dojo import grade
+from dojo.grading import grade
 
 
 def rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> grade.GradeResult:
