@@ -9,8 +9,10 @@ without an outcome or a process that ended early is an error, never a pass. What
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
 a reason, in bounded time. Every grading is scanned by dojo.grading.integrity (findings in the result, the
-points untouched). Left out: what the practice loop does with a grade (dojo.practice.check), notebooks
-(dojo.notebook grades their extracted .py here and maps the outcomes back to cells).
+points untouched). The child's launch and limits are dojo.grading.child, reading its records
+dojo.grading.outcomes, the result types dojo.grading.result. Left out: what the practice loop does
+with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
+maps the outcomes back to cells).
 
 For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
 a security boundary as far as bubblewrap makes it one (dojo.grading.sandbox): no network, no repository or
@@ -29,127 +31,21 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import channel, integrity, sandbox, view
+from dojo.grading import channel, child, integrity, outcomes, sandbox, view
+from dojo.grading.result import GradeResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
 DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
-OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
-OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
 SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
                 "and the other katas' reference parts it needs; every process ends with the grading")
-
-
-@dataclass
-class TestResult:
-    id: str
-    name: str
-    property: str  # what the test checks, in the kata's terms (first docstring line)
-    points: int
-    example: bool  # a README worked example
-    outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
-    message: str = ""
-    duration: float = 0.0
-
-    __test__ = False  # not a pytest test class
-
-
-@dataclass
-class GradeResult:
-    slug: str
-    target: str  # as asked: workspace | solutions | katas | a path
-    path: str  # the file graded
-    tests: list[TestResult]
-    points: int  # earned
-    total: int  # available
-    passed: bool  # every test passed and nothing went wrong
-    duration: float  # seconds, wall clock
-    started: float  # epoch seconds
-    error: str | None = None  # why the run ended abnormally, or could not run
-    examples_only: bool = False
-    notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
-    output: str = ""  # tail of the test process's own output, for diagnosis
-    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
-    integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
-    digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
-
-    @property
-    def inconclusive(self) -> list[TestResult]:
-        """Timing tests the machine was too noisy to decide: neither earned nor counted in the total."""
-        return [t for t in self.tests if t.outcome == "inconclusive"]
-
-    @property
-    def status(self) -> str:
-        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke).
-        Inconclusive tests do not change it: a pass with some inconclusive is a pass."""
-        if self.error and not self.tests:
-            return "error"
-        return "pass" if self.passed else "fail"
-
-    def to_json(self) -> dict:
-        """The results.json document: Exercism's version-3 fields plus dojo's points and properties.
-
-        Extension: a test's status may be "inconclusive" besides pass / fail / skip (see `inconclusive`);
-        "inconclusive" at the top lists those tests' ids, and `dojo check --rerun-inconclusive` re-runs them.
-        """
-        failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
-        unsure = self.inconclusive
-        message = self.error or (
-            f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
-        )
-        if unsure and not self.error:
-            message = (f"{message}; " if message else "") + (
-                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)")
-        return {
-            "version": 3,
-            "status": self.status,
-            "message": message,
-            "kata": self.slug,
-            "target": self.target,
-            "path": self.path,
-            "points": self.points,
-            "total": self.total,
-            "duration": round(self.duration, 3),
-            "started": self.started,
-            "examples_only": self.examples_only,
-            "notes": self.notes,
-            "sandboxed": self.sandboxed,
-            "integrity": self.integrity,
-            "digest": self.digest,
-            "inconclusive": [t.id for t in unsure],
-            "tests": [
-                {
-                    "name": t.property,
-                    "status": _STATUS.get(t.outcome, "fail"),
-                    "message": t.message or None,
-                    **asdict(t),
-                }
-                for t in self.tests
-            ],
-        }
-
-
-_STATUS = {"passed": "pass", "skipped": "skip", "inconclusive": "inconclusive"}
-
-
-def score(tests: list[TestResult], error: str | None) -> tuple[int, int, bool]:
-    """(points earned, points available, passed): skipped and inconclusive tests count for neither;
-    passed needs no error, at least one test passed, and every other test passed or inconclusive."""
-    counted = [t for t in tests if t.outcome not in ("skipped", "inconclusive")]
-    points = sum(t.points for t in counted if t.outcome == "passed")
-    total = sum(t.points for t in counted)
-    passed = error is None and bool(counted) and all(t.outcome == "passed" for t in counted)
-    return points, total, passed
 
 
 class NoSuite(FileNotFoundError):
@@ -207,9 +103,9 @@ def grade(
         }
         box = None if not sandboxed or why_not else sandbox
         with channel.Receiver() as receiver:
-            returncode, timed_out = _run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
-            output = _tail(tmp / "output.txt")
-            result = _read_results(receiver, returncode, timed_out, timeout, output)
+            returncode, timed_out = child.run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
+            output = child.tail(tmp / "output.txt")
+            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
         if sandboxed:
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
@@ -223,7 +119,7 @@ def grade(
     )
 
 
-# ---- the child process -------------------------------------------------------------------------
+# ---- the grading folder ------------------------------------------------------------------------
 
 
 def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
@@ -309,140 +205,3 @@ def _write_ini(tmp: Path) -> Path:
     ini = tmp / "pytest.ini"
     ini.write_text("[pytest]\nmarkers =\n    slow: loads the real SmolLM2 model\n")
     return ini
-
-
-# Sets the limits (and, in the sandbox as root, drops to its own uid first: the process cap never
-# binds uid 0), then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
-# `dojo grade --jobs N` starts children from several threads. Arguments: memory, output,
-# processes (0: no cap), uid (-1: keep), then pytest's command line.
-_LAUNCH = (
-    "import os, resource, sys\n"
-    "memory, output, processes, uid = map(int, sys.argv[1:5])\n"
-    "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
-    "resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))\n"
-    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-    "if uid >= 0:\n"
-    "    os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
-    "if processes:\n"
-    "    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[5:]])\n"
-)
-
-
-def _run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
-         receiver: channel.Receiver, box=None) -> tuple[int | None, bool]:
-    """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
-    when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
-    could fill up; its results to `receiver`."""
-    env = {**env, **receiver.env}
-    if box is None:
-        prefix, limits, env = [], ["0", "-1"], {**os.environ, **env}
-    else:
-        uid = box.child_uid()
-        prefix = box.bwrap_args(cwd, box.timing_lock(), uid=uid)
-        limits, env = [str(box.process_limit()), str(-1 if uid is None else uid)], box.environment(env)
-    launch = [*prefix, sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
-    with open(output, "wb") as out:
-        proc = subprocess.Popen(
-            launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, pass_fds=receiver.pass_fds,
-        )
-        receiver.close_child_ends()
-        try:
-            code = proc.wait(timeout=timeout)
-            return (code if box is None else box.exit_status(code)), False
-        except subprocess.TimeoutExpired:
-            return None, True
-        finally:
-            _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child and anything it started (it leads its own process group)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - OUTPUT_TAIL))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-# ---- reading what the plugin wrote -------------------------------------------------------------
-
-
-def _read_results(receiver: channel.Receiver, returncode, timed_out: bool, timeout: float, output: str):
-    """(tests, error) from the plugin's signed records. A clean run has an `end` record whose exit
-    status is the process's, and exactly one outcome for every test collected; anything else is an
-    error: a forged or repeated record, a missing outcome, or a process that ended early."""
-    try:
-        records = receiver.records()
-    except channel.ChannelError as exc:
-        return [], f"the grading results were tampered with ({exc}): not graded"
-    collected = next((r["collected"] for r in records if "collected" in r), [])
-    started = [r["start"] for r in records if "start" in r]
-    rows: dict[str, dict] = {}
-    for record in records:
-        if "row" in record:
-            if record["row"]["id"] in rows:
-                return [], f"two outcomes arrived for '{record['row']['property']}': not graded"
-            rows[record["row"]["id"]] = record["row"]
-    end = next((r["end"] for r in records if "end" in r), None)
-    ids = [t["id"] for t in collected]
-    if end is not None and not timed_out and end["exitstatus"] == returncode:
-        if set(rows) != set(ids):
-            missing, extra = len(set(ids) - set(rows)), len(set(rows) - set(ids))
-            return [], f"the outcomes do not match the tests collected ({missing} missing, {extra} unknown): not graded"
-        if rows:
-            return [TestResult(**rows[i]) for i in ids], None
-        if returncode == 5:
-            return [], "the suite selected no tests" + (" (it has no example tests)" if end.get("examples_only") else "")
-        errors = [r["error"] for r in records if "error" in r]
-        why = "\n".join(_last_lines(e["message"], 8) for e in errors) or _last_lines(output)
-        return [], f"the test suite could not run (pytest exit code {returncode}):\n{why}"
-    current = next((t for t in reversed(started) if t not in rows), None)
-    current_prop = next((t["property"] for t in collected if t["id"] == current), None)
-    reason = _why_stopped(returncode, timed_out, timeout, current_prop)
-    if not collected:
-        return [], f"{reason}; no test ran.\n{_last_lines(output)}".rstrip()
-    tests = []
-    for test in collected:
-        if test["id"] in rows:
-            tests.append(TestResult(**rows[test["id"]]))
-        elif test["id"] == current:
-            tests.append(TestResult(**test, outcome="failed", message=reason))
-        else:
-            tests.append(TestResult(**test, outcome="failed", message="not run: the grading run had stopped"))
-    return tests, reason
-
-
-def _why_stopped(returncode, timed_out: bool, timeout: float, current: str | None) -> str:
-    during = f" while testing '{current}'" if current else ""
-    if timed_out:
-        return f"grading stopped after the {timeout:g} s time limit{during}: an infinite loop, or far too slow"
-    if returncode is not None and returncode < 0:
-        sig = -returncode
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-        why = {
-            signal.SIGSEGV: "crashed with a segmentation fault",
-            signal.SIGBUS: "crashed with a bus error",
-            signal.SIGABRT: "aborted",
-            signal.SIGKILL: "was killed (SIGKILL), most likely for using too much memory",
-            signal.SIGXFSZ: f"wrote more than {OUTPUT_LIMIT // 2**20} MiB of output and was stopped",
-        }.get(sig, f"was killed by {name}")
-        return f"the test process {why}{during}"
-    return (
-        f"the test process exited with code {returncode} before it finished{during}: "
-        "does your code call os._exit() or exit the process?"
-    )
-
-
-def _last_lines(text: str, n: int = 15) -> str:
-    return "\n".join(text.strip().splitlines()[-n:])

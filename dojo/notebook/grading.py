@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dojo import catalog
 from dojo.grading import grade
-from dojo.grading.grade import GradeResult
+from dojo.grading.result import GradeResult
 from dojo.notebook import extract as nbextract, kernel as nbkernel
 from dojo.notebook.display import NotebookReport, saved_line
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError

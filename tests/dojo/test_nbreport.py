@@ -12,7 +12,7 @@ import jupyterlab
 import pytest
 
 from dojo.notebook import display as nbreport
-from dojo.grading.grade import GradeResult, TestResult
+from dojo.grading.result import GradeResult, TestResult
 
 THEMES = Path(jupyterlab.__file__).parent / "themes" / "@jupyterlab"
 ROLES = {"failure (red)": nbreport.COLOURS[1], "pass (green)": nbreport.COLOURS[2],
