@@ -18,7 +18,7 @@ Scoring, and the verdict thresholds:
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
     lean no: score >= 0.50 · no hire: below 0.50
-Nothing here prints or asks: dojo.interview does the talking.
+Nothing here prints or asks: dojo.interview.flow does the talking.
 """
 
 from __future__ import annotations
