@@ -32,10 +32,10 @@ practice: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
-	$(PY) -m dojo.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
 
 check-katas: $(STAMP)
-	$(PY) -m dojo.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
 
 grade: $(STAMP)
 	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }

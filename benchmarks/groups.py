@@ -179,11 +179,11 @@ def generate(ctx: Context) -> list[Row]:
 
 
 def grading(ctx: Context) -> list[Row]:
-    """Wall time of `dojo check <slug>` on the reference: dojo.grade.grade in a temporary workspace;
+    """Wall time of `dojo check <slug>` on the reference: dojo.grading.grade.grade in a temporary workspace;
     then the same grading sandboxed (as `dojo grade` runs it), right after, and the extra seconds.
     --quick grades the README examples only."""
     from dojo import catalog
-    from dojo.grade import grade
+    from dojo.grading.grade import grade
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="dojo-bench-") as tmp:

@@ -1,1 +1,1 @@
-"""Project-wide test configuration. The grading plugin itself is dojo.plugin (loaded via addopts)."""
+"""Project-wide test configuration. The grading plugin itself is dojo.grading.plugin (loaded via addopts)."""

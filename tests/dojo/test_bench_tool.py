@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dojo import ROOT
-from dojo.bench_tool import Ceilings, batching_rows, batching_table
+from dojo.tools.bench import Ceilings, batching_rows, batching_table
 from solutions.model import LlamaConfig
 from solutions.roofline import phase_cost
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dojo import ROOT, demo, history
+from dojo import ROOT
+from dojo.practice import history
+from dojo.tools import demo
 
 
 @pytest.fixture

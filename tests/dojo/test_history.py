@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dojo import history
+from dojo.practice import history
 
 
 def attempt(db, kata="toy", *, passed=True, points=6, total=6, mode="check", ended=None):

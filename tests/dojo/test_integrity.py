@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dojo import catalog, integrity
+from dojo import catalog
+from dojo.grading import integrity
 
 CHEATS = {  # name: (kata, source, line the finding must name)
     "plain import": ("bpe", "from solutions.bpe import *\n", 1),

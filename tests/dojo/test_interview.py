@@ -1,7 +1,7 @@
 """Mock interviews end to end: `python -m dojo` as a subprocess, scripted stdin, a fake clock.
 
 The toy kata (tests/dojo/toy, via the `dojo` fixture) keeps grading fast; the real question bank
-is copied beside it. $DOJO_FAKE_NOW is the clock dojo.session reads, so time is moved, not waited.
+is copied beside it. $DOJO_FAKE_NOW is the clock dojo.interview.session reads, so time is moved, not waited.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo import KATAS_DIR, ROOT, history
+from dojo import KATAS_DIR, ROOT
+from dojo.practice import history
 
 T0 = 1_800_000_000.0  # the fake clock's start
 

@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.request
 
-from dojo import lab
+from dojo.notebook import lab
 
 
 def test_allow_root_only_as_root(tmp_path):

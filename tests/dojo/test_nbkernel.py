@@ -12,7 +12,8 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-from dojo import catalog, nbbuild, nbkernel
+from dojo import catalog
+from dojo.notebook import build as nbbuild, kernel as nbkernel
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Notebook mode: notebooks run in a real Jupyter kernel (nbclient) and graded by the same hidden suites.
 
 Two tests start a kernel (the one the notebooks name, "decode-dojo": this venv's python); the rest
-drive `python -m dojo` or call dojo.notebook / dojo.nbextract in process, on the toy kata.
+drive `python -m dojo` or call dojo.notebook / dojo.notebook.extract in process, on the toy kata.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbclient import NotebookClient
 from nbformat import v4
 
-from dojo import catalog, nbbuild, nbextract, notebook
-from dojo.nbextract import NotebookError
+from dojo import catalog
+from dojo.notebook import build as nbbuild, extract as nbextract, grading as notebook
+from dojo.notebook.extract import NotebookError
 
 ANSI = re.compile(r"\x1b\[")
 

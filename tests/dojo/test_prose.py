@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo import catalog, prose
+from dojo import catalog
+from dojo.practice import prose
 
 PROMPT = """# Title
 

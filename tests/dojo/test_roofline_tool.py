@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from dojo import ROOT
-from dojo.roofline_tool import Ceilings, best_of, table
+from dojo.tools.roofline import Ceilings, best_of, table
 from solutions.model import LlamaConfig
 from solutions.roofline import Measurement, phase_cost
 
@@ -59,7 +59,7 @@ def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
     """Each packed mode's line says how many times fewer bytes its decode moved and how much faster it ran"""
     from solutions.roofline import Cost
 
-    from dojo.roofline_tool import mode_lines
+    from dojo.tools.roofline import mode_lines
 
     fp32 = Measurement("decode", 0.030, Cost(270_000_000, 540_000_000))
     int4 = Measurement("decode", 0.012, Cost(270_000_000, 125_000_000))
@@ -69,7 +69,7 @@ def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
 
 def test_mode_decode_credits_the_modes_own_weight_bytes():
     """A packed model's decode is credited with fp32's FLOPs and its own weight bytes, not fp32's"""
-    from dojo.roofline_tool import mode_decode
+    from dojo.tools.roofline import mode_decode
     from solutions.model import tiny_model
     from solutions.weight_modes import BF16Linear, weight_bytes
 

@@ -2,7 +2,7 @@
 a daemon dies with the grading, a fork loop stops at the cap, the network, repository and home
 folder are not there; and the reference itself still passes, sandboxed, with no finding.
 
-Gradings of the toy kata (fast) go through dojo.grade in this process; two use real katas (bpe, and
+Gradings of the toy kata (fast) go through dojo.grading.grade in this process; two use real katas (bpe, and
 attention's fast twin). Where bwrap cannot run these tests skip with the reason, unless
 DOJO_REQUIRE_SANDBOX=1 (set by .ci/run), where they fail.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import dojo as dojo_package
-from dojo import grade, sandbox
+from dojo.grading import grade, sandbox
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ import ast
 import json
 import re
 
-from dojo import catalog, similarity
+from dojo import catalog
+from dojo.grading import similarity
 
 
 def disguise(source: str) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dojo import catalog, view
+from dojo import catalog
+from dojo.grading import view
 
 SLUGS = [k.slug for k in catalog.load() if k.has_suite]
 
@@ -30,5 +31,6 @@ def test_what_each_kata_is_given():
 def test_only_the_plugin_and_its_helpers_of_the_runner():
     """the plugin, the channel, target loading and the suites' helpers: not grade, check_katas or the CLI"""
     runner = set(view.runner_modules("bpe"))  # its suite uses dojo.testing
-    assert {"plugin", "channel", "targets", "testing"} <= runner
-    assert not runner & {"grade", "check_katas", "cli", "mutant", "sandbox", "integrity"}
+    assert {"grading.plugin", "grading.channel", "targets", "testing"} <= runner
+    assert not runner & {"grading.grade", "grading.check_katas", "cli", "grading.mutant", "grading.sandbox",
+                         "grading.integrity"}

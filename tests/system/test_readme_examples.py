@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from dojo import catalog, nbbuild
+from dojo import catalog
+from dojo.notebook import build as nbbuild
 from solutions.model import LlamaConfig, tiny_model
 
 KATAS = Path(__file__).resolve().parents[2] / "katas"

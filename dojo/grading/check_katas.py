@@ -1,8 +1,8 @@
-"""`python -m dojo.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
+"""`python -m dojo.grading.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
 
 For each kata in katas.toml that has a suite: the suite passes on the reference (solutions), every
 graded test fails on the stub (katas), and every mutant in tests/katas/mutants/<slug>/ fails at least
-one test (a mutant written as edits on the reference is applied first: dojo/mutant.py). Prints a
+one test (a mutant written as edits on the reference is applied first: dojo/grading/mutant.py). Prints a
 table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
 
 Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
@@ -10,129 +10,26 @@ each run is a fork of this warm process (no per-run interpreter start-up); runs 
 references first; a mutant stops at its first failing test (-x) with the tests ordered fastest
 first by the reference's timings; and a run whose inputs (suite, target, the plugin
 and the reference modules it imported) are byte-identical to a cached run's is not repeated
-(--no-cache forces everything).
+(--no-cache forces everything). A run, its verdict and the cache are dojo.grading.suite_runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import json
 import os
 import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import dojo
-from dojo import catalog, mutant, targets
+from dojo import catalog, targets
+from dojo.grading import mutant
+from dojo.grading.suite_runs import Run, cache_path, cached, inputs_digest, load_cache, run_key, save_cache, violations
 
 RUN_TIMEOUT_S = 300.0
-TEST_TIMEOUT_S = 60.0
-
-
-@dataclass
-class Run:
-    slug: str
-    kind: str  # reference | stub | mutant
-    target: Path
-    suite: Path
-    order: list[str] | None = None  # node ids, fastest first (for mutants)
-    source: Path | None = None  # a mutant's own file, when `target` is the module written from its edits
-    broken: str | None = None  # why a mutant's edits do not apply (it is then not run)
-    rows: list[dict] = field(default_factory=list)
-    error: str | None = None
-    seconds: float = 0.0
-    cached: bool = False
-
-    @property
-    def name(self) -> str:
-        return (self.source or self.target).stem if self.kind == "mutant" else self.kind
-
-    def args(self, results: Path, ini: Path) -> list[str]:
-        tests = [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order] if self.order else [str(self.suite)]
-        return [
-            *tests, "-c", str(ini), "--rootdir", str(targets.katas_dir().parent),
-            "--confcutdir", str(self.suite.parent), "-p", "dojo.plugin", "-p", "no:cacheprovider",
-            "-q", "--tb=no", "--no-header", f"--target={self.target}", f"--dojo-results={results}",
-            f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
-        ] + (["-x"] if self.kind == "mutant" else [])
-
-
-# ---- verdicts ----------------------------------------------------------------------------------
-
-
-def violations(run: Run) -> list[str]:
-    """What is wrong with the suite, judged by this run (empty: nothing)."""
-    graded = [r for r in run.rows if r["outcome"] != "skipped"]
-    if run.kind == "reference":
-        if run.error or not graded:
-            return [f"{run.slug}: the suite does not run on the reference: {run.error or 'no tests ran'}"]
-        # inconclusive: a timing test the busy machine could not decide, never a verdict on the suite
-        return [f"{run.slug}: reference fails '{r['property']}': {r['message'][:300]}" for r in graded
-                if r["outcome"] not in ("passed", "inconclusive")]
-    if run.kind == "stub":
-        if not run.target.exists():
-            return [f"{run.slug}: no stub at {run.target}"]
-        return [f"{run.slug}: '{r['property']}' passes on the untouched stub" for r in graded if r["outcome"] == "passed"]
-    source = run.source or run.target
-    if run.broken:
-        return [f"{run.slug}: mutant {source.name} does not apply: {run.broken}"]
-    killed = bool(run.error) or any(r["outcome"] == "failed" for r in graded)
-    return [] if killed else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
-
-
-# ---- the cache ---------------------------------------------------------------------------------
-
-
-def cache_path() -> Path:
-    return Path(os.environ.get("DOJO_CHECK_CACHE") or dojo.ROOT / ".pytest_cache" / "dojo" / "check_katas.json")
-
-
-def _digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(str(path).encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
-    return h.hexdigest()
-
-
-def _inputs(run: Run, deps: list[str]) -> list[Path]:
-    """Every file a run's verdict depends on: the plugin, the suite, the target, and the reference
-    modules and suite helpers that the run imported (recorded by the run itself)."""
-    package = Path(dojo.__file__).resolve().parent
-    own = [package / n for n in ("plugin.py", "targets.py", "testing.py", "machine.py", "fakeclock.py")]
-    return own + [run.suite, run.target] + [Path(d) for d in deps]
-
-
-def run_key(run: Run) -> str:
-    return f"{run.kind}:{run.suite}:{run.target}"
-
-
-def cached(run: Run, cache: dict) -> dict | None:
-    """The cache entry for `run` if none of its inputs changed since it was stored."""
-    entry = cache.get(run_key(run))
-    if entry and entry.get("digest") == _digest(_inputs(run, entry.get("deps", []))):
-        return entry
-    return None
-
-
-def load_cache() -> dict:
-    try:
-        doc = json.loads(cache_path().read_text())
-        return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def save_cache(cache: dict) -> None:
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache))
-    tmp.replace(path)
 
 
 # ---- running: forks of a warm process ----------------------------------------------------------
@@ -143,7 +40,7 @@ def _warm_up(suites: set[Path]) -> None:
     run starts in milliseconds. Reference modules themselves are left to each run."""
     import pytest  # noqa: F401
 
-    import dojo.plugin
+    import dojo.grading.plugin
     import dojo.testing  # noqa: F401
 
     used = set()
@@ -248,7 +145,7 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
                 except (OSError, ValueError):
                     deps = None
                 if deps is not None and not any(r["outcome"] == "inconclusive" for r in run.rows):  # re-run those
-                    cache[key] = {"digest": _digest(_inputs(run, deps)), "deps": deps, "rows": run.rows, "error": None}
+                    cache[key] = {"digest": inputs_digest(run, deps), "deps": deps, "rows": run.rows, "error": None}
             finished(run)
     if use_cache:
         save_cache(cache)
@@ -312,7 +209,7 @@ def plan(katas: list[catalog.Kata]) -> list[Run]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dojo.check_katas", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dojo.grading.check_katas", description=__doc__.splitlines()[0])
     parser.add_argument("slugs", nargs="*", help="katas to check (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="re-run everything, even unchanged runs")

@@ -10,19 +10,19 @@ property, outcome, points, message, duration); the runner reads that, never pyte
 While the run goes on it also appends to FILE.jsonl (the collected tests, each test as it starts,
 each row as it ends), so a run killed for a hang or a crash still tells how far it got.
 Under `dojo grade` the same records, and an `end` record with pytest's exit status, go instead to
-the signed results channel (dojo.channel) that the grader named in DOJO_CHANNEL: no path that the
+the signed results channel (dojo.grading.channel) that the grader named in DOJO_CHANNEL: no path that the
 code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
+A failure's text is dojo.grading.failures'.
 A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
 lock (dojo.testing.timing_lock, setup to teardown, not counted in its time limit) and may end
 *inconclusive* (dojo.testing.inconclusive: skipped to plain pytest, outcome "inconclusive" in the
 rows) when the machine is too noisy to decide.
-Loaded for every pytest run through `addopts = -p dojo.plugin` in pyproject.toml.
+Loaded for every pytest run through `addopts = -p dojo.grading.plugin` in pyproject.toml.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -33,7 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from dojo import channel, targets, testing
+from dojo import targets, testing
+from dojo.grading import channel
+from dojo.grading.failures import TestTimeout, failure_message
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,13 +50,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dojo-test-timeout", type=float, default=None, metavar="S", help="fail any test that runs past S seconds"
     )
-
-
-class TestTimeout(BaseException):
-    """Raised inside a test that ran past --dojo-test-timeout (a BaseException, so `except Exception` in a
-    learner's loop cannot swallow it)."""
-
-    __test__ = False  # not a test class, whatever its name
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -115,67 +110,6 @@ def property_of(item: pytest.Item) -> str:
 def points_of(item: pytest.Item) -> int:
     marker = item.get_closest_marker("points")
     return int(marker.args[0]) if marker and marker.args else 1
-
-
-def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str | None = None) -> str:
-    """The readable part of a failure: the assertion's own message, or the exception and where in the
-    learner's file (`target`) it was raised; plus any notes (hypothesis's falsifying example)."""
-    if excinfo is None:
-        return str(longrepr or "")[-2000:]
-    exc = excinfo.value
-    notes = "".join(f"\n{note}" for note in _notes(exc))
-    if isinstance(exc, AssertionError):
-        text = str(exc).split("\nassert ")[0].strip()
-        return (text or "assertion failed") + notes
-    if isinstance(exc, pytest.fail.Exception):
-        return str(exc.msg if hasattr(exc, "msg") else exc)
-    if isinstance(exc, pytest.skip.Exception):
-        return str(exc)
-    return _describe(exc, _where(excinfo, target)) + notes
-
-
-def raised(exc: BaseException) -> str:
-    """How a failure names an exception the test did not want: a stub's NotImplementedError is work
-    "not written yet (NotImplementedError)", whatever its message; anything else "raised Type: message"."""
-    if isinstance(exc, NotImplementedError):
-        return "not written yet (NotImplementedError)"
-    return f"raised {type(exc).__name__}: {exc}" if str(exc) else f"raised {type(exc).__name__}"
-
-
-def _notes(exc: BaseException) -> list[str]:
-    """Notes attached to the exception (hypothesis's failing example), without the kata module's repr
-    and hypothesis's commentary lines."""
-    out = []
-    for note in getattr(exc, "__notes__", ()):
-        if isinstance(note, str):
-            lines = [line for line in note.splitlines() if "kata=<module" not in line and "The test always failed" not in line]
-            out.append("\n".join(lines))
-    return out
-
-
-def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
-    """" (at file.py:LINE, in func)" for the innermost frame in the learner's file (or, failing that, in
-    any file that is not the suite's, the plugin's or a library's)."""
-    entries = list(reversed(excinfo.traceback))
-    mine = [e for e in entries if target and str(e.path) == target]
-    others = [e for e in entries if not any(part in str(e.path) for part in ("/tests/", "site-packages", "/dojo/"))]
-    for entry in mine or others:
-        return f" (at {Path(str(entry.path)).name}:{entry.lineno + 1}, in {entry.name})"
-    return ""
-
-
-def _describe(exc: BaseException, where: str) -> str:
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code}){where}: return a value or raise instead"
-    if isinstance(exc, TestTimeout):
-        return f"{exc}{where}"
-    if isinstance(exc, MemoryError):
-        return f"MemoryError: ran out of memory (the grader limits memory){where}"
-    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
-        return f"wrote or printed more output than the grader allows{where}"
-    if isinstance(exc, NotImplementedError) and not str(exc):
-        return f"NotImplementedError: not written yet{where}"
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 @contextmanager

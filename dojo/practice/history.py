@@ -2,8 +2,8 @@
 
 One file, workspace/.dojo/progress.sqlite, in WAL mode with a busy timeout, every write its own
 transaction: two `dojo` processes at once both land their rows. The schema version lives in
-`PRAGMA user_version`; `MIGRATIONS[i]` brings version i to i + 1. New tables (the interview's, say)
-are one more entry at the end of MIGRATIONS in this file: never appended at run time (every
+`PRAGMA user_version`; `MIGRATIONS[i]` (dojo.practice.schema) brings version i to i + 1. New tables
+(the interview's, say) are one more entry at the end of MIGRATIONS: never appended at run time (every
 command must agree on the version), never by editing an entry already released.
 A corrupt file is moved aside to a timestamped backup (a ProgressDBWarning says where) and a fresh
 one started; a file from a newer dojo is copied to a backup and refused with ProgressDBError.
@@ -21,41 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dojo.practice.schema import MIGRATIONS
 from dojo.targets import workspace_dir
 
-MIGRATIONS: list[tuple[str, ...]] = [
-    (  # version 1: the practice loop
-        """CREATE TABLE attempts (
-            id INTEGER PRIMARY KEY, kata TEXT NOT NULL, mode TEXT NOT NULL, target TEXT NOT NULL,
-            started REAL NOT NULL, ended REAL NOT NULL, points INTEGER NOT NULL, total INTEGER NOT NULL,
-            passed INTEGER NOT NULL, tests INTEGER NOT NULL, failed INTEGER NOT NULL, error TEXT)""",
-        "CREATE INDEX attempts_kata ON attempts (kata, ended)",
-        """CREATE TABLE hints (
-            id INTEGER PRIMARY KEY, kata TEXT NOT NULL, hint INTEGER NOT NULL, at REAL NOT NULL,
-            UNIQUE (kata, hint))""",
-        """CREATE TABLE events (
-            id INTEGER PRIMARY KEY, kata TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL,
-            detail TEXT NOT NULL DEFAULT '')""",
-    ),
-    (  # version 2: mock interviews (dojo.session): a session, its answers, one scorecard each
-        """CREATE TABLE sessions (
-            id INTEGER PRIMARY KEY, kata TEXT NOT NULL, started REAL NOT NULL, minutes REAL NOT NULL,
-            timer INTEGER NOT NULL, phase TEXT NOT NULL, questions TEXT NOT NULL,
-            check_runs INTEGER NOT NULL DEFAULT 0, hints TEXT NOT NULL DEFAULT '[]',
-            submitted REAL, submitted_by TEXT, points INTEGER, total INTEGER, tests INTEGER,
-            tests_passed INTEGER, attempt INTEGER)""",
-        "CREATE UNIQUE INDEX one_open_session ON sessions ((phase != 'done')) WHERE phase != 'done'",
-        """CREATE TABLE session_answers (
-            id INTEGER PRIMARY KEY, session INTEGER NOT NULL, number INTEGER NOT NULL, question TEXT NOT NULL,
-            answer TEXT NOT NULL, covered TEXT NOT NULL, rubric INTEGER NOT NULL, UNIQUE (session, number))""",
-        """CREATE TABLE scorecards (
-            id INTEGER PRIMARY KEY, session INTEGER NOT NULL UNIQUE, kata TEXT NOT NULL, written REAL NOT NULL,
-            score REAL NOT NULL, verdict TEXT NOT NULL, card TEXT NOT NULL)""",
-    ),
-    (  # version 3: timing tests a busy machine could not decide (dojo.testing), not counted either way
-        "ALTER TABLE sessions ADD COLUMN inconclusive INTEGER NOT NULL DEFAULT 0",
-    ),
-]
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_S = 30.0
 
@@ -236,7 +204,7 @@ def record_attempt(
 
 
 def record_result(result, *, mode: str = "check", path: Path | None = None) -> int:
-    """Store a dojo.grade.GradeResult as an attempt; returns its id. An examples-only run is stored with
+    """Store a dojo.grading.grade.GradeResult as an attempt; returns its id. An examples-only run is stored with
     mode "examples" and never counts as a pass."""
     return record_attempt(
         result.slug,

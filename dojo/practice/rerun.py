@@ -13,10 +13,11 @@ import json
 import time
 from pathlib import Path
 
-from dojo import grade
+from dojo.grading import grade
+from dojo.grading.result import GradeResult, TestResult, score
 
 
-def rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> grade.GradeResult:
+def rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> GradeResult:
     """The last full grading of the workspace copy (its results.json), with its inconclusive tests run
     again and their new outcomes merged in. Raises ValueError when there is no such grading, it left
     nothing inconclusive, or the file changed since (the merge would mix two files' results)."""
@@ -29,16 +30,16 @@ def rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> 
     if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("status") == "error":
         raise ValueError(f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
                          f"run `dojo check {slug}`")
-    fields = set(grade.TestResult.__dataclass_fields__)
-    before = [grade.TestResult(**{k: v for k, v in t.items() if k in fields}) for t in doc["tests"]]
+    fields = set(TestResult.__dataclass_fields__)
+    before = [TestResult(**{k: v for k, v in t.items() if k in fields}) for t in doc["tests"]]
     fresh = grade.grade(slug, "workspace", timeout=timeout, only=[t.name for t in before if t.id in unsure])
     if fresh.digest != doc.get("digest"):
         raise ValueError(f"{fresh.path} changed since the last check: run `dojo check {slug}` to grade all of it")
     again = {t.id: t for t in fresh.tests}
     tests = [again.get(t.id, t) if t.id in unsure else t for t in before]
     error = fresh.error
-    points, total, passed = grade.score(tests, error)
-    return grade.GradeResult(
+    points, total, passed = score(tests, error)
+    return GradeResult(
         slug=slug, target="workspace", path=fresh.path, tests=tests, points=points, total=total, passed=passed,
         duration=fresh.duration, started=fresh.started, error=error, notes=fresh.notes + [
             f"re-ran {len(unsure)} inconclusive test(s); the other results are from the check of "

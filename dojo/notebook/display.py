@@ -2,7 +2,7 @@
 
 `NotebookReport` is what the grading cell returns: HTML for Jupyter (`_repr_html_`), plain text for
 everything else (`repr`). Its first line says which version of the notebook was graded ("as saved
-at 10:42:07, 3 min ago"), then any warning, then dojo.report's lines. The HTML is one block per
+at 10:42:07, 3 min ago"), then any warning, then dojo.practice.report's lines. The HTML is one block per
 line, in the notebook's code font, that wraps at spaces and keeps the line's indent on the wrapped
 part; its colours are JupyterLab's theme variables (chosen to read on the light and dark themes
 alike), with fixed fallbacks for other front ends. Never terminal escape codes.
@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 
-from dojo import report
-from dojo.grade import GradeResult
+from dojo.practice import report
+from dojo.grading.result import GradeResult
 
 WIDTH = 100  # columns rich lays the report out in; lines are soft-wrapped, the browser wraps them
 # rich's colour numbers (normal and bright alike) -> CSS. Each reads at >= 4.5:1 on JupyterLab's light

@@ -4,10 +4,10 @@ A mutant file in tests/katas/mutants/<slug>/ is a module docstring (the bug, in 
 terms: the interviewer packet quotes its first line) and `EDITS`, a list of (old, new) string
 pairs. Applied in order to the kata's reference (solutions/<slug>.py), each `old` must occur
 exactly once in the text so far, so a mutant stays the bug it names as the reference evolves,
-and breaks loudly when the lines it edits change. `python -m dojo.check_katas` writes the mutated
+and breaks loudly when the lines it edits change. `python -m dojo.grading.check_katas` writes the mutated
 module out and runs the suite on it. A file without `EDITS` is a whole module, run as it is.
 
-    python -m dojo.mutant tests/katas/mutants/bpe/strict_threshold.py   # print the diff it makes
+    python -m dojo.grading.mutant tests/katas/mutants/bpe/strict_threshold.py   # print the diff it makes
 
 Left out: regular expressions and line numbers in edits (exact text is easier to review).
 """
@@ -69,7 +69,7 @@ def materialize(mutant: Path, reference: Path, out_dir: Path) -> Path:
     edits = edits_of(mutant)
     if edits is None:
         return mutant
-    header = f"# Written by dojo.mutant: {reference.name} with the edits of {mutant.name}. Do not edit.\n"
+    header = f"# Written by dojo.grading.mutant: {reference.name} with the edits of {mutant.name}. Do not edit.\n"
     text = header + apply(reference.read_text(encoding="utf-8"), edits, mutant.name)
     out = out_dir / mutant.name
     if not out.is_file() or out.read_text(encoding="utf-8") != text:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     if not paths:
-        print("usage: python -m dojo.mutant tests/katas/mutants/<slug>/<name>.py ...", file=sys.stderr)
+        print("usage: python -m dojo.grading.mutant tests/katas/mutants/<slug>/<name>.py ...", file=sys.stderr)
         return 2
     for path in paths:
         try:

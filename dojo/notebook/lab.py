@@ -16,8 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
-from dojo import report, workspace
-from dojo.nbbuild import KERNELSPEC
+from dojo.practice import report, workspace
+from dojo.notebook.build import KERNELSPEC
 
 HOST = "127.0.0.1"
 

@@ -1,39 +1,31 @@
 """Notebook mode: solve a kata in Jupyter, graded by the same hidden suite as the .py path.
 
-`dojo notebook <slug>` writes workspace/<slug>.ipynb (dojo.nbbuild): the kata's prompt, the stub in
+`dojo notebook <slug>` writes workspace/<slug>.ipynb (dojo.notebook.build): the kata's prompt, the stub in
 a code cell tagged `solution`, a scratch cell, and a last cell calling `grade_here()`, which grades
-the saved notebook and shows the report inline (dojo.nbreport), led by the version it graded ("as
+the saved notebook and shows the report inline (dojo.notebook.display), led by the version it graded ("as
 saved at 10:42:07, 3 min ago") and a warning while the kernel has run other solution code
-(dojo.nbkernel). `grade_notebook()` turns the solution cells into a temporary module
-(dojo.nbextract), grades it with dojo.grade like any .py file, then rewrites the report to name the
+(dojo.notebook.kernel). `grade_notebook()` turns the solution cells into a temporary module
+(dojo.notebook.extract), grades it with dojo.grading.grade like any .py file, then rewrites the report to name the
 notebook and its cells ("cell 3, line 5") instead of the temporary file. `dojo check <slug>
---notebook [PATH]` and `dojo grade PATH.ipynb` go through it. `python -m dojo.notebook
---render-solutions DIR` (run by `make notebooks`) writes a read-only reference notebook per kata.
-Not done: grading the unsaved state of an open notebook (a kernel cannot read the editor).
+--notebook [PATH]` and `dojo grade PATH.ipynb` go through it; the commands are in
+dojo.notebook.commands. Not done: grading the unsaved state of an open notebook (a kernel cannot read the editor).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-from dojo import catalog, grade, history, nbbuild, nbextract, nbkernel, report, workspace
-from dojo.grade import GradeResult
-from dojo.nbextract import SOLUTION_TAG, NotebookError
-from dojo.nbreport import NotebookReport, saved_line
+from dojo import catalog
+from dojo.grading import grade
+from dojo.grading.result import GradeResult
+from dojo.notebook import extract as nbextract, kernel as nbkernel
+from dojo.notebook.display import NotebookReport, saved_line
+from dojo.notebook.extract import SOLUTION_TAG, NotebookError
+from dojo.practice import history, report, workspace
 
-__all__ = [
-    "NotebookError", "NotebookReport", "check_notebook", "grade_here", "grade_notebook", "kata_of", "register",
-    "run_check",
-]
-
-
-# ---- grading -----------------------------------------------------------------------------------
 
 
 def kata_of(path: Path, nb=None) -> str:
@@ -171,7 +163,7 @@ def grade_here(slug: str | None = None, path: str | Path | None = None, *, recor
                examples_only: bool = False, timeout: float | None = None) -> NotebookReport:
     """What a kata notebook's last cell calls: grade this (saved) notebook and show the report.
 
-    The notebook is `path`, else the one the kernel was started for (see dojo.nbkernel.this_notebook).
+    The notebook is `path`, else the one the kernel was started for (see dojo.notebook.kernel.this_notebook).
     `record`: write results and record the attempt, as `dojo check` does. The report leads with the version
     graded ("as saved at ...") and warns while this kernel has run solution code other than the saved.
     Problems come back as a report saying what is wrong, not a traceback.
@@ -186,85 +178,3 @@ def grade_here(slug: str | None = None, path: str | Path | None = None, *, recor
         return NotebookReport(error=str(exc))
     return NotebookReport(graded.result, saved=graded.saved_line(), warning=nbkernel.unsaved_warning(graded.solution),
                           verdict=verdict(graded.result, slug, in_notebook=True), title=kata.title)
-
-
-# ---- command line ------------------------------------------------------------------------------
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser("notebook", help="write a Jupyter notebook for a kata into your workspace")
-    p.add_argument("slug")
-    p.add_argument("--force", action="store_true", help="replace a notebook that holds work (it is backed up)")
-    p.set_defaults(func=cmd_notebook)
-
-
-def cmd_notebook(args) -> int:
-    out = report.console()
-    kata = catalog.get(args.slug)
-    result = nbbuild.create(kata, force=args.force)
-    history.record_event(kata.slug, "start", "notebook")
-    if result.created:
-        out.print(f"Wrote {result.path}", markup=False)
-        if result.backup:
-            out.print(f"Your earlier notebook is backed up at {result.backup}", markup=False)
-    elif nbbuild.has_work(kata, result.path):
-        out.print(f"You already have work on {kata.slug} in {result.path}: kept it "
-                  f"(`dojo notebook {kata.slug} --force` replaces it with a fresh notebook, after a backup).", markup=False)
-    else:
-        out.print(f"{result.path} is already there, untouched.", markup=False)
-    out.print(f"Open it in JupyterLab: dojo lab   (then open {result.path.name} in its file browser)", markup=False)
-    out.print(f"Write your code in the cell tagged '{SOLUTION_TAG}', save, and run the last cell to grade it "
-              f"(or: dojo check {kata.slug} --notebook).", markup=False)
-    return 0
-
-
-def run_check(args) -> int:
-    """`dojo check [<slug>] --notebook [PATH]`: grade a notebook (default: workspace/<slug>.ipynb)."""
-    from dojo.cli import UsageError
-
-    path = Path(args.notebook).expanduser() if args.notebook else None
-    if args.slug:
-        slug = catalog.get(args.slug).slug
-    elif path is not None:
-        slug = kata_of(path)
-    else:
-        slug = history.current_kata()
-        if slug is None:
-            raise UsageError("no kata in progress: name one, as in `dojo check <slug> --notebook`")
-    if path is None:
-        path = nbbuild.notebook_file(slug)
-        if not path.exists():
-            raise FileNotFoundError(f"no notebook for '{slug}' at {path}: run `dojo notebook {slug}` first")
-    elif path.suffix != ".ipynb":
-        raise UsageError(f"{path} is not a notebook (.ipynb)")
-    if args.slug and path.is_file():
-        try:
-            meant = kata_of(path)
-        except ValueError:
-            meant = slug
-        if meant != slug:
-            warnings.warn(f"{path.name} was made for kata '{meant}', graded here as '{slug}'", stacklevel=1)
-    graded = check_notebook(path, slug, examples_only=args.examples_only, timeout=args.timeout)
-    result = graded.result
-    out = report.console()
-    out.print(graded.saved_line(), markup=False)
-    report.show_result(result, out, title=catalog.get(slug).title)
-    out.print(verdict(result, slug, in_notebook=False), markup=False)
-    return 0 if result.passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dojo.notebook", description=__doc__.splitlines()[0])
-    parser.add_argument("--render-solutions", type=Path, metavar="DIR", required=True,
-                        help="write a read-only reference notebook per kata into DIR")
-    args = parser.parse_args(argv)
-    written = nbbuild.render_solutions(args.render_solutions)
-    for path in written:
-        print(f"wrote {path}")
-    print(f"{len(written)} reference notebooks (read-only) in {args.render_solutions}/: "
-          f"open them with: dojo lab {args.render_solutions}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

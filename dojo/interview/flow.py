@@ -1,7 +1,7 @@
-"""`dojo interview`, `submit`, `history`, `stats` (and, from dojo.ask, `interviewer`, `ask`): mock interviews.
+"""`dojo interview`, `submit`, `history`, `stats` (and, from dojo.interview.ask, `interviewer`, `ask`): mock interviews.
 
-Printing and asking only; the session's state, clock and scoring live in dojo.session (whose
-docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.bank.
+Printing and asking only; the session's state, clock and scoring live in dojo.interview.session (whose
+docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.interview.bank.
 `during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
 runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
 countdown, `dojo watch` and `dojo solution` are refused (they would show the hidden suite or the
@@ -14,9 +14,11 @@ import time
 
 from rich.markup import escape
 
-from dojo import catalog, grade, prose, report, session, workspace
-from dojo.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
-from dojo.session import Session
+from dojo import catalog
+from dojo.interview import session
+from dojo.practice import check, prose, report, workspace
+from dojo.interview.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
+from dojo.interview.session import Session
 
 RULES = (
     "Rules: edit {path}. `dojo check` runs only the README's worked examples, and every run is counted. "
@@ -167,8 +169,9 @@ def _file(s: Session) -> str:
 
 
 def during_session(command: str, args) -> int | None:
-    """The runner's hook for check, hint and status while an interview is open: an exit code when
-    the interview handled the command, None when the runner should carry on as usual."""
+    """The interview's rules for `command` (one of dojo.cli.INTERVIEW_RULED: check, hint, watch, solution,
+    status) while an interview is open: an exit code when the interview handled the command, None when
+    the command should run as usual."""
     s = session.open_session()
     if s is None or getattr(args, "slug", None) not in (None, s.kata):
         return None
@@ -182,7 +185,7 @@ def during_session(command: str, args) -> int | None:
     if s.expired():
         return _time_up(s, out, ask=False)
     if command == "check":
-        result = grade.check(s.kata, examples_only=True, timeout=args.timeout)
+        result = check.check(s.kata, examples_only=True, timeout=args.timeout)
         s = session.count_check(s)
         report.show_result(result, out, title=catalog.get(s.kata).title)
         out.print(f"Interview: README examples only (check run {s.check_runs}). {_clock(s)} `dojo submit` when done.",

@@ -5,7 +5,7 @@ README's worked examples and each run is counted; each hint costs points. *quest
 `dojo submit`, or once the time is up, the full hidden suite is graded; then the follow-up
 questions are asked and the candidate marks the rubric points they covered. *done*: the scorecard
 is written, exactly once (a UNIQUE constraint on its session). Every step is a row in SQLite
-(dojo.history's version-2 tables), so a killed terminal loses nothing: `dojo interview --resume`
+(dojo.practice.history's version-2 tables), so a killed terminal loses nothing: `dojo interview --resume`
 continues at the phase and question it stopped at. At most one session is open at a time.
 The clock is `now()`: time.time(), or $DOJO_FAKE_NOW (epoch seconds) so tests can move time.
 Time runs out at started + minutes; dojo notices at the next command, and grades the file as it
@@ -18,7 +18,7 @@ Scoring, and the verdict thresholds:
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
     lean no: score >= 0.50 · no hire: below 0.50
-Nothing here prints or asks: dojo.interview does the talking.
+Nothing here prints or asks: dojo.interview.flow does the talking.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
-from dojo import bank, catalog, grade, history, report, workspace
+from dojo import catalog
+from dojo.grading import grade
+from dojo.interview import bank
+from dojo.practice import history, report, workspace
 from dojo.catalog import Kata
 
 HINT_COST = 0.10

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dojo import history, report, targets, workspace
+from dojo import targets
+from dojo.practice import history, report, workspace
 
 STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dojo import catalog, mutant, targets
+from dojo import catalog, targets
+from dojo.grading import mutant
 from dojo.catalog import Kata, Question
 
 

@@ -11,7 +11,7 @@ one (model.py's default cache is the kv_cache reference) keeps that import, whic
 
 `runner_modules` is the same for the dojo package: the plugin and what it and the suite import.
 Left out: which *names* a module may use (a permitted module is visible whole); the suites and
-mutants are placed by dojo.grade.
+mutants are placed by dojo.grading.grade.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from pathlib import Path
 from dojo import catalog, targets
 
 
-def imports_of(path: Path, package: str) -> set[str]:
-    """The `<package>.<module>` names the file at `path` imports, anywhere in it (function bodies too).
+def imports_of(path: Path, package: str, folder: Path | None = None) -> set[str]:
+    """The modules of `package` that the file at `path` imports, anywhere in it (function bodies too), as
+    dotted names below the package ("model", "grading.channel"); `folder` (the package's folder) tells a
+    submodule imported by name (`from dojo.grading import channel`) from a name in a module.
     Nothing for a file that does not parse: the suite's import then fails in the grading, which says why."""
     try:
         tree = ast.parse(Path(path).read_text(), filename=str(path))
@@ -33,18 +35,29 @@ def imports_of(path: Path, package: str) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{package}.")}
+            found |= {a.name.partition(".")[2] for a in node.names if a.name.startswith(f"{package}.")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == package:  # from solutions import attention as readable
                 found |= {a.name for a in node.names}
             elif node.module.startswith(f"{package}."):
-                found.add(node.module.split(".")[1])
+                below = node.module.partition(".")[2]
+                subs = {f"{below}.{a.name}" for a in node.names}
+                found |= ({m for m in subs if folder and module_file(folder, m)} or {below}) if folder else {below}
     return found
+
+
+def module_file(folder: Path, name: str) -> Path | None:
+    """The file of module `name` ("grading.channel") under `folder`: a .py, or a package's __init__.py."""
+    base = folder.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def solution_imports(path: Path) -> set[str]:
     """The `solutions.<module>` names the file at `path` imports."""
-    return imports_of(path, "solutions")
+    return imports_of(path, "solutions", targets.solutions_dir())
 
 
 def _closure(start: set[str], folder: Path, package: str, never: set[str] = frozenset()) -> list[str]:
@@ -52,11 +65,11 @@ def _closure(start: set[str], folder: Path, package: str, never: set[str] = froz
     todo, seen = set(start) - never, set()
     while todo:
         name = todo.pop()
-        source = folder / f"{name}.py"
-        if name in seen or not source.is_file():
+        source = module_file(folder, name)
+        if name in seen or source is None:
             continue
         seen.add(name)
-        todo |= imports_of(source, package) - never - seen
+        todo |= imports_of(source, package, folder) - never - seen
     return sorted(seen)
 
 
@@ -91,10 +104,12 @@ def reference_modules(slug: str) -> list[str]:
 
 
 def runner_modules(slug: str) -> list[str]:
-    """The dojo modules the grading needs: the plugin and what it, the suite and the suites' conftest
-    import (dojo.testing ...), in turn. The rest of the runner (grade, check_katas ...) stays out."""
+    """The dojo modules the grading needs, as dotted names below dojo ("grading.plugin", "testing"): the
+    plugin and what it, the suite and the suites' conftest import (dojo.testing ...), in turn. The rest
+    of the runner (grading.grade, check_katas ...) stays out; the packages' __init__ files are the
+    copier's to add."""
     kata = catalog.get(slug)
-    package = Path(__file__).resolve().parent
-    start = {"plugin"} | imports_of(kata.suite, "dojo")
-    start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo")}
+    package = Path(__file__).resolve().parent.parent
+    start = {"grading.plugin"} | imports_of(kata.suite, "dojo", package)
+    start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo", package)}
     return _closure(start, package, "dojo")

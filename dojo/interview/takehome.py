@@ -1,8 +1,8 @@
 """Take-home grading: `dojo grade PATH...` grades every kata file in each submission, sandboxed, into
-one report, and says which submissions share their code (dojo.similarity).
+one report, and says which submissions share their code (dojo.grading.similarity).
 
-Each grading is dojo.grade.grade with `sandboxed=True` (a note says where the machine cannot);
-the report adds per submission the integrity findings (dojo.integrity) and whether every kata ran
+Each grading is dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot);
+the report adds per submission the integrity findings (dojo.grading.integrity) and whether every kata ran
 sandboxed, and across submissions the near-identical pairs and copies of the reference. Nothing is
 recorded in the progress database: a grader's runs are not the grader's own practice.
 """
@@ -13,7 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dojo import catalog, grade, similarity
+from dojo import catalog
+from dojo.grading import grade, similarity
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
@@ -21,14 +22,14 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     <slug>.ipynb, is in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs`
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "points", "total", "passed", "sandboxed", "integrity": {slug:
-    findings}}], "similar": dojo.similarity.find's pairs and copies of the reference}. Records
+    findings}}], "similar": dojo.grading.similarity.find's pairs and copies of the reference}. Records
     nothing in the progress DB."""
     katas = [k for k in catalog.load() if k.has_suite]
     submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
     work: list[tuple[int, str, Path, Path | None]] = []  # (submission, kata, target, notebook or None)
     for i, folder in enumerate(map(Path, folders)):
         if folder.suffix == ".ipynb":
-            from dojo import notebook as notebooks
+            from dojo.notebook import grading as notebooks
 
             work.append((i, notebooks.kata_of(folder), folder, folder))
             continue
@@ -38,9 +39,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
             elif (folder / f"{k.slug}.ipynb").is_file():
                 work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(grade.grade, slug, str(folder), timeout=timeout, notebook=notebook,
-                                         sandboxed=True))
-                   for i, slug, folder, notebook in work]
+        futures = [(i, slug, pool.submit(_grade_one, slug, folder, notebook, timeout)) for i, slug, folder, notebook in work]
         for i, slug, future in futures:
             submissions[i]["katas"][slug] = future.result().to_json()
     for sub in submissions:
@@ -63,9 +62,18 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": similar}
 
 
+def _grade_one(slug: str, folder: Path, notebook: Path | None, timeout: float | None) -> grade.GradeResult:
+    """One sandboxed grading: a .py by the engine, a notebook through the notebook layer (cells, not lines)."""
+    if notebook is None:
+        return grade.grade(slug, str(folder), timeout=timeout, sandboxed=True)
+    from dojo.notebook import grading as notebooks
+
+    return notebooks.grade_notebook(notebook, slug, timeout=timeout, sandboxed=True)
+
+
 def _source(folder: Path, slug: str, notebook: Path | None) -> str:
     """The code graded for `slug`: the .py file, or a notebook's solution cells ("" if unreadable)."""
-    from dojo import nbextract
+    from dojo.notebook import extract as nbextract
 
     try:
         if notebook is not None:
@@ -85,7 +93,7 @@ def flags(sub: dict) -> tuple[str, str]:
 
 def findings(doc: dict) -> list[str]:
     """The lines under the summary table: each integrity finding, why a run was not sandboxed, and the
-    near-identical pairs and copies of the reference (threshold in dojo.similarity)."""
+    near-identical pairs and copies of the reference (threshold in dojo.grading.similarity)."""
     lines = []
     for sub in doc["submissions"]:
         for slug, found in sub["integrity"].items():

@@ -10,11 +10,11 @@ What it guarantees, where bwrap works:
 - a filesystem holding only what the suite needs: the system's /usr (and its /lib, /bin links),
   /sys read-only (cache sizes), the interpreter and its package folders read-only with any
   checkout of this project left out and any `solutions`/`tests` folder in them masked, the grading
-  folder read-only (the pristine suite, the plugin and the view of dojo.view), a private /tmp, and
+  folder read-only (the pristine suite, the plugin and the view of dojo.grading.view), a private /tmp, and
   the machine-wide timing lock read-write. The repository and the home folder are not there.
 
 What it does not guarantee: anything about code inside the test process, which can still lie to
-pytest (dojo.integrity flags that), nor limits on CPU time beyond the grader's timeouts.
+pytest (dojo.grading.integrity flags that), nor limits on CPU time beyond the grader's timeouts.
 `unavailable()` says why a machine cannot sandbox (no bwrap, user namespaces off, DOJO_SANDBOX=0);
 grading then runs as before and the report says so.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from dojo.grade import GradeResult
+from dojo.grading.result import GradeResult
 
 MESSAGE_LINES = 6  # lines of one failure message shown in the terminal (the JSON keeps it whole)
 

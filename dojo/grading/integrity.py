@@ -27,7 +27,7 @@ import ast
 import re
 from pathlib import Path
 
-from dojo import view
+from dojo.grading import view
 
 PROJECT = ("solutions", "tests", "dojo", "conftest")
 MODULES = {  # importing any of these is a finding

@@ -15,7 +15,9 @@ import textwrap
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from dojo import bank, catalog, history, report, session
+from dojo import catalog
+from dojo.interview import bank, session
+from dojo.practice import history, report
 
 ANSWER_PROMPT = "Your answer (one line): "
 

@@ -17,9 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from dojo import catalog, nbextract, workspace
+from dojo import catalog
+from dojo.notebook import extract as nbextract
+from dojo.practice import workspace
 from dojo.catalog import Kata
-from dojo.nbextract import SOLUTION_TAG, NotebookError
+from dojo.notebook.extract import SOLUTION_TAG, NotebookError
 
 KERNELSPEC = {"name": "decode-dojo", "display_name": "decode-dojo (.venv)", "language": "python"}
 GRADE_TAG = "grade"

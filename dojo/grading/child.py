@@ -1,0 +1,85 @@
+"""The grading child: one python command line run in its own session under resource limits.
+
+`run` starts it through a small launcher that sets RLIMIT_AS (memory), RLIMIT_FSIZE (output),
+no core dumps and, in the sandbox, a process cap and its own uid, then becomes pytest; output goes
+to a file, never a pipe that could fill; on return the child's whole process group is killed.
+`tail` reads the end of that output. Left out: what the command is and what its results mean
+(dojo.grading.grade, dojo.grading.outcomes), the sandbox's own arguments (dojo.grading.sandbox).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from dojo.grading import channel
+
+OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
+OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
+
+
+# Sets the limits (and, in the sandbox as root, drops to its own uid first: the process cap never
+# binds uid 0), then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
+# `dojo grade --jobs N` starts children from several threads. Arguments: memory, output,
+# processes (0: no cap), uid (-1: keep), then pytest's command line.
+_LAUNCH = (
+    "import os, resource, sys\n"
+    "memory, output, processes, uid = map(int, sys.argv[1:5])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "if uid >= 0:\n"
+    "    os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
+    "if processes:\n"
+    "    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[5:]])\n"
+)
+
+
+def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
+         receiver: channel.Receiver, box=None) -> tuple[int | None, bool]:
+    """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
+    when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
+    could fill up; its results to `receiver`."""
+    env = {**env, **receiver.env}
+    if box is None:
+        prefix, limits, env = [], ["0", "-1"], {**os.environ, **env}
+    else:
+        uid = box.child_uid()
+        prefix = box.bwrap_args(cwd, box.timing_lock(), uid=uid)
+        limits, env = [str(box.process_limit()), str(-1 if uid is None else uid)], box.environment(env)
+    launch = [*prefix, sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(
+            launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, pass_fds=receiver.pass_fds,
+        )
+        receiver.close_child_ends()
+        try:
+            code = proc.wait(timeout=timeout)
+            return (code if box is None else box.exit_status(code)), False
+        except subprocess.TimeoutExpired:
+            return None, True
+        finally:
+            kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - OUTPUT_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,207 @@
+"""Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
+
+`grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
+grading plugin and only the reference modules the suite needs (dojo.grading.view: never the kata's own
+reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
+limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
+plugin's signed records (dojo.grading.channel), never pytest's text: a forged or repeated record, a test
+without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
+code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
+edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
+a reason, in bounded time. Every grading is scanned by dojo.grading.integrity (findings in the result, the
+points untouched). The child's launch and limits are dojo.grading.child, reading its records
+dojo.grading.outcomes, the result types dojo.grading.result. Left out: what the practice loop does
+with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
+maps the outcomes back to cells).
+
+For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
+a security boundary as far as bubblewrap makes it one (dojo.grading.sandbox): no network, no repository or
+home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
+runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
+can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
+the code that does, and a person judges it.
+
+A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
+points and costs none (its points leave the total), and does not stop a pass. `grade(...,
+only=[...])` runs just some tests: dojo.practice.rerun re-runs the ones the last check left inconclusive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dojo
+from dojo import catalog, targets
+from dojo.grading import channel, child, integrity, outcomes, sandbox, view
+from dojo.grading.result import GradeResult, score
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
+DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
+DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
+SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
+                "and the other katas' reference parts it needs; every process ends with the grading")
+
+
+class NoSuite(FileNotFoundError):
+    """The kata has no hidden suite yet."""
+
+
+def grade(
+    slug: str,
+    target: str = "workspace",
+    *,
+    examples_only: bool = False,
+    timeout: float | None = None,
+    test_timeout: float | None = None,
+    memory_limit: int | None = None,
+    sandboxed: bool = False,
+    only: list[str] | None = None,
+) -> GradeResult:
+    """Run the hidden suite of `slug` on `target` and return what happened.
+
+    target: workspace | solutions | katas | a directory of <slug>.py files | one .py file.
+    Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
+    how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
+    sandboxed: run inside the bubblewrap sandbox (take-homes, interviews); where the machine cannot,
+    the run goes as without it and a note says "NOT sandboxed" and why.
+    only: test names (TestResult.name, parameters included) to run instead of the whole suite.
+    """
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
+    test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
+    memory_limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else memory_limit
+    kata = catalog.get(slug)
+    if not kata.has_suite:
+        raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
+        tmp = Path(tmp_name)
+        path = targets.resolve(slug, target)
+        digest = _digest(path)
+        findings = integrity.scan(path, slug)
+        _pristine_copies(tmp, kata)
+        why_not = sandbox.unavailable() if sandboxed else None
+        graded = path if not sandboxed or why_not else _into_view(path, tmp)
+        watched = _guarded(kata)
+        before = {p: _digest(p) for p in watched}
+        suite = str(tmp / "tests" / "katas" / kata.suite.name)
+        cmd = [
+            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
+            "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
+            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
+            f"--target={graded}", f"--dojo-test-timeout={test_timeout:g}",
+        ] + (["--examples-only"] if examples_only else [])
+        env = {
+            "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
+        }
+        box = None if not sandboxed or why_not else sandbox
+        with channel.Receiver() as receiver:
+            returncode, timed_out = child.run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
+            output = child.tail(tmp / "output.txt")
+            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+        notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
+        if sandboxed:
+            notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
+        notes += _tampering(kata, before)
+    tests, error = result
+    points, total, passed = score(tests, error)
+    return GradeResult(
+        slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
+        duration=time.time() - started, started=started, error=error, examples_only=examples_only,
+        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
+    )
+
+
+# ---- the grading folder ------------------------------------------------------------------------
+
+
+def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
+    """Copy under `tmp` what the suite needs and nothing more: the kata's suite and the conftest beside
+    it, the reference modules of dojo.grading.view (never the kata's own), and the plugin with the dojo
+    modules it and the suite import.
+    Readable by every uid: the sandbox may run the child as another one."""
+    suites, solutions = targets.suites_dir(), targets.solutions_dir()
+    (tmp / "tests" / "katas").mkdir(parents=True)
+    for src in [kata.suite, *sorted(suites.glob("conftest.py"))]:
+        shutil.copyfile(src, tmp / "tests" / "katas" / src.name)
+    if solutions.is_dir():
+        (tmp / "solutions").mkdir()
+        for name in ["__init__", *view.reference_modules(kata.slug)]:
+            if (solutions / f"{name}.py").is_file():
+                shutil.copyfile(solutions / f"{name}.py", tmp / "solutions" / f"{name}.py")
+    runner = Path(dojo.__file__).resolve().parent
+    for name in view.runner_modules(kata.slug):  # "grading.plugin": grading/plugin.py, and each __init__.py above it
+        parts = name.split(".")
+        module = view.module_file(runner, name).relative_to(runner)
+        for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
+            (tmp / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(runner / rel, tmp / "dojo" / rel)
+    _readable(tmp)
+
+
+def _into_view(path: Path, tmp: Path) -> Path:
+    """A copy of the submission inside the grading folder (the sandbox shows nothing else of the disk)."""
+    copy = tmp / "submission" / path.name
+    copy.parent.mkdir()
+    shutil.copyfile(path, copy)
+    _readable(copy.parent)
+    return copy
+
+
+def _readable(folder: Path) -> None:
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def _guarded(kata: catalog.Kata) -> list[Path]:
+    """The files whose change would matter to a learner: the kata's suite, conftest files beside it,
+    and the reference solutions (a suite may import any of them)."""
+    suites = targets.suites_dir()
+    files = [kata.suite, *sorted(suites.glob("conftest.py"))]
+    return files + (_files(targets.solutions_dir()) if targets.solutions_dir().is_dir() else [])
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and "mutants" not in p.parts and ".hypothesis" not in p.parts
+    )
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _tampering(kata: catalog.Kata, before: dict[Path, str | None]) -> list[str]:
+    """Notes on guarded files that changed, appeared or vanished while the learner's code ran.
+
+    Reported, not put back: the verdict came from the pristine copies anyway, and writing a file
+    back could undo a real edit someone made meanwhile.
+    """
+    notes = []
+    for path in _guarded(kata):
+        if path not in before:
+            notes.append(f"{path} appeared while your code was being graded: if your code made it, delete it")
+    for path, digest in before.items():
+        if _digest(path) != digest:
+            notes.append(
+                f"{path} changed while your code was being graded (this grade used the pristine copy): "
+                f"if your code did that, put it back with `git checkout -- {path}`"
+            )
+    return notes
+
+
+def _write_ini(tmp: Path) -> Path:
+    ini = tmp / "pytest.ini"
+    ini.write_text("[pytest]\nmarkers =\n    slow: loads the real SmolLM2 model\n")
+    return ini

@@ -1,0 +1,113 @@
+"""What a grading returns: one TestResult per test, the GradeResult around them, and the score.
+
+`GradeResult.to_json()` is the results.json document (Exercism's version 3 plus dojo's points,
+properties, integrity findings and the "inconclusive" extension). `score` counts points: skipped
+and inconclusive tests count for neither side. Left out: running anything (dojo.grading.grade),
+writing the file (dojo.practice.report.write_results).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    property: str  # what the test checks, in the kata's terms (first docstring line)
+    points: int
+    example: bool  # a README worked example
+    outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
+    message: str = ""
+    duration: float = 0.0
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass
+class GradeResult:
+    slug: str
+    target: str  # as asked: workspace | solutions | katas | a path
+    path: str  # the file graded
+    tests: list[TestResult]
+    points: int  # earned
+    total: int  # available
+    passed: bool  # every test passed and nothing went wrong
+    duration: float  # seconds, wall clock
+    started: float  # epoch seconds
+    error: str | None = None  # why the run ended abnormally, or could not run
+    examples_only: bool = False
+    notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
+    output: str = ""  # tail of the test process's own output, for diagnosis
+    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
+    integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
+    digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
+
+    @property
+    def inconclusive(self) -> list[TestResult]:
+        """Timing tests the machine was too noisy to decide: neither earned nor counted in the total."""
+        return [t for t in self.tests if t.outcome == "inconclusive"]
+
+    @property
+    def status(self) -> str:
+        """Exercism's vocabulary: pass, fail (some test failed), error (the run itself broke).
+        Inconclusive tests do not change it: a pass with some inconclusive is a pass."""
+        if self.error and not self.tests:
+            return "error"
+        return "pass" if self.passed else "fail"
+
+    def to_json(self) -> dict:
+        """The results.json document: Exercism's version-3 fields plus dojo's points and properties.
+
+        Extension: a test's status may be "inconclusive" besides pass / fail / skip (see `inconclusive`);
+        "inconclusive" at the top lists those tests' ids, and `dojo check --rerun-inconclusive` re-runs them.
+        """
+        failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
+        unsure = self.inconclusive
+        message = self.error or (
+            f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
+        )
+        if unsure and not self.error:
+            message = (f"{message}; " if message else "") + (
+                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)")
+        return {
+            "version": 3,
+            "status": self.status,
+            "message": message,
+            "kata": self.slug,
+            "target": self.target,
+            "path": self.path,
+            "points": self.points,
+            "total": self.total,
+            "duration": round(self.duration, 3),
+            "started": self.started,
+            "examples_only": self.examples_only,
+            "notes": self.notes,
+            "sandboxed": self.sandboxed,
+            "integrity": self.integrity,
+            "digest": self.digest,
+            "inconclusive": [t.id for t in unsure],
+            "tests": [
+                {
+                    "name": t.property,
+                    "status": _STATUS.get(t.outcome, "fail"),
+                    "message": t.message or None,
+                    **asdict(t),
+                }
+                for t in self.tests
+            ],
+        }
+
+
+_STATUS = {"passed": "pass", "skipped": "skip", "inconclusive": "inconclusive"}
+
+
+def score(tests: list[TestResult], error: str | None) -> tuple[int, int, bool]:
+    """(points earned, points available, passed): skipped and inconclusive tests count for neither;
+    passed needs no error, at least one test passed, and every other test passed or inconclusive."""
+    counted = [t for t in tests if t.outcome not in ("skipped", "inconclusive")]
+    points = sum(t.points for t in counted if t.outcome == "passed")
+    total = sum(t.points for t in counted)
+    passed = error is None and bool(counted) and all(t.outcome == "passed" for t in counted)
+    return points, total, passed
