@@ -1,5 +1,6 @@
 """decode-dojo: the practice loop, grading harness and progress tracking around the katas."""
 
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -7,4 +8,12 @@ KATAS_DIR = ROOT / "katas"
 SOLUTIONS_DIR = ROOT / "solutions"
 TESTS_DIR = ROOT / "tests"
 
-__all__ = ["ROOT", "KATAS_DIR", "SOLUTIONS_DIR", "TESTS_DIR"]
+
+
+def timing_lock_path() -> Path:
+    """The machine-wide lock file every timing test holds ($DOJO_TIMING_LOCK, or /tmp/decode-dojo-timing.lock):
+    one definition for the suites (dojo.testing) and the sandbox that binds it (dojo.grading.sandbox)."""
+    return Path(os.environ.get("DOJO_TIMING_LOCK") or "/tmp/decode-dojo-timing.lock")
+
+
+__all__ = ["ROOT", "KATAS_DIR", "SOLUTIONS_DIR", "TESTS_DIR", "timing_lock_path"]

@@ -25,8 +25,10 @@ from typing import NoReturn
 
 import pytest
 
+from dojo import timing_lock_path
+
 # the one machine-wide lock file: a sandbox binds this path read-write (keep the name and the variable)
-TIMING_LOCK_PATH = Path(os.environ.get("DOJO_TIMING_LOCK") or "/tmp/decode-dojo-timing.lock")
+TIMING_LOCK_PATH = timing_lock_path()
 LOCK_WAIT_S = 45.0  # longest a timing test waits for another one before it gives up as inconclusive
 
 
