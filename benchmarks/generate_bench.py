@@ -2,9 +2,9 @@
 
 - A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
   once, like a greedy step: it should cost at most 1.5x a greedy step on any x86 CPU (issue 18).
-- The same step's matrix products alone (F.linear on the model's weights) at 4 rows and at 1: on
-  a CPU the 4-row product is compute-bound in BLAS, not bandwidth-bound, which sets a floor under
-  the beam-step ratio.
+- The same step's matrix products alone (the model's own product, `project`: BLAS, or MKL's packed
+  GEMM where the calibration chose it) at 4 rows and at 1: on a CPU the 4-row product is
+  compute-bound in BLAS, not bandwidth-bound, which sets a floor under the beam-step ratio.
 - Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
 - Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
   every step (the same tokens, checked).
@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks.decode_bench import PROMPT, interleaved, load_models
 from solutions.generate import generate
+from solutions.model import project
 
 
 def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
@@ -87,7 +87,7 @@ def hf_step(hf, n: int, num_beams: int) -> Callable[[], float]:
 
 def step_matmuls(model, rows: int) -> Callable[[], float]:
     """Seconds for the matrix products of one decode step alone (4 per layer, then the LM head),
-    on the model's own weights with `rows` input rows."""
+    on the model's own weights and product path with `rows` input rows."""
     weights = [w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
     weights.append(model.embed)
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
@@ -96,7 +96,7 @@ def step_matmuls(model, rows: int) -> Callable[[], float]:
     def run() -> float:
         start = time.perf_counter()
         for w in weights:
-            F.linear(inputs[w.shape[1]], w)
+            project(inputs[w.shape[1]], w)
         return time.perf_counter() - start
 
     return run
@@ -105,7 +105,7 @@ def step_matmuls(model, rows: int) -> Callable[[], float]:
 def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """One 4-beam step over one greedy step, ours and HF's; goal <= 1.5 for ours.
 
-    Also the step's matrix products alone at 4 rows and at 1 (F.linear on the same weights): the
+    Also the step's matrix products alone at 4 rows and at 1 (the model's own products): the
     step can't cost less than `floor`, its ratio were everything else as cheap for 4 rows as for 1.
     """
     t = interleaved({"ours 1": ours_step(ours, tokens, 1), "ours 4": ours_step(ours, tokens, 4),

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from solutions import packed_gemm
+
 
 @dataclass
 class LlamaConfig:
@@ -109,8 +111,15 @@ def linear_weight(n_out: int, n_in: int) -> nn.Parameter:
 
 def project(x: Tensor, w) -> Tensor:
     """x (..., K) @ w.T for a weight w (N, K): F.linear for a Tensor, else the packed weight's own
-    product (solutions.weight_modes), fp32 in and out either way."""
-    return F.linear(x, w) if isinstance(w, Tensor) else w(x)
+    product (solutions.weight_modes), fp32 in and out either way. An fp32 weight marked by
+    solutions.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
+    if not isinstance(w, Tensor):
+        return w(x)
+    if getattr(w, "packs", None):
+        y = packed_gemm.project(x, w)
+        if y is not None:
+            return y
+    return F.linear(x, w)
 
 
 class Block(nn.Module):

@@ -7,7 +7,8 @@ the file once, for both the tokenizer and the weights, and writes into `cache_di
 - `weights-<mode>[-<layout>].safetensors`, the mode's tensors (solutions.weights.mode_state) in
   the memory order the model uses, so a later start maps them in place (no copy, no parse),
 - `manifest.json`: the GGUF's key (size, mtime, BLAKE2b hash) and each file's size and CRC-32,
-- and beside them the machine's calibration (solutions.calibration), which picks the layout.
+- and beside them the machine's calibration (solutions.calibration), which picks the layout and
+  the row counts whose fp32 products go through MKL's packed GEMM (solutions.packed_gemm).
 A start whose GGUF size or mtime differ re-hashes it; a changed hash rebuilds every file, saying
 why. Each cached file is checked (size, CRC-32) before use, and a damaged, missing or unreadable
 one is rebuilt, saying which. Files are written to a temporary name and renamed, so a crash or a
@@ -222,6 +223,10 @@ def load(mode: str = "int4", cache_dir: str | Path | None = None, gguf: str | Pa
         del state  # the file is mapped instead: one copy in memory, not two
         model = _read_weights(path, mode, model_kwargs)
         say(f"cached the {mode} weights in {path} ({path.stat().st_size / 1e6:.0f} MB)")
+    if calib is not None and calib.packed_rows:
+        from solutions import packed_gemm
+
+        packed_gemm.enable(model, calib.packed_rows)  # packs on first use: greedy runs pay nothing
     seconds["weights"] = time.perf_counter() - t - (seconds.get("parse GGUF", 0) - parsed)
     return Loaded(model, tokenizer, mode, calib, notes, seconds)
 

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from solutions import weights_cache
+from solutions import calibration, weights_cache
 from solutions.weights_cache import Cache
 
 
@@ -127,10 +127,13 @@ def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, tmp_path):
 
 def test_fp32_from_the_cache_is_the_reference_model(gguf_copy, tmp_path, smollm2, smollm2_tokenizer):
     """fp32 through the cache, in the layout the calibration picks (column-major here, by an
-    injected timer), has the reference model's logits; the calibration is noted."""
-    col_wins = {("row", 1): 2.0, ("row", 4): 4.0, ("col", 1): 2.0, ("col", 4): 3.0}
+    injected timer, with 4-row products packed), has the reference model's logits; the calibration is noted."""
+    col_wins = {("row", 1): 2.0, ("row", 4): 4.0, ("col", 1): 2.0, ("col", 4): 3.0, ("packed", 1): 2.5,
+                ("packed", 4): 2.0}
     loaded = weights_cache.load("fp32", tmp_path, gguf_copy, calibration_timer=lambda *pair: col_wins[pair])
     assert loaded.calibration.layout == "col"
+    if "packed" in calibration.kinds():  # torch with MKL
+        assert loaded.model.layers[0].wqkv.packs == {4: None}, "4-row products not marked for packing"
     assert loaded.model.layers[0].wqkv.t().is_contiguous(), "column-major as calibrated"
     assert (tmp_path / "weights-fp32-col.safetensors").exists()
     diff = (logits(loaded.model, smollm2_tokenizer) - logits(smollm2, smollm2_tokenizer)).abs().max()

@@ -1,0 +1,49 @@
+"""MKL's packed GEMM for the 4-row products of a beam step (solutions.packed_gemm), on a tiny model.
+
+The beam search it serves is checked against HuggingFace in test_generate_hf.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from solutions import packed_gemm
+from solutions.model import tiny_model
+
+pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL")  # x86 wheels do
+
+
+def test_packing_is_lazy_and_gives_plain_products():
+    """enable() only marks the matrices; the first 4-row forward packs them, its logits are the
+    unpacked model's up to rounding (MKL blocks the sums another way), and 1-row products never pack."""
+    plain, packed = tiny_model(seed=3), tiny_model(seed=3)
+    assert packed_gemm.enable(packed, [4]) == len(packed_gemm.matrices(packed))
+    w = packed.layers[0].wqkv
+    assert w.packs == {4: None}, "enable() packed eagerly"
+    ids = torch.tensor([[5], [6], [7], [8]])
+    with torch.no_grad():
+        torch.testing.assert_close(packed(ids[:1]), plain(ids[:1]), rtol=0, atol=0)
+        assert w.packs[4] is None, "a 1-row product packed for 4 rows"
+        torch.testing.assert_close(packed(ids), plain(ids), rtol=1e-4, atol=1e-5)
+    assert w.packs[4] is not None, "a 4-row product did not go through the packed weight"
+
+
+def test_a_pack_refuses_another_row_count_and_bad_weights():
+    w = torch.randn(8, 16)
+    p = packed_gemm.pack(w, 4)
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(packed_gemm.linear(x, w, p, 4), F.linear(x, w), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="packed for 4 rows; the input has 2"):
+        packed_gemm.linear(x[:2], w, p, 4)
+    with pytest.raises(ValueError, match="fp32"):
+        packed_gemm.pack(w.to(torch.bfloat16), 4)
+    with pytest.raises(ValueError, match="rows"):
+        packed_gemm.pack(w, 0)
+
+
+def test_nothing_marked_without_row_counts():
+    model = tiny_model()
+    assert packed_gemm.enable(model, []) == 0
+    assert not hasattr(model.layers[0].wqkv, "packs")
