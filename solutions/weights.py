@@ -236,10 +236,12 @@ def _int4(name: str, blocks: np.ndarray, shape: tuple[int, int]) -> dict[str, to
 
 
 def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str = "fp32",
-                **model_kwargs) -> Llama:
+                mapped: bool = False, **model_kwargs) -> Llama:
     """A `mode` Llama in eval mode on the tensors of `mode_state` (taken as they are, memory
-    layout included: memory-mapped tensors stay mapped). `model_kwargs` go to `Llama`.
-    Raises ValueError for a missing or extra tensor."""
+    layout included: memory-mapped tensors stay mapped). `mapped`: the tensors are mapped from a
+    file, so one copied into a packed layout has its pages released (solutions.mapped_pages)
+    at once. `model_kwargs` go to `Llama`. Raises ValueError for a missing or extra tensor."""
+    from solutions.mapped_pages import release
     from solutions.weight_modes import MATRICES, BF16Linear, Int4Linear, Q8Rows, RescoredHead, check_mode
 
     check_mode(mode)
@@ -259,9 +261,15 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         used.add(key)
         return state[key]
 
+    def bf16(name: str) -> BF16Linear:
+        w = BF16Linear(take(name))
+        if mapped and w.weight is None:  # oneDNN copied it: the mapped pages are not read again
+            release(state[name])
+        return w
+
     def packed(name: str):
         if mode == "bf16":
-            return BF16Linear(take(name))
+            return bf16(name)
         return Int4Linear(take(f"{name}.packed"), take(f"{name}.scales_zeros"))
 
     vectors = {n: take(n) for n in names if n.endswith("norm")}
@@ -276,7 +284,7 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         else:
             model.embed = nn.Parameter(take("embed"), requires_grad=False)
             rows = partial(F.embedding, weight=model.embed)
-        model.lm_head = RescoredHead(BF16Linear(take("lm_head")), rows)
+        model.lm_head = RescoredHead(bf16("lm_head"), rows)
     for i, layer in enumerate(model.layers):
         for name in MATRICES:
             delattr(layer, name)  # the empty fp32 Parameter

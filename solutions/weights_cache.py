@@ -5,7 +5,9 @@ and turning its blocks into a weights mode takes about as long again. So the fir
 the file once, for both the tokenizer and the weights, and writes into `cache_dir`:
 - `tokenizer.json` (solutions.tokenizer.save_tokenizer),
 - `weights-<mode>[-<layout>].safetensors`, the mode's tensors (solutions.weights.mode_state) in
-  the memory order the model uses, so a later start maps them in place (no copy, no parse),
+  the memory order the model uses, so a later start maps them in place (no copy, no parse; a
+  matrix that oneDNN copies into its prepacked bf16 layout has its mapped pages released at once,
+  solutions.mapped_pages, so it is not resident twice),
 - `manifest.json`: the GGUF's key (size, mtime, BLAKE2b hash) and each file's size and CRC-32,
 - and beside them the machine's calibration (solutions.calibration), which picks the layout and
   the row counts whose fp32 products go through MKL's packed GEMM (solutions.packed_gemm).
@@ -260,4 +262,4 @@ def _read_weights(path: Path, mode: str, model_kwargs: dict):
         for name in f.keys():
             w = f.get_tensor(name)
             state[name] = w.t() if col and w.dim() == 2 and w.is_floating_point() else w
-    return build_model(config, state, mode, **model_kwargs)
+    return build_model(config, state, mode, mapped=True, **model_kwargs)
