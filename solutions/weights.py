@@ -184,8 +184,8 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
     fp32 / bf16: each model weight dequantized (and rounded to bf16), Q/K rows un-permuted.
     int4: the layer matrices as the int4 kernel's `<name>.packed` and `<name>.scales_zeros`,
     straight from the Q4_1 blocks (rows un-permuted, never dequantized); `embed.blocks`, the
-    Q8_0 embedding's bytes (`embed`, fp32, for a file without one); `lm_head`, the embedding in
-    bf16 (see weight_modes.RescoredHead); norms fp32.
+    Q8_0 embedding's bytes (`embed`, fp32, for a file without one); `lm_head.*`, the embedding
+    quantized to Q4_1 for the same kernel (see weight_modes.RescoredHead); norms fp32.
     `progress(done, total)` is called after each GGUF tensor. Raises ValueError as load_smollm2.
     """
     from gguf import GGMLQuantizationType as Q
@@ -209,7 +209,7 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
             w = np.concatenate([unpermute_qk(dequantize(tensors[p]), h) if h else dequantize(tensors[p])
                                 for p, h in zip(parts, heads)])
             if mode == "int4" and model_name == "embed":
-                state["lm_head"] = torch.from_numpy(w).to(torch.bfloat16)
+                state |= _int4("lm_head", quantize_q4_1(w), w.shape)  # the tied head, re-quantized
             elif mode == "int4" and w.ndim == 2:  # not Q4_1 in the file: quantized here
                 state |= _int4(model_name, quantize_q4_1(w), w.shape)
             elif mode == "bf16" and w.ndim == 2:
@@ -284,7 +284,7 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         else:
             model.embed = nn.Parameter(take("embed"), requires_grad=False)
             rows = partial(F.embedding, weight=model.embed)
-        model.lm_head = RescoredHead(bf16("lm_head"), rows)
+        model.lm_head = RescoredHead(Int4Linear(take("lm_head.packed"), take("lm_head.scales_zeros")), rows)
     for i, layer in enumerate(model.layers):
         for name in MATRICES:
             delattr(layer, name)  # the empty fp32 Parameter

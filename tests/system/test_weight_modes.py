@@ -135,16 +135,20 @@ def test_int4_greedy_answers_are_fp32s(modes, chats, smollm2_tokenizer):
 
 
 def test_packed_modes_stay_near_fp32_logits(modes, chats):
-    """Teacher-forced over a chat prompt, bf16 and int4 logits stay within 2 of fp32's, and
-    their argmax agrees at nearly every prompt position (near-ties may flip)."""
+    """Teacher-forced over a chat prompt, bf16 logits stay within 2 of fp32's, and so do int4's
+    top 16 per position (the rescored ones; its Q4_1 head moves the rest by up to ~4.5, so
+    within 8); argmax agrees at nearly every prompt position (near-ties may flip)."""
     ids = torch.tensor([chats[1]])
     with torch.inference_mode():
         ref = modes["fp32"](ids)[0]
         for mode, floor in (("bf16", 0.8), ("int4", 0.9)):
             got = modes[mode](ids)[0]
+            top = got.topk(modes[mode].lm_head.k if mode == "int4" else 1, dim=-1).indices
             diff = float((got - ref).abs().max())
+            top_diff = float((got - ref).gather(-1, top).abs().max())
             agree = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
-            assert diff < 2.0 and agree >= floor, f"{mode}: max |logit diff| {diff:.3f}, argmax agreement {agree:.0%}"
+            assert top_diff < 2.0 and diff < (8.0 if mode == "int4" else 2.0) and agree >= floor, \
+                f"{mode}: max |logit diff| {diff:.3f} ({top_diff:.3f} over its top logits), argmax agreement {agree:.0%}"
 
 
 def test_bytes_read_per_token(modes):
