@@ -114,7 +114,8 @@ def modes(ctx: Context) -> list[Row]:
     for mode, r in agree.items():
         rows.append(Row("modes", f"{mode} vs fp32 over {len(chats)} "
                         f"chats: greedy tokens agreeing (teacher-forced, {r['positions']} tokens)", r["agree"], "%",
-                        note=f"max |logit diff| {r['max_logit_diff']:.3f}; {describe_mode(mode)}"))
+                        note=f"max |logit diff| {r['max_logit_diff']:.3f}, {r['top_diff']:.3f} over the mode's "
+                             f"top 16 a position; {describe_mode(mode)}"))
     for mode, r in speed.items():
         rest = r["step_s"] - r["products_s"]
         rows.append(Row("modes", f"SmolLM2 decode tok/s, batch 1, {mode} ({r['bytes'] / 1e6:.0f} MB/token)", r["tok_s"],
@@ -132,7 +133,7 @@ def startup(ctx: Context) -> list[Row]:
     from solutions.weight_modes import MODES, default_mode, resident_bytes
 
     models, _ = ctx.modes()
-    rows = []
+    rows, floor = [], modes_bench.torch_rss()
     for mode in ([default_mode()] if ctx.quick else MODES):
         r = modes_bench.startup(mode, ctx.threads)
         held = resident_bytes(models[mode])
@@ -144,7 +145,8 @@ def startup(ctx: Context) -> list[Row]:
                 note=r["calibration"]),
             Row("startup", f"peak RSS of dojo demo --weights {mode}, warm / weights held ({held / 1e6:.0f} MB)",
                 r["warm_rss"] / held, "x", goal=Goal("<=", 1.5, on="ours"),
-                note=f"warm {r['warm_rss'] / 1e6:.0f} MB, first run {r['cold_rss'] / 1e6:.0f} MB"),
+                note=f"warm {r['warm_rss'] / 1e6:.0f} MB, first run {r['cold_rss'] / 1e6:.0f} MB; `import torch` "
+                     f"alone {floor / 1e6:.0f} MB, and above that {(r['warm_rss'] - floor) / held:.2f}x"),
         ]
     return rows
 
@@ -167,7 +169,7 @@ def generate(ctx: Context) -> list[Row]:
         # a cost (beam step / greedy step): lower is better, so the ratio is HF's over ours
         Row("generate", step["metric"], step["ours"], "x", "transformers", step["peer"], step["peer"] / step["ours"],
             Goal("<=", 1.5, on="ours")),
-        Row("generate", "the step's matrix products alone, 4 rows / 1 row (F.linear, fp32)",
+        Row("generate", "the step's matrix products alone, 4 rows / 1 row (fp32, as the calibration set them up)",
             step["matmuls_4"] / step["matmuls_1"], "x",
             note=f"{step['matmuls_4'] * 1e3:.1f} vs {step['matmuls_1'] * 1e3:.1f} ms: the beam step can't go below "
                  f"{step['floor']:.2f}x, were all else as cheap for 4 rows as for 1"),

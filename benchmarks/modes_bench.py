@@ -2,14 +2,15 @@
 
 - Agreement: for each chat prompt, fp32 answers greedily; each mode then reads the prompt and
   that answer in one forward (teacher forcing) and we count the positions where its argmax is
-  fp32's token, and the largest |logit difference| anywhere.
+  fp32's token, and the largest |logit difference| anywhere and among the mode's own top 16.
 - Decode tok/s at batch 1 per mode, interleaved (A B C A B C ...), medians.
 - Where the time goes, per mode: the step's matrix products alone (each matrix once, on a
   one-row input, as the step calls them) against the whole step; the rest is everything else
   (norms, RoPE, attention, cache writes, and the Python and dispatch overhead of ~20 small ops a
   layer), shown per layer. Bandwidth: bytes read per token x tok/s against copy bandwidth.
 - Start-up: `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace (cold: parses the GGUF and
-  builds the cache) and again (warm: maps it), wall time to exit and the peak RSS it reports.
+  builds the cache) and again (warm: maps it), wall time to exit and the peak RSS it reports,
+  beside the peak RSS of a Python that only imports torch.
 
     python -m benchmarks.modes_bench [--tokens 16] [--repeats 3] [--threads N]
 """
@@ -51,7 +52,7 @@ def load_modes(fp32=None) -> tuple[dict, object]:
 
 def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> dict[str, dict]:
     """{mode: {"max_logit_diff", "agree", "positions"}} against fp32, teacher-forced on fp32's answers."""
-    out = {m: {"max_logit_diff": 0.0, "same": 0, "positions": 0} for m in models if m != "fp32"}
+    out = {m: {"max_logit_diff": 0.0, "top_diff": 0.0, "same": 0, "positions": 0} for m in models if m != "fp32"}
     for chat in chats:
         prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": chat}]))
         answer = generate(models["fp32"], [prompt], max_new_tokens=tokens, eos_token_id=tokenizer.eos_token_id)
@@ -61,6 +62,8 @@ def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHAT
             for mode, r in out.items():
                 got = models[mode](ids)[0, len(prompt) - 1:-1]
                 r["max_logit_diff"] = max(r["max_logit_diff"], float((got - ref).abs().max()))
+                top = got.topk(16, dim=-1).indices  # the logits greedy and top-k sampling choose among
+                r["top_diff"] = max(r["top_diff"], float((got - ref).gather(-1, top).abs().max()))
                 r["same"] += int((got.argmax(-1) == ref.argmax(-1)).sum())
                 r["positions"] += ref.shape[0]
     return {m: r | {"agree": r["same"] / r["positions"]} for m, r in out.items()}
@@ -102,6 +105,13 @@ def demo_run(cmd: list[str], env: dict) -> tuple[float, int, str]:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     peak = next((float(line.split()[2]) * 1e6 for line in proc.stdout.splitlines() if line.startswith("peak RSS:")), 0)
     return wall, int(peak), proc.stdout
+
+
+def torch_rss() -> int:
+    """Peak RSS, bytes, of a Python that only imports torch: the floor under any torch program's."""
+    code = "import resource, torch; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return int(out.stdout.split()[-1]) * 1024  # ru_maxrss is in KiB on Linux
 
 
 def startup(mode: str, threads: int) -> dict:

@@ -73,28 +73,3 @@ def test_batched_beam_search_matches_hf(smollm2, hf_smollm2, encode, eos):
     want_tokens, want_scores = hf_beam_search(hf_smollm2, prompts, eos, **kwargs)
     assert ours.tokens == want_tokens, f"ours {ours.tokens}, HF {want_tokens}"
     assert ours.scores == pytest.approx(want_scores, abs=1e-4), f"ours {ours.scores}, HF {want_scores}"
-
-
-@pytest.fixture
-def packed_smollm2(smollm2):
-    """The session's SmolLM2 with its 4-row products through MKL's packed GEMM, as the calibration
-    sets it up where packing wins; unpacked again afterwards, for the other tests."""
-    from solutions import packed_gemm
-
-    marked = packed_gemm.matrices(smollm2)
-    assert packed_gemm.enable(smollm2, [4]) == len(marked) > 0, "this torch has no MKL packed GEMM"
-    yield smollm2
-    for w in marked:
-        del w.packs
-
-
-@pytest.mark.slow
-def test_beam_search_with_packed_products_matches_hf(packed_smollm2, hf_smollm2, encode, eos):
-    """4 beams with every 4-row product from MKL's packed layout give HF's sequences and scores"""
-    prompt = encode("The capital of France is")
-    kwargs = dict(num_beams=4, length_penalty=1.0, early_stopping=False, num_return_sequences=4)
-    ours = generate(packed_smollm2, [prompt], max_new_tokens=MAX_NEW, eos_token_id=eos, strategy="beam", **kwargs)
-    assert packed_smollm2.layers[0].wqkv.packs[4] is not None, "the 4-row steps did not use the packed weights"
-    want_tokens, want_scores = hf_beam_search(hf_smollm2, [prompt], eos, **kwargs)
-    assert ours.tokens == want_tokens, f"ours {ours.tokens}, HF {want_tokens}"
-    assert ours.scores == pytest.approx(want_scores, abs=1e-4), f"ours {ours.scores}, HF {want_scores}"

@@ -1,6 +1,5 @@
-"""MKL's packed GEMM for the 4-row products of a beam step (solutions.packed_gemm), on a tiny model.
-
-The beam search it serves is checked against HuggingFace in test_generate_hf.py.
+"""MKL's packed GEMM for the 4-row products of a beam step (solutions.packed_gemm): its products
+on a tiny model, and the beam search it serves on SmolLM2 against HuggingFace's.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from solutions import packed_gemm
+from solutions.generate import generate
 from solutions.model import tiny_model
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL")  # x86 wheels do
@@ -47,3 +47,30 @@ def test_nothing_marked_without_row_counts():
     model = tiny_model()
     assert packed_gemm.enable(model, []) == 0
     assert not hasattr(model.layers[0].wqkv, "packs")
+
+
+@pytest.fixture
+def packed_smollm2(smollm2):
+    """The session's SmolLM2 with its 4-row products through MKL's packed GEMM, as the calibration
+    sets it up where packing wins; unpacked again afterwards, for the other tests."""
+    marked = packed_gemm.matrices(smollm2)
+    assert packed_gemm.enable(smollm2, [4]) == len(marked) > 0
+    yield smollm2
+    for w in marked:
+        del w.packs
+
+
+@pytest.mark.slow
+def test_beam_search_with_packed_products_matches_hf(packed_smollm2, hf_smollm2, smollm2_tokenizer):
+    """4 beams with every 4-row product from MKL's packed layout give HF's sequences and scores
+    (the same case as test_generate_hf.py's, there on plain products)."""
+    from test_generate_hf import hf_beam_search  # pytest puts this folder on sys.path
+
+    eos = [smollm2_tokenizer.eos_token_id, *smollm2_tokenizer.encode(".")]
+    prompt = smollm2_tokenizer.encode("The capital of France is")
+    kwargs = dict(num_beams=4, length_penalty=1.0, early_stopping=False, num_return_sequences=4)
+    ours = generate(packed_smollm2, [prompt], max_new_tokens=8, eos_token_id=eos, strategy="beam", **kwargs)
+    assert packed_smollm2.layers[0].wqkv.packs[4] is not None, "the 4-row steps did not use the packed weights"
+    want_tokens, want_scores = hf_beam_search(hf_smollm2, [prompt], eos, **kwargs)
+    assert ours.tokens == want_tokens, f"ours {ours.tokens}, HF {want_tokens}"
+    assert ours.scores == pytest.approx(want_scores, abs=1e-4), f"ours {ours.scores}, HF {want_scores}"
