@@ -109,9 +109,10 @@ def demo_run(cmd: list[str], env: dict) -> tuple[float, int, str]:
 
 def torch_rss() -> int:
     """Peak RSS, bytes, of a Python that only imports torch: the floor under any torch program's."""
-    code = "import resource, torch; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec, so it would count this (large) parent's memory
+    code = "import torch; print(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    return int(out.stdout.split()[-1]) * 1024  # ru_maxrss is in KiB on Linux
+    return int(out.stdout.split()[-1]) * 1024  # kB
 
 
 def startup(mode: str, threads: int) -> dict:
