@@ -13,6 +13,8 @@ counts where that is at least `PACK_GAIN` faster than the chosen layout: a packe
 weight's size again, so a tie is not worth it. The choice is cached per machine (CPU model, torch
 version, thread count, and this calibration's version) in a small JSON file.
 
+Cost: about 1 s, once per machine, holding ~0.85 GB of test matrices while it runs (both layouts
+and the two packed copies), which sets the peak memory of an fp32 first start.
 Left out: other row counts, the bf16 and int4 modes (oneDNN and the int4 kernel pick their own
 layouts), and re-measuring a cached machine (delete the file to calibrate again).
 """
@@ -96,7 +98,7 @@ def kinds() -> tuple[str, ...]:
 
 
 def matmul_timer(layers: int = LAYERS) -> Callable[[str, int], float]:
-    """A timer(kind, rows) -> seconds for one pass of `layers` layers' products on random weights;
+    """A timer(kind, rows) -> seconds for one pass of `layers` layers' products on constant weights;
     kind is a layout or PACKED (MKL's packed GEMM for that row count, see kinds())."""
     from solutions import packed_gemm
 
