@@ -277,6 +277,8 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     del model.embed
     if mode == "bf16":
         model.embed = model.lm_head = BF16Linear(take("embed"), lookup=True)
+        if mapped:  # the head reads oneDNN's copy; a lookup faults its few rows back in from the file
+            release(state["embed"])
     else:
         if "embed.blocks" in state:
             model.embed = Q8Rows(take("embed.blocks"), (config.vocab_size, config.d_model))
