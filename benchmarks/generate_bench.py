@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from benchmarks.decode_bench import PROMPT, interleaved, load_models
+from benchmarks.modes_bench import products_timer
 from solutions.generate import generate
-from solutions.model import project
 
 
 def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
@@ -85,23 +85,6 @@ def hf_step(hf, n: int, num_beams: int) -> Callable[[], float]:
     return run
 
 
-def step_matmuls(model, rows: int) -> Callable[[], float]:
-    """Seconds for the matrix products of one decode step alone (4 per layer, then the LM head),
-    on the model's own weights and product path with `rows` input rows."""
-    weights = [w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
-    weights.append(model.embed)
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
-
-    @torch.no_grad()
-    def run() -> float:
-        start = time.perf_counter()
-        for w in weights:
-            project(inputs[w.shape[1]], w)
-        return time.perf_counter() - start
-
-    return run
-
-
 def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """One 4-beam step over one greedy step, ours and HF's; goal <= 1.5 for ours.
 
@@ -110,7 +93,7 @@ def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """
     t = interleaved({"ours 1": ours_step(ours, tokens, 1), "ours 4": ours_step(ours, tokens, 4),
                      "hf 1": hf_step(hf, tokens, 1), "hf 4": hf_step(hf, tokens, 4),
-                     "matmuls 1": step_matmuls(ours, 1), "matmuls 4": step_matmuls(ours, 4)}, repeats)
+                     "matmuls 1": products_timer(ours, 1), "matmuls 4": products_timer(ours, 4)}, repeats)
     mine, theirs = t["ours 4"] / t["ours 1"], t["hf 4"] / t["hf 1"]
     floor = (t["ours 1"] + t["matmuls 4"] - t["matmuls 1"]) / t["ours 1"]
     return [dict(metric="beam step (4 beams) / greedy step", ours=mine, peer=theirs, peer_name="transformers",

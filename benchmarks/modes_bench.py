@@ -69,11 +69,12 @@ def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHAT
     return {m: r | {"agree": r["same"] / r["positions"]} for m, r in out.items()}
 
 
-def products_timer(model) -> Callable[[], float]:
-    """Seconds for one decode step's matrix products alone: every matrix once, on one row."""
+def products_timer(model, rows: int = 1) -> Callable[[], float]:
+    """Seconds for one decode step's matrix products alone: every matrix once (each layer's, then
+    the head), on `rows` input rows, through the model's own product path (`project`)."""
     mats = [getattr(layer, name) for layer in model.layers for name in MATRICES]
     mats.append(model.embed if model.lm_head is None else model.lm_head)
-    inputs = {w.shape[1]: torch.randn(1, w.shape[1]) for w in mats}
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in mats}
 
     @torch.inference_mode()
     def run() -> float:
