@@ -31,7 +31,7 @@ import torch
 from benchmarks.decode_bench import interleaved, ours_decode
 from solutions.generate import generate
 from solutions.model import project
-from solutions.weight_modes import MATRICES, MODES, weight_bytes
+from solutions.weight_modes import MODES, step_matrices, weight_bytes
 
 CHATS = ["What is the capital of France?", "Name three prime numbers.", "Write a haiku about the sea.",
          "How do I reverse a list in Python?", "Why is the sky blue?", "Give me a synonym for happy."]
@@ -72,8 +72,7 @@ def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHAT
 def products_timer(model, rows: int = 1) -> Callable[[], float]:
     """Seconds for one decode step's matrix products alone: every matrix once (each layer's, then
     the head), on `rows` input rows, through the model's own product path (`project`)."""
-    mats = [getattr(layer, name) for layer in model.layers for name in MATRICES]
-    mats.append(model.embed if model.lm_head is None else model.lm_head)
+    mats = step_matrices(model)
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in mats}
 
     @torch.inference_mode()

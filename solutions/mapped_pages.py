@@ -16,12 +16,21 @@ the pages. Left out: platforms other than Linux (release does nothing there).
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import sys
 
 from torch import Tensor
 
 MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
+
+
+@functools.cache
+def _madvise():
+    """libc's madvise, looked up once."""
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise
 
 
 def page_range(start: int, nbytes: int, page: int = mmap.PAGESIZE) -> tuple[int, int]:
@@ -39,9 +48,7 @@ def release(t: Tensor) -> int:
     first, length = page_range(t.data_ptr(), t.numel() * t.element_size())
     if length == 0:
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    if libc.madvise(first, length, MADV_DONTNEED) != 0:
+    if _madvise()(first, length, MADV_DONTNEED) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"madvise(MADV_DONTNEED) on {length} bytes of a mapped tensor failed")
     return length

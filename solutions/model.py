@@ -115,11 +115,8 @@ def project(x: Tensor, w) -> Tensor:
     solutions.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
     if not isinstance(w, Tensor):
         return w(x)
-    if getattr(w, "packs", None):
-        y = packed_gemm.project(x, w)
-        if y is not None:
-            return y
-    return F.linear(x, w)
+    y = packed_gemm.project(x, w)
+    return F.linear(x, w) if y is None else y
 
 
 class Block(nn.Module):

@@ -51,11 +51,9 @@ def linear(x: Tensor, w: Tensor, packed: Tensor, rows: int) -> Tensor:
 
 def matrices(model) -> list[Tensor]:
     """The fp32 matrices a forward pass multiplies by: each layer's, then the head."""
-    from solutions.weight_modes import MATRICES
+    from solutions.weight_modes import step_matrices
 
-    head = model.embed if model.lm_head is None else model.lm_head
-    found = [getattr(layer, name) for layer in model.layers for name in MATRICES] + [head]
-    return [w for w in found if isinstance(w, Tensor)]
+    return [w for w in step_matrices(model) if isinstance(w, Tensor)]
 
 
 def enable(model, rows: Iterable[int]) -> int:
@@ -72,7 +70,7 @@ def enable(model, rows: Iterable[int]) -> int:
 
 def project(x: Tensor, w: Tensor) -> Tensor | None:
     """x @ w.T through w's pack for x's row count (packing it now if it is the first such
-    product); None when w has no pack for that many rows."""
+    product); None when w has no pack for that many rows, or none at all (not enabled)."""
     packs = getattr(w, "packs", None)
     if not packs:
         return None

@@ -175,14 +175,18 @@ class RescoredHead:
         return logits.scatter_(-1, top, exact)
 
 
+def step_matrices(model) -> list:
+    """The matrices one decode step multiplies by, in order: each layer's MATRICES, then the LM
+    head (the tied embedding where the mode holds no head apart). Tensors or packed weights."""
+    head = model.lm_head if model.lm_head is not None else model.embed
+    return [getattr(layer, name) for layer in model.layers for name in MATRICES] + [head]
+
+
 def weight_bytes(model) -> int:
     """Bytes one decode step reads: every matrix once (the LM head included), the norms, and
     nothing for an embedding table held apart from the head (a lookup reads one row)."""
-    head = model.lm_head if model.lm_head is not None else model.embed
-    total = _nbytes(head) + sum(p.numel() * p.element_size() for p in (model.norm,))
-    for layer in model.layers:
-        total += sum(_nbytes(getattr(layer, name)) for name in ("attn_norm", "ffn_norm", *MATRICES))
-    return total
+    norms = [model.norm] + [n for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
+    return sum(map(_nbytes, step_matrices(model))) + sum(map(_nbytes, norms))
 
 
 def resident_bytes(model) -> int:
