@@ -46,6 +46,11 @@ def reading(clock: FakeClock, *modules: ModuleType) -> Iterator[FakeClock]:
     """Make time.perf_counter, and every alias of it in `modules` (a kata's `from time import
     perf_counter`), read `clock` for the block; the real clock comes back afterwards, whatever
     happened."""
+    remote = [m for m in modules if not isinstance(m, ModuleType)]  # judge mode: a module in another process
+    if remote:
+        with remote[0].reading_clock(clock), reading(clock, *(m for m in modules if m not in remote)):
+            yield clock
+        return
     aliases = [(m, name) for m in modules for name, value in vars(m).items() if value is _REAL]
     time.perf_counter = clock
     for module, name in aliases:

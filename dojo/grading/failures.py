@@ -36,6 +36,9 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
         return str(exc.msg if hasattr(exc, "msg") else exc)
     if isinstance(exc, pytest.skip.Exception):
         return str(exc)
+    if getattr(exc, "remote_type", None):  # raised in judge mode's worker: where is its own report
+        where = f" (at {Path(target).name if target else 'your file'}: {exc.where})" if exc.where else ""
+        return _describe(exc, where) + notes
     return _describe(exc, _where(excinfo, target)) + notes
 
 
@@ -72,4 +75,8 @@ def _describe(exc: BaseException, where: str) -> str:
         return f"wrote or printed more output than the grader allows{where}"
     if isinstance(exc, NotImplementedError) and not str(exc):
         return f"NotImplementedError: not written yet{where}"
+    if type(exc).__name__ == "BoundaryError":  # judge mode: the worker died, hung or broke the protocol
+        from dojo.grading import judge
+
+        return f"{judge.describe_failure(exc) or exc}{where}"
     return f"{type(exc).__name__}: {exc}{where}"

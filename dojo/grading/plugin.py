@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from dojo import targets, testing
-from dojo.grading import channel
+from dojo.grading import channel, judge
 from dojo.grading.failures import TestTimeout, failure_message
 
 
@@ -50,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dojo-test-timeout", type=float, default=None, metavar="S", help="fail any test that runs past S seconds"
     )
+    group.addoption("--judge", action="store_true",
+                    help="judge mode: the implementation runs in the worker named by $DOJO_JUDGE_WORKER, never here; "
+                         "tests marked candidate_process (and machine) are deferred")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,14 +62,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "example: a worked example from the kata README")
     config.addinivalue_line(
         "markers", "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive")
+    config.addinivalue_line(
+        "markers", "candidate_process: can only be measured inside the candidate's process (timings, gradients "
+                   "through its code, buffer identity); judge mode runs it apart and reports its points apart")
+
+
+def in_candidate_process(item: pytest.Item) -> bool:
+    """Whether the test must run where the candidate's code runs: marked candidate_process, or machine."""
+    return any(item.get_closest_marker(m) for m in ("candidate_process", "machine"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--examples-only"):
-        return
-    keep = [item for item in items if item.get_closest_marker("example")]
-    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
-    items[:] = keep
+    if config.getoption("--examples-only"):
+        keep = [item for item in items if item.get_closest_marker("example")]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+    if config.getoption("--judge"):  # the grader runs these apart, in the candidate's process
+        deferred = [item for item in items if in_candidate_process(item)]
+        config.hook.pytest_deselected(items=deferred)
+        items[:] = [item for item in items if item not in deferred]
+        _emit({"deferred": [describe(item) for item in deferred]})
 
 
 def kata_slug(request: pytest.FixtureRequest) -> str:
@@ -88,14 +103,20 @@ def kata_path(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="module")
 def kata(request: pytest.FixtureRequest, kata_path: Path):
-    """The implementation under test, imported by path as a fresh module."""
+    """The implementation under test, imported by path as a fresh module; in judge mode (--judge) a
+    dojo.grading.judge.KataModule onto the worker that imported it."""
     slug = kata_slug(request)
     try:
+        if request.config.getoption("--judge"):
+            return judge.kata_module(f"dojo_target_{slug}")
         return targets.load_module(kata_path, f"dojo_target_{slug}")
     except SystemExit as exc:
         pytest.fail(f"{kata_path.name} called sys.exit({exc.code}) while being imported", pytrace=False)
     except TestTimeout as exc:
         pytest.fail(f"{kata_path.name} did not finish importing: {exc}", pytrace=False)
+    except judge.BoundaryError:
+        pytest.fail(f"{kata_path.name} could not be imported: {judge.describe_failure(judge.BoundaryError())}",
+                    pytrace=False)
     except Exception as exc:  # noqa: BLE001 (the learner's import-time error is the result)
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
 
@@ -168,6 +189,7 @@ def describe(item: pytest.Item) -> dict:
         "property": property_of(item),
         "points": points_of(item),
         "example": item.get_closest_marker("example") is not None,
+        "candidate_process": in_candidate_process(item),
     }
 
 
@@ -176,25 +198,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and not report.passed):
+        verdict = _outcome(report, call, item)
+        message = "" if report.passed else failure_message(call.excinfo, report.longrepr, _target_file(item))
+        if report.skipped and verdict == "failed":  # pytest, and so its exit status, must agree
+            raised = type(call.excinfo.value).__name__ if call.excinfo else "a skip"
+            message = f"{message}\n(raised {raised}: a skipped test counts as failed)".lstrip()
+            report.outcome, report.longrepr = "failed", message
         report.dojo_row = {
             **describe(item),
-            "outcome": _outcome(report, call),
-            "message": "" if report.passed else failure_message(call.excinfo, report.longrepr, _target_file(item)),
+            "outcome": verdict,
+            "message": message,
             "duration": round(call.duration, 4),
         }
 
 
-def _outcome(report: pytest.TestReport, call: pytest.CallInfo) -> str:
-    """passed | failed | skipped | inconclusive (a timing test that could not decide: dojo.testing)."""
+def _outcome(report: pytest.TestReport, call: pytest.CallInfo, item: pytest.Item) -> str:
+    """passed | failed | inconclusive. A skip is a failure, except a machine test's own Inconclusive
+    (dojo.testing.inconclusive) raised by the suite: never from the candidate's file."""
     if report.passed:
         return "passed"
-    if call.excinfo is not None and call.excinfo.errisinstance(testing.Inconclusive):
+    if (call.excinfo is not None and call.excinfo.errisinstance(testing.Inconclusive)
+            and item.get_closest_marker("machine") and not _raised_by_candidate(call.excinfo, item)):
         return "inconclusive"
-    return "skipped" if report.skipped else "failed"
+    return "failed"
+
+
+def _raised_by_candidate(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> bool:
+    """Whether any frame between the test and the raise is in the candidate's file (or is no file of
+    the suite's, dojo's or a library's): a skip or Inconclusive raised there is the candidate's."""
+    target = _target_file(item)
+    for entry in excinfo.traceback:
+        path = str(entry.path)
+        if target and path == target or not path.endswith(".py"):
+            return True
+    return False
 
 
 def _target_file(item: pytest.Item) -> str | None:
     module = getattr(item, "funcargs", {}).get("kata")
+    if judge.is_remote(module):  # only the name is shown: the frames were the worker's
+        path = getattr(item, "funcargs", {}).get("kata_path")
+        return str(path) if path else None
     return getattr(module, "__file__", None)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dojo.grading.judge import KataFolder
+
 
 @pytest.fixture(scope="module")
 def one_thread():
@@ -14,3 +16,10 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def kata_dir(tmp_path) -> KataFolder:
+    """A folder the kata's code can read and write (in its own process under judge mode): pass
+    kata_dir.path(name) to it; write and read its files with kata_dir.write_text / read_bytes."""
+    return KataFolder(tmp_path)

@@ -302,18 +302,18 @@ def test_bad_shapes_raise_value_error(kata, case):
 # ---------------------------------------------------------------- MultiHeadAttention
 
 def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
-    with torch.no_grad():
-        if mha.in_proj_weight is not None:
-            wq, wk, wv = mha.in_proj_weight.chunk(3)
-        else:
-            wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
-        for proj, w in zip((ours.q_proj, ours.k_proj, ours.v_proj), (wq, wk, wv)):
-            proj.weight.copy_(w)
-        ours.o_proj.weight.copy_(mha.out_proj.weight)
-        if mha.in_proj_bias is not None:
-            for proj, bias in zip((ours.q_proj, ours.k_proj, ours.v_proj), mha.in_proj_bias.chunk(3)):
-                proj.bias.copy_(bias)
-            ours.o_proj.bias.copy_(mha.out_proj.bias)
+    """Load mha's weights into the kata's module by name (load_state_dict: the same call in judge mode,
+    where `ours` lives in the candidate's process)."""
+    if mha.in_proj_weight is not None:
+        wq, wk, wv = mha.in_proj_weight.chunk(3)
+    else:
+        wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+    state = {"q_proj.weight": wq, "k_proj.weight": wk, "v_proj.weight": wv, "o_proj.weight": mha.out_proj.weight}
+    if mha.in_proj_bias is not None:
+        for name, bias in zip(("q_proj", "k_proj", "v_proj"), mha.in_proj_bias.chunk(3)):
+            state[f"{name}.bias"] = bias
+        state["o_proj.bias"] = mha.out_proj.bias
+    ours.load_state_dict({name: w.detach().clone() for name, w in state.items()})
 
 
 @pytest.mark.points(2)

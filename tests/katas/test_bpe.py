@@ -382,12 +382,12 @@ def test_special_id_collisions(kata):
 # --------------------------------------------------------------------------- save and load
 
 @pytest.mark.points(2)
-def test_save_load_round_trip(kata, tmp_path):
+def test_save_load_round_trip(kata, kata_dir):
     """load(save(t)) has the same pattern, special tokens, merges and vocab, and encodes alike"""
     pattern = GPT2 + r'|"quoted"|\n'
     tok = trained(kata, "the cat sat on the mat 'quoted' 12 12 12 é é é", threshold=2,
                   pattern=pattern, specials={EOT: 1000, "<|x y|>": 1001})
-    path = tmp_path / "tok.bpe"
+    path = kata_dir.path("tok.bpe")
     tok.save(path)
     back = kata.BPETokenizer.load(path)
     assert back.pattern == pattern, f"pattern after save/load: got {back.pattern!r}, want {pattern!r}"
@@ -397,18 +397,17 @@ def test_save_load_round_trip(kata, tmp_path):
     text = f"the mat{EOT}sat 12 é<|x y|>"
     assert back.encode(text) == tok.encode(text), f"encode({text!r}) differs after save/load"
     plain = kata.BPETokenizer()
-    plain.save(tmp_path / "plain.bpe")
-    back = kata.BPETokenizer.load(tmp_path / "plain.bpe")
+    plain.save(kata_dir.path("plain.bpe"))
+    back = kata.BPETokenizer.load(kata_dir.path("plain.bpe"))
     assert back.pattern is None and back.merges == {} and back.special_tokens == {}, "an untrained tokenizer without pattern did not round-trip"
 
 
 @pytest.mark.example
 @pytest.mark.points(1)
-def test_readme_file_format_example(kata, tmp_path):
+def test_readme_file_format_example(kata, kata_dir):
     """load reads the documented text format"""
-    path = tmp_path / "hand.bpe"
-    path.write_text('bpe v1\npattern null\nspecial 300 "<|endoftext|>"\nmerge 97 97\nmerge 256 98\n', encoding="utf-8")
-    tok = kata.BPETokenizer.load(path)
+    kata_dir.write_text("hand.bpe", 'bpe v1\npattern null\nspecial 300 "<|endoftext|>"\nmerge 97 97\nmerge 256 98\n')
+    tok = kata.BPETokenizer.load(kata_dir.path("hand.bpe"))
     assert tok.merges == {(97, 97): 256, (256, 98): 257}, f"merges read from the README's file: got {tok.merges}"
     got = tok.encode("aabaa<|endoftext|>")
     assert got == [257, 256, 300], f"encode('aabaa<|endoftext|>') with the README's file: got {got}, want [257, 256, 300]"
@@ -425,10 +424,10 @@ def test_readme_file_format_example(kata, tmp_path):
     ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
     ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),  # blank lines count in the numbering
 ])
-def test_malformed_file(kata, tmp_path, content, line):
+def test_malformed_file(kata, kata_dir, content, line):
     """load raises ValueError naming the line of a malformed file"""
-    path = tmp_path / "bad.bpe"
-    path.write_text(content, encoding="utf-8")
+    kata_dir.write_text("bad.bpe", content)
+    path = kata_dir.path("bad.bpe")
     msg = raises(ValueError, lambda: kata.BPETokenizer.load(path), f"load of a file with a bad line {line}: {content!r}")
     assert re.search(rf"\bline {line}\b", msg), f"load of {content!r}: the error should name line {line}, got {msg!r}"
 

@@ -1,17 +1,18 @@
 """Hidden suite for the mixed_precision kata: autocast train_step, fp32 master weights, a dynamic loss scaler.
 
 The model is the reference tiny Llama (solutions.model.tiny_model); the oracle for one step is
-the same step in plain fp32, written here.
+the same step in plain fp32, written here. The model and optimizer that train_step changes are
+built where the kata's code runs (dojo.grading.judge.build: in its worker under judge mode), and read
+back as data; the oracle is a second model from the same seed, here.
 """
 
 from __future__ import annotations
-
-import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from dojo.grading.judge import build, named_grads
 from dojo.testing import banned_uses
 from solutions.model import tiny_model
 
@@ -37,16 +38,32 @@ def fp32_step(model, batch, lr: float) -> None:
             p -= lr * p.grad
 
 
+def trained_model(seed: int, dtype: torch.dtype | None = None):
+    """tiny_model(seed) in training mode, made where the kata's code runs (it changes it in place)."""
+    model = build("solutions.model:tiny_model", seed)
+    model.train()
+    return model if dtype is None else model.to(dtype)
+
+
+def optimizer_for(model, name: str, **kwargs):
+    return build(f"torch.optim:{name}", model.parameters(), **kwargs)
+
+
+def weights(model) -> list[torch.Tensor]:
+    """The model's parameters as plain tensors, in order (read back from wherever the model lives)."""
+    return [w.detach() for w in model.state_dict().values()]
+
+
 def max_update_error(model, oracle, start) -> float:
     """Largest |update - oracle update| relative to the largest oracle update, over all parameters."""
     with torch.no_grad():
-        num = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), oracle.parameters()))
-        den = max(float((q - s).abs().max()) for q, s in zip(oracle.parameters(), start.parameters()))
+        num = max(float((p - q).abs().max()) for p, q in zip(weights(model), weights(oracle)))
+        den = max(float((q - s).abs().max()) for q, s in zip(weights(oracle), weights(start)))
     return num / den
 
 
 def unchanged(model, start) -> bool:
-    return all(torch.equal(p, s) for p, s in zip(model.parameters(), start.parameters()))
+    return all(torch.equal(p, s) for p, s in zip(weights(model), weights(start)))
 
 
 # ---------------------------------------------------------------- README worked examples
@@ -65,6 +82,7 @@ def test_example_scaler_policy(kata):
 
 
 @pytest.mark.example
+@pytest.mark.candidate_process  # unscale_ divides the caller's own gradient tensors in place
 def test_example_scale_and_unscale(kata):
     """scale_loss multiplies by the scale; unscale_ divides gradients in place and reports finiteness."""
     s = kata.DynamicLossScaler(init_scale=1024.0)
@@ -84,10 +102,9 @@ def test_example_scale_and_unscale(kata):
 @pytest.mark.parametrize("dtype, init_scale", [(torch.bfloat16, None), (torch.float16, 2.0**10)])
 def test_one_step_matches_fp32(kata, dtype, init_scale):
     """One autocast step moves the weights as an fp32 step does, within low-precision tolerance."""
-    start, batch = tiny_model(0).train(), toy_batch(0)
-    model, oracle = copy.deepcopy(start), copy.deepcopy(start)
+    start, oracle, model, batch = tiny_model(0).train(), tiny_model(0).train(), trained_model(0), toy_batch(0)
     scaler = None if init_scale is None else kata.DynamicLossScaler(init_scale=init_scale)
-    result = kata.train_step(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), scaler, dtype)
+    result = kata.train_step(model, batch, optimizer_for(model, "SGD", lr=0.5), scaler, dtype)
     fp32_step(oracle, batch, lr=0.5)
     assert not result.skipped, f"a {dtype} step at scale {init_scale} was skipped, but its gradients are finite"
     err = max_update_error(model, oracle, start)
@@ -98,25 +115,24 @@ def test_one_step_matches_fp32(kata, dtype, init_scale):
 @pytest.mark.points(2)
 def test_fp32_gradients_are_unscaled_exactly(kata):
     """With a power-of-two scale, the gradients the optimizer sees equal the unscaled ones exactly."""
-    start, batch = tiny_model(1).train(), toy_batch(1)
-    model, oracle = copy.deepcopy(start), copy.deepcopy(start)
-    kata.train_step(model, batch, torch.optim.SGD(model.parameters(), lr=0.0), kata.DynamicLossScaler(2.0**12),
-                    torch.float32)
+    oracle, model, batch = tiny_model(1).train(), trained_model(1), toy_batch(1)
+    kata.train_step(model, batch, optimizer_for(model, "SGD", lr=0.0), kata.DynamicLossScaler(2.0**12), torch.float32)
     fp32_step(oracle, batch, lr=0.0)
-    for (name, p), q in zip(model.named_parameters(), oracle.parameters()):
-        assert p.grad is not None and torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-8), (
+    for (name, grad), q in zip(named_grads(model), oracle.parameters()):
+        assert grad is not None and torch.allclose(grad, q.grad, rtol=1e-5, atol=1e-8), (
             f"gradient of {name} after unscaling at scale 4096 differs from the fp32 gradient: "
-            f"max |diff| {float((p.grad - q.grad).abs().max()) if p.grad is not None else 'no grad'}")
+            f"max |diff| {float((grad - q.grad).abs().max()) if grad is not None else 'no grad'}")
 
 
 @pytest.mark.points(2)
 def test_master_weights_stay_fp32(kata):
     """Parameters and their gradients stay fp32 after bf16 and fp16 steps; autocast makes the copies."""
     for dtype, scaler in [(torch.bfloat16, None), (torch.float16, kata.DynamicLossScaler(2.0**8))]:
-        model = tiny_model(2).train()
-        kata.train_step(model, toy_batch(2), torch.optim.Adam(model.parameters(), lr=1e-3), scaler, dtype)
-        bad = [(n, p.dtype, None if p.grad is None else p.grad.dtype) for n, p in model.named_parameters()
-               if p.dtype != torch.float32 or (p.grad is not None and p.grad.dtype != torch.float32)]
+        model = trained_model(2)
+        kata.train_step(model, toy_batch(2), optimizer_for(model, "Adam", lr=1e-3), scaler, dtype)
+        params = dict(model.state_dict())
+        bad = [(n, params[n].dtype, None if g is None else g.dtype) for n, g in named_grads(model)
+               if params[n].dtype != torch.float32 or (g is not None and g.dtype != torch.float32)]
         assert not bad, f"after a {dtype} step these parameters (or grads) are not fp32: {bad[:3]}"
 
 
@@ -127,9 +143,8 @@ def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
     """An fp16 step whose gradients overflow changes no weight, halves the scale and resets the count."""
     found = banned_uses(kata_path, {"GradScaler", "_amp_update_scale_", "_amp_foreach_non_finite_check_and_unscale_"})
     assert not found, f"{kata_path.name} uses torch's own loss scaler; write DynamicLossScaler by hand: {found}"
-    start = tiny_model(3).train()
-    model = copy.deepcopy(start)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    start, model = tiny_model(3).train(), trained_model(3)
+    optimizer = optimizer_for(model, "SGD", lr=0.1, momentum=0.9)
     scaler = kata.DynamicLossScaler(init_scale=2.0**60, growth_interval=5)  # fp16 tops out at 65504
     scaler.good_steps = 3
     result = kata.train_step(model, toy_batch(3), optimizer, scaler, torch.float16)
@@ -143,13 +158,13 @@ def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
 @pytest.mark.points(2)
 def test_nan_gradients_are_skipped(kata):
     """A NaN gradient (not only inf) skips the step and halves the scale."""
-    start = tiny_model(4).train()
-    with torch.no_grad():
-        start.layers[0].w_down[0, 0] = float("nan")
-    model = copy.deepcopy(start)
+    start, model = tiny_model(4).train(), trained_model(4)
+    state = start.state_dict()
+    state["layers.0.w_down"][0, 0] = float("nan")  # in place: start holds the NaN too
+    model.load_state_dict(state)
     scaler = kata.DynamicLossScaler(init_scale=4.0)
-    result = kata.train_step(model, toy_batch(4), torch.optim.SGD(model.parameters(), lr=0.1), scaler, torch.float32)
-    same = all(torch.allclose(p, s, equal_nan=True) for p, s in zip(model.parameters(), start.parameters()))
+    result = kata.train_step(model, toy_batch(4), optimizer_for(model, "SGD", lr=0.1), scaler, torch.float32)
+    same = all(torch.allclose(p, s, equal_nan=True) for p, s in zip(weights(model), weights(start)))
     assert result.skipped and same, f"a step with NaN gradients: skipped={result.skipped}, weights unchanged={same}"
     assert scaler.scale == 2.0, f"scale after a NaN step at 4.0: got {scaler.scale}, want 2.0"
 
@@ -157,8 +172,8 @@ def test_nan_gradients_are_skipped(kata):
 @pytest.mark.points(2)
 def test_scale_grows_after_n_good_steps(kata):
     """The scale doubles on exactly the growth_interval-th good train_step, and not before."""
-    model = tiny_model(5).train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model = trained_model(5)
+    optimizer = optimizer_for(model, "SGD", lr=0.01)
     scaler = kata.DynamicLossScaler(init_scale=2.0**8, growth_interval=3)
     scales = []
     for step in range(4):
@@ -174,8 +189,8 @@ def test_scale_grows_after_n_good_steps(kata):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_loss_falls_over_50_steps(kata, dtype):
     """Fifty mixed-precision Adam steps on one batch of a toy task cut the loss by more than half."""
-    model, batch = tiny_model(6).train(), toy_batch(6, batch=2, length=8)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model, batch = trained_model(6), toy_batch(6, batch=2, length=8)
+    optimizer = optimizer_for(model, "Adam", lr=3e-3)
     scaler = kata.DynamicLossScaler(init_scale=2.0**16, growth_interval=10) if dtype == torch.float16 else None
     losses = [kata.train_step(model, batch, optimizer, scaler, dtype).loss for _ in range(50)]
     assert losses[-1] < 0.5 * losses[0], f"{dtype} loss over 50 steps: {losses[0]:.3f} -> {losses[-1]:.3f}, want below half"
@@ -184,13 +199,13 @@ def test_loss_falls_over_50_steps(kata, dtype):
 def test_bad_arguments_raise(kata):
     """fp16 without a scaler, an unsupported dtype, non-fp32 parameters and a bad scaler raise ValueError."""
     batch = toy_batch(7)
-    model = tiny_model(7).train()
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    half_model = copy.deepcopy(model).to(torch.bfloat16)
+    model = trained_model(7)
+    sgd = optimizer_for(model, "SGD", lr=0.1)
+    half_model = trained_model(7, torch.bfloat16)
     cases = {
         "fp16 without a scaler": lambda: kata.train_step(model, batch, sgd, None, torch.float16),
         "dtype torch.float64": lambda: kata.train_step(model, batch, sgd, None, torch.float64),
-        "bf16 parameters": lambda: kata.train_step(half_model, batch, torch.optim.SGD(half_model.parameters(), lr=0.1),
+        "bf16 parameters": lambda: kata.train_step(half_model, batch, optimizer_for(half_model, "SGD", lr=0.1),
                                                    None, torch.bfloat16),
         "init_scale 0": lambda: kata.DynamicLossScaler(init_scale=0.0),
         "backoff_factor 2": lambda: kata.DynamicLossScaler(backoff_factor=2.0),

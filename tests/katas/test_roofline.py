@@ -18,6 +18,7 @@ time is the reference (solutions.model): a SmolLM2-shaped random model (538 MB).
 
 from __future__ import annotations
 
+import io
 import itertools
 import statistics
 import time
@@ -27,6 +28,7 @@ import pytest
 import torch
 
 from dojo.fakeclock import FakeClock, reading
+from dojo.grading.judge import KataFolder
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
 from dojo.testing import expect_value_error
 from solutions.model import Llama, LlamaConfig, tiny_model
@@ -223,13 +225,12 @@ def test_bound_at_the_ridge_is_compute(kata):
 @pytest.mark.points(1)
 def test_roofline_rejects_bad_input(kata):
     """Non-positive ceilings, negative intensity and a cost with no bytes raise ValueError"""
-    cost = kata.phase_cost(SMOL, "decode", 1, 1, 0)
     cases = {
         "ridge_point(0, 1e10)": lambda: kata.ridge_point(0.0, 1e10),
         "ridge_point(1e11, -1)": lambda: kata.ridge_point(1e11, -1.0),
         "attainable(-1, ...)": lambda: kata.attainable(-1.0, PEAK, BANDWIDTH),
         "bound(1, 0, 1e10)": lambda: kata.bound(1.0, 0.0, 1e10),
-        "arithmetic_intensity of 0 bytes": lambda: kata.arithmetic_intensity(type(cost)(flops=1, bytes=0)),
+        "arithmetic_intensity of 0 bytes": lambda: kata.arithmetic_intensity(kata.Cost(flops=1, bytes=0)),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
@@ -482,9 +483,14 @@ def near(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 @pytest.fixture(scope="module")
 def plotted(kata, tmp_path_factory):
-    path = tmp_path_factory.mktemp("roofline") / "roofline.png"
-    fig = kata.plot_roofline(POINTS, PEAK, BANDWIDTH, path)
-    return fig, path
+    """(the figure, the PNG's bytes): drawn where the kata's code runs, read back as data."""
+    folder = KataFolder(tmp_path_factory.mktemp("roofline"))
+    fig = kata.plot_roofline(POINTS, PEAK, BANDWIDTH, folder.path("roofline.png"))
+    try:
+        png = folder.read_bytes("roofline.png")
+    except FileNotFoundError:
+        png = b""
+    return fig, png
 
 
 @pytest.mark.example
@@ -493,9 +499,10 @@ def test_plot_is_a_log_log_png(plotted):
     """plot_roofline saves a valid PNG of a log-log roofline"""
     import matplotlib.image
 
-    fig, path = plotted
-    assert path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    image = matplotlib.image.imread(path)
+    fig, png = plotted
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "plot_roofline wrote no PNG at the path it was given" if not png else (
+        "the file plot_roofline wrote is not a PNG")
+    image = matplotlib.image.imread(io.BytesIO(png))
     want = tuple(round(v) for v in fig.get_size_inches() * fig.dpi)[::-1]
     assert image.shape[:2] == want, f"PNG is {image.shape[:2]} pixels, the figure {want}: saved with a tight bbox?"
     ax = fig.axes[0]
@@ -519,13 +526,13 @@ def test_plot_points_sit_where_they_should(plotted):
     """Each phase is a labelled marker at (intensity, achieved FLOP/s), visible in the PNG"""
     import matplotlib.image
 
-    fig, path = plotted
+    fig, png = plotted
     ax = fig.axes[0]
     drawn = vertices(ax)
     labels = {t.get_text() for t in ax.texts}
     if ax.get_legend() is not None:
         labels |= {t.get_text() for t in ax.get_legend().get_texts()}
-    image = matplotlib.image.imread(path)[..., :3]
+    image = matplotlib.image.imread(io.BytesIO(png))[..., :3]
     height = image.shape[0]
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     for label, point in POINTS.items():
@@ -539,7 +546,7 @@ def test_plot_points_sit_where_they_should(plotted):
 
 
 @pytest.mark.points(1)
-def test_plot_rejects_points_off_log_axes(kata, tmp_path):
+def test_plot_rejects_points_off_log_axes(kata, kata_dir):
     """A point with zero intensity or FLOP/s has no place on log axes: ValueError"""
-    expect_value_error(lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, tmp_path / "x.png"),
+    expect_value_error(lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, kata_dir.path("x.png")),
                        "plot_roofline with a point at intensity 0")
