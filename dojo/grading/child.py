@@ -25,7 +25,7 @@ OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagn
 # binds uid 0), then becomes pytest: a launcher instead of preexec_fn, which is unsafe when
 # `dojo grade --jobs N` starts children from several threads. Arguments: memory, output,
 # processes (0: no cap), uid (-1: keep), then pytest's command line.
-_LAUNCH = (
+LAUNCH = (
     "import os, resource, sys\n"
     "memory, output, processes, uid = map(int, sys.argv[1:5])\n"
     "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
@@ -51,7 +51,7 @@ def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Pa
         uid = box.child_uid()
         prefix = box.bwrap_args(cwd, box.timing_lock(), uid=uid)
         limits, env = [str(box.process_limit()), str(-1 if uid is None else uid)], box.environment(env)
-    launch = [*prefix, sys.executable, "-c", _LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
+    launch = [*prefix, sys.executable, "-c", LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
     with open(output, "wb") as out:
         proc = subprocess.Popen(
             launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -29,6 +29,7 @@ only=[...])` runs just some tests: dojo.practice.rerun re-runs the ones the last
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -38,14 +39,16 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import channel, child, integrity, outcomes, sandbox, view
-from dojo.grading.result import GradeResult, score
+from dojo.grading import channel, child, integrity, judge, outcomes, sandbox, view
+from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
 DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
 SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
                 "and the other katas' reference parts it needs; every process ends with the grading")
+JUDGE_NOTE = ("judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
+              "never ran it (points from tests marked 'measured in your process' excepted)")
 
 
 class NoSuite(FileNotFoundError):
@@ -61,6 +64,7 @@ def grade(
     test_timeout: float | None = None,
     memory_limit: int | None = None,
     sandboxed: bool = False,
+    judged: bool | None = None,
     only: list[str] | None = None,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
@@ -68,14 +72,18 @@ def grade(
     target: workspace | solutions | katas | a directory of <slug>.py files | one .py file.
     Raises catalog.UnknownKata, NoSuite, FileNotFoundError (missing implementation; the message says
     how to create it) and ValueError (bad target). Everything the learner's code does is in the result.
-    sandboxed: run inside the bubblewrap sandbox (take-homes, interviews); where the machine cannot,
-    the run goes as without it and a note says "NOT sandboxed" and why.
+    sandboxed: run the candidate's code inside the bubblewrap sandbox (take-homes, interviews); where the
+    machine cannot, the run goes as without it and a note says "NOT sandboxed" and why.
+    judged: judge mode (default: as `sandboxed`): the suite runs in a process that never imports the
+    candidate's code, which runs in a worker (dojo.grading.judge); tests marked candidate_process then
+    run in a second, in-process run, and their points are reported apart.
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
     test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
     memory_limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else memory_limit
+    judged = sandboxed if judged is None else judged
     kata = catalog.get(slug)
     if not kata.has_suite:
         raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
@@ -87,36 +95,133 @@ def grade(
         findings = integrity.scan(path, slug)
         _pristine_copies(tmp, kata)
         why_not = sandbox.unavailable() if sandboxed else None
-        graded = path if not sandboxed or why_not else _into_view(path, tmp)
+        box = sandbox if sandboxed and not why_not else None
+        graded = path if box is None else _into_view(path, tmp)
         watched = _guarded(kata)
         before = {p: _digest(p) for p in watched}
-        suite = str(tmp / "tests" / "katas" / kata.suite.name)
-        cmd = [
-            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
-            "-c", str(_write_ini(tmp)), "--rootdir", str(tmp),
-            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
-            f"--target={graded}", f"--dojo-test-timeout={test_timeout:g}",
-        ] + (["--examples-only"] if examples_only else [])
-        env = {
-            "PYTHONPATH": str(tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
-        }
-        box = None if not sandboxed or why_not else sandbox
-        with channel.Receiver() as receiver:
-            returncode, timed_out = child.run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
-            output = child.tail(tmp / "output.txt")
-            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+        run = _Run(tmp, kata, examples_only, test_timeout, memory_limit)
+        if judged:
+            worker = _worker_folder(tmp, kata, path)
+            spec = _worker_spec(tmp, worker, slug, memory_limit, box)
+            # the judge process holds no candidate code: no sandbox needed, its worker has one
+            (tests, error), output = run.suite(path, timeout, only=only, extra=["--judge"],
+                                               env={judge.ENV: json.dumps(spec)})
+            deferred = run.deferred
+            if deferred and not error:
+                left = max(10.0, timeout - (time.time() - started))
+                (mine, error), more = run.suite(graded, left, only=[t["name"] for t in deferred], box=box)
+                output += more
+                tests = _merged(tests, mine, deferred)
+                error = error or _unexpected(mine, deferred)
+        else:
+            (tests, error), output = run.suite(graded, timeout, only=only, box=box)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
         if sandboxed:
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
+        if judged:
+            notes.append(JUDGE_NOTE)
         notes += _tampering(kata, before)
-    tests, error = result
     points, total, passed = score(tests, error)
     return GradeResult(
         slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
         duration=time.time() - started, started=started, error=error, examples_only=examples_only,
         notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
+        judged=judged,
     )
+
+
+class _Run:
+    """One pytest run of the kata's suite from the grading folder, its outcomes read from the channel."""
+
+    def __init__(self, tmp: Path, kata: catalog.Kata, examples_only: bool, test_timeout: float, memory: int):
+        self.tmp, self.kata, self.examples_only = tmp, kata, examples_only
+        self.test_timeout, self.memory = test_timeout, memory
+        self.deferred: list[dict] = []
+        self.count = 0
+
+    def suite(self, graded: Path, timeout: float, *, only=None, extra=(), env=None, box=None):
+        """((tests, error), output tail) of one run: `box` the sandbox or None, `extra` pytest options."""
+        self.count += 1
+        suite = str(self.tmp / "tests" / "katas" / self.kata.suite.name)
+        cmd = [
+            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
+            "-c", str(_write_ini(self.tmp)), "--rootdir", str(self.tmp),
+            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
+            f"--target={graded}", f"--dojo-test-timeout={self.test_timeout:g}", *extra,
+        ] + (["--examples-only"] if self.examples_only else [])
+        env = {
+            "PYTHONPATH": str(self.tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
+            **(env or {}),
+        }
+        log = self.tmp / f"output-{self.count}.txt"
+        with channel.Receiver() as receiver:
+            returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box)
+            output = child.tail(log)
+            records = receiver.records() if box is None and "--judge" in extra else None
+            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+        if records is not None:
+            self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
+        return result, output
+
+
+def _merged(judged: list[TestResult], mine: list[TestResult], deferred: list[dict]) -> list[TestResult]:
+    """The judge's outcomes and, for the tests it deferred, the in-process run's, marked as measured in
+    the candidate's process; in the suite's order."""
+    by_id = {t.id: t for t in mine if t.id in {d["id"] for d in deferred}}
+    out = list(judged)
+    for d in deferred:
+        t = by_id.get(d["id"]) or TestResult(**d, outcome="failed", message="not run: the in-process run lost it")
+        t.candidate_process = True
+        out.append(t)
+    return out
+
+
+def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
+    """An error when the in-process run reported other tests than the ones the judge deferred."""
+    if {t.id for t in mine} != {d["id"] for d in deferred}:
+        return "the in-process run reported other tests than the judge asked for: not graded"
+    return None
+
+
+# ---- judge mode's worker --------------------------------------------------------------------------
+
+WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker")
+
+
+def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
+    """What the worker may see: the candidate's file, the reference view and the wire's modules. Never
+    the suite, the plugin or the channel."""
+    folder = tmp / "worker"
+    (folder / "submission").mkdir(parents=True)
+    shutil.copyfile(path, folder / "submission" / path.name)
+    solutions = targets.solutions_dir()
+    if solutions.is_dir():
+        (folder / "solutions").mkdir()
+        for name in ["__init__", *view.reference_modules(kata.slug)]:
+            if (solutions / f"{name}.py").is_file():
+                shutil.copyfile(solutions / f"{name}.py", folder / "solutions" / f"{name}.py")
+    runner = Path(dojo.__file__).resolve().parent
+    for rel in ["__init__.py", "grading/__init__.py", *(f"{m.replace('.', '/')}.py" for m in WORKER_MODULES)]:
+        (folder / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(runner / rel, folder / "dojo" / rel)
+    _readable(folder)
+    return folder
+
+
+def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
+    """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
+    file = str(folder / "submission" / f"{slug}.py")
+    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}"]
+    env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
+    if box is None:
+        cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
+        return {"cmd": cmd, "env": {**os.environ, **env}, "cwd": str(folder), "output": str(tmp / "worker.txt")}
+    uid = box.child_uid()
+    prefix = box.bwrap_args(folder, box.timing_lock(), uid=uid)
+    limits = [str(box.process_limit()), str(-1 if uid is None else uid)]
+    cmd = [*prefix, sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), *limits, *tail]
+    return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt")}
 
 
 # ---- the grading folder ------------------------------------------------------------------------

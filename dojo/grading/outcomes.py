@@ -39,6 +39,10 @@ def read_results(receiver: channel.Receiver, returncode, timed_out: bool, timeou
             missing, extra = len(set(ids) - set(rows)), len(set(rows) - set(ids))
             return [], f"the outcomes do not match the tests collected ({missing} missing, {extra} unknown): not graded"
         if rows:
+            failed = any(row["outcome"] == "failed" for row in rows.values())
+            if failed != (returncode == 1):
+                return [], (f"pytest's exit status {returncode} disagrees with the outcomes reported "
+                            f"({'some' if failed else 'no'} test failed): not graded")
             return [TestResult(**rows[i]) for i in ids], None
         if returncode == 5:
             return [], "the suite selected no tests" + (" (it has no example tests)" if end.get("examples_only") else "")

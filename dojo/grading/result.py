@@ -21,6 +21,7 @@ class TestResult:
     outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
     message: str = ""
     duration: float = 0.0
+    candidate_process: bool = False  # measured inside the candidate's process (judge mode cannot vouch for it)
 
     __test__ = False  # not a pytest test class
 
@@ -43,6 +44,13 @@ class GradeResult:
     sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
     integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
     digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
+    judged: bool = False  # judge mode: the verdict was decided in a process the candidate's code never ran in
+
+    @property
+    def candidate_points(self) -> tuple[int, int]:
+        """(earned, available) points of the tests measured in the candidate's own process."""
+        mine = [t for t in self.tests if t.candidate_process and t.outcome != "inconclusive"]
+        return sum(t.points for t in mine if t.outcome == "passed"), sum(t.points for t in mine)
 
     @property
     def inconclusive(self) -> list[TestResult]:
@@ -87,6 +95,9 @@ class GradeResult:
             "sandboxed": self.sandboxed,
             "integrity": self.integrity,
             "digest": self.digest,
+            "judged": self.judged,
+            # points measured in the candidate's process: judge mode cannot vouch for these
+            "candidate_process_points": dict(zip(("points", "total"), self.candidate_points)),
             "inconclusive": [t.id for t in unsure],
             "tests": [
                 {
