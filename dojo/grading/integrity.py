@@ -27,6 +27,7 @@ import ast
 import re
 from pathlib import Path
 
+from dojo import source
 from dojo.grading import view
 
 PROJECT = ("solutions", "tests", "dojo", "conftest")
@@ -126,15 +127,24 @@ PATH_TEXT = re.compile(
 
 def scan(path: Path, slug: str) -> list[str]:
     """Findings for the file at `path`, graded as kata `slug`: "NAME.py:LINE: what", in line order.
-    A file that does not parse gets none (it cannot run, and the grading says why)."""
+    The file is decoded as Python decodes it (dojo.source): a coding cookie other than UTF-8 is a finding,
+    and so are bytes Python would refuse. A file that does not parse gets no other finding (it cannot
+    run, and the grading says why)."""
     path = Path(path)
     try:
-        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
-    except (SyntaxError, ValueError, OSError):
+        text, encoding = source.read_python(path)
+    except source.Undecodable as exc:
+        return [f"{path.name}:{exc.line}: cannot be read as Python source ({exc}), so what runs is unknown"]
+    except OSError:
         return []
+    found = [cookie] if (cookie := source.cookie_finding(encoding, text)) else []
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError):
+        return [f"{path.name}:{line}: {what}" for line, what in found]
     scanner = _Scanner(view.allowed(slug))
     scanner.visit(tree)
-    return [f"{path.name}:{line}: {what}" for line, what in sorted(set(scanner.found))]
+    return [f"{path.name}:{line}: {what}" for line, what in sorted(set(scanner.found + found))]
 
 
 class _Scanner(ast.NodeVisitor):

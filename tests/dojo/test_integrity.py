@@ -119,3 +119,49 @@ def test_a_file_that_does_not_parse_gets_no_finding(tmp_path):
     path = tmp_path / "bpe.py"
     path.write_text("def f(:\n")
     assert integrity.scan(path, "bpe") == []
+
+
+ENCODED = {  # name: (bytes, line of the finding)
+    "unicode_escape hides an import in a comment": (b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n", 1),
+    "utf-7 hides one too": (b"# -*- coding: utf-7 -*-\nx = 1  #+AAo-import os\n", 1),
+    "latin-1 on line 2": (b"#!/usr/bin/env python\n# coding: latin-1\ns = '\xe9'\n", 2),
+    "an unknown codec": (b"# coding: rot-13-ish\nx = 1\n", 1),
+    "bytes invalid in UTF-8": (b"x = 1\ny = '\xff'\n", 2),
+}
+
+
+@pytest.mark.parametrize("name", ENCODED)
+def test_the_source_is_read_as_python_reads_it(tmp_path, name):
+    """a coding cookie other than UTF-8, or bytes Python would refuse, is a finding on its line, never a crash"""
+    data, line = ENCODED[name]
+    path = tmp_path / "bpe.py"
+    path.write_bytes(data)
+    findings = integrity.scan(path, "bpe")
+    assert any(f.startswith(f"bpe.py:{line}: ") for f in findings), f"{name}: {findings}"
+
+
+def test_what_a_cookie_hides_is_scanned(tmp_path):
+    """the scan sees the code the interpreter runs: the import unicode_escape hid in a comment is flagged
+    (on line 3 of the decoded text, the line a traceback would name)"""
+    path = tmp_path / "bpe.py"
+    path.write_bytes(b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n")
+    assert any(f.startswith("bpe.py:3: imports solutions.bpe") for f in integrity.scan(path, "bpe"))
+
+
+def test_a_bom_and_a_utf8_cookie_are_plain(tmp_path):
+    """a UTF-8 byte-order mark or an explicit UTF-8 cookie is not a finding"""
+    for data in (b"\xef\xbb\xbfx = 1\n", b"# -*- coding: utf-8 -*-\nx = 'caf\xc3\xa9'\n"):
+        path = tmp_path / "bpe.py"
+        path.write_bytes(data)
+        assert integrity.scan(path, "bpe") == []
+
+
+def test_banned_uses_reads_as_python_reads(tmp_path):
+    """dojo.testing.banned_uses sees the import a utf-7 cookie hides, and reports bytes it cannot decode"""
+    from dojo.testing import banned_uses
+
+    path = tmp_path / "bpe.py"
+    path.write_bytes(b"# coding: utf-7\nx = 1  #+AAo-import tiktoken\n")
+    assert banned_uses(path, {"tiktoken"}) == ["line 3: tiktoken"]  # the decoded text's line
+    path.write_bytes(b"x = '\xff'\n")
+    assert banned_uses(path, {"tiktoken"})[0].startswith("line 1: cannot be read")
