@@ -54,6 +54,20 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "site packages": ("bpe", "import site\nfolders = site.getsitepackages()\n", 1),
     "package file lists": ("bpe", "from importlib.metadata import files\n", 1),
     "path parts as words": ("bpe", "import os\np = os.path.join(root, 'tests', 'katas')\n", 2),
+    "sys assigned to a name": ("generate", "import sys\ns = sys\nsuite = s.modules['test_generate']\n", 3),
+    "sys imported as another name": ("generate", "import sys as q\ndef f():\n    return q._getframe(2)\n", 3),
+    "sys through a list": ("generate", "import sys\nm = [sys][0].modules\n", 2),
+    "posix.fork": ("bpe", "import posix\npid = posix.fork()\n", 2),
+    "attrgetter f_back": ("generate", "import operator\nup = operator.attrgetter('f_back')\n", 2),
+    "getattr tb_frame": ("generate", "def f(e):\n    return getattr(e.__traceback__, 'tb_frame')\n", 2),
+    "exec built from pieces": ("int4", "f = getattr(__builtins__, 'ex' + 'ec')\nx = 1\n", 1),
+    "exec from an f-string of pieces": ("int4", "a = 'ex'\nname = f'{a}ec'\n", 2),
+    "getattr of os with a folded name": ("bpe", "import os\nrun = getattr(os, 'sys' + 'tem')\n", 2),
+    "a joined import name": ("bpe", "import importlib\nm = importlib.import_module('.'.join(['solutions', 'bpe']))\n", 2),
+    "vars of a module written": ("attention", "import torch\nvars(torch)['allclose'] = print\n", 2),
+    "a module's __dict__ updated": ("attention", "import torch.testing as tt\ntt.__dict__.update(assert_close=print)\n", 2),
+    "object.__setattr__ on an imported class": ("attention", "import torch\nobject.__setattr__(torch.Tensor, 'x', 1)\n", 2),
+    "setattr on an imported class": ("attention", "from torch import Tensor\nsetattr(Tensor, 'allclose', print)\n", 2),
     "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
 }
 
@@ -94,6 +108,10 @@ HONEST = {  # name: (kata, source)
         "def f():\n    text = open('/proc/cpuinfo').read()\n"
         "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
     "torch settings": ("roofline", "import torch\ntorch.backends.mkldnn.enabled = True\n"),
+    "own class patched through setattr and its __dict__": ("bpe", (
+        "class T:\n    pass\nsetattr(T, 'x', 1)\nt = T()\nt.__dict__['y'] = 2\nvars(t).update(z=3)\n")),
+    "os used for paths and a string naming eval mode": ("bpe", (
+        "import os\np = os.path.join('a', 'b')\nmode = 'eval'\nname = 'model' + '.pt'\n")),
     "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
 }
 
