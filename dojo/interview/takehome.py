@@ -101,7 +101,7 @@ def findings(doc: dict) -> list[str]:
         for slug, r in sub["katas"].items():
             lines += [f"{sub['path']} {slug}: {n}" for n in r["notes"] if n.startswith("NOT sandboxed")]
     similar = doc["similar"]
-    share = f"{similar['threshold']:.0%} of the shorter file's {similar['shingle']}-token shingles"
+    share = f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
     lines += [f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
               for p in similar["pairs"]]
     lines += [f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
