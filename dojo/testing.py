@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import pytest
 
-from dojo import timing_lock_path
+from dojo import source, timing_lock_path
 
 # the one machine-wide lock file: a sandbox binds this path read-write (keep the name and the variable)
 TIMING_LOCK_PATH = timing_lock_path()
@@ -36,9 +36,15 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
     """Every import or attribute/name use in the file at `path` that mentions one of `names`.
 
     Matches module imports (`import tiktoken`, `from tokenizers import X`), imported names and
-    attribute access (`F.scaled_dot_product_attention`). Returns readable "line N: ..." entries.
+    attribute access (`F.scaled_dot_product_attention`). Returns readable "line N: ..." entries. The file
+    is decoded as Python decodes it (its coding cookie, dojo.source); bytes Python would refuse are an entry.
+    Raises SyntaxError when the decoded text does not parse.
     """
-    tree = ast.parse(Path(path).read_text(), filename=str(path))
+    try:
+        text, _ = source.read_python(path)
+    except source.Undecodable as exc:
+        return [f"line {exc.line}: cannot be read as Python source ({exc})"]
+    tree = ast.parse(text, filename=str(path))
     found = []
     for node in ast.walk(tree):
         hits: list[str] = []

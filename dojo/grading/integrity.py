@@ -9,10 +9,18 @@
 - walking sys.modules, `gc.get_objects`/`get_referrers`, frames (inspect, sys._getframe, f_back ...),
   sys.path, sys.argv, dunder escapes (`__globals__`, `__builtins__`, `__subclasses__` ...);
 - atexit, `os._exit`, subprocess, `os.system`, fork/setsid/kill, ctypes, signal, sockets;
-- assigning to another module's attributes (`torch.allclose = ...`, setattr on a module: patching
-  what the suite relies on; `torch.backends.*` settings are allowed);
+- assigning to another module's or an imported class's attributes (`torch.allclose = ...`, setattr,
+  `object.__setattr__`, writes through `X.__dict__[k]` or `vars(X).update(...)`: patching what the suite
+  relies on; `torch.backends.*` settings are allowed);
 - importing pytest, _pytest or pluggy; searching the filesystem (os.walk, rglob, recursive glob);
   unpickling; strings naming the project's paths, /proc/self, .pth files or DOJO_ variables.
+
+It follows aliases: `import sys as q`, `s = sys` (assignment chains anywhere in the file), `posix.fork` as
+os.fork; a flagged module used as a value (`[sys][0].modules`, `f(os)`) is itself a finding. Text built
+from constants ("ex" + "ec", f-strings, "".join([...]), a name bound once to such text) is checked as if
+written whole, and any string naming a frame, traceback or code attribute (`getattr(e, "tb_frame")`,
+`operator.attrgetter("f_back")`) is a finding. The file is decoded as Python decodes it (dojo.source): a
+coding cookie other than UTF-8, or bytes Python refuses, is a finding. The tables live in integrity_rules.
 
 The points stay as they are: findings go into results.json (`integrity`) and the summaries, and a
 person judges them. Left out, on purpose: `gc.disable()`, open() of any path the submission is
@@ -27,121 +35,41 @@ import ast
 import re
 from pathlib import Path
 
+from dojo import source
 from dojo.grading import view
-
-PROJECT = ("solutions", "tests", "dojo", "conftest")
-MODULES = {  # importing any of these is a finding
-    "pytest": "imports pytest (the grader's test runner)",
-    "_pytest": "imports _pytest (the grader's test runner)",
-    "pluggy": "imports pluggy (pytest's plugin machinery)",
-    "subprocess": "imports subprocess (starts programs)",
-    "pty": "imports pty (starts programs)",
-    "multiprocessing": "imports multiprocessing (starts processes)",
-    "ctypes": "imports ctypes (calls C directly)",
-    "_ctypes": "imports ctypes (calls C directly)",
-    "cffi": "imports cffi (calls C directly)",
-    "atexit": "imports atexit (runs code as the process ends)",
-    "signal": "imports signal (can silence the grader's time limit)",
-    "socket": "imports socket (network)",
-    "runpy": "imports runpy (runs other files)",
-    "builtins": "imports builtins (reaches exec, eval and __import__ by name)",
-    "marshal": "imports marshal (code objects)",
-    "_pickle": "imports _pickle (unpickling can import and run any module)",
-    "shelve": "imports shelve (unpickling can import and run any module)",
-    "dill": "imports dill (unpickling can import and run any module)",
-    "cloudpickle": "imports cloudpickle (unpickling can import and run any module)",
-    "zipimport": "imports zipimport (loads modules from archives)",
-    "unittest.mock": "imports unittest.mock (patches other code)",
-    "site": "imports site (the interpreter's package folders and .pth files)",
-    "sysconfig": "imports sysconfig (the interpreter's package folders)",
-    "pkgutil": "imports pkgutil (finds and reads other packages' files)",
-    "pkg_resources": "imports pkg_resources (finds and reads other packages' files)",
-    "importlib.metadata": "imports importlib.metadata (installed packages' file lists)",
-    "importlib.resources": "imports importlib.resources (reads other packages' files)",
-}
-PATCHABLE = ("torch.backends",)  # settings an honest solution may assign (torch.backends.mkldnn.enabled)
-NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suffix
-    "os._exit": "calls os._exit (ends the process before the grader hears back)",
-    "os.system": "calls os.system (runs a shell command)",
-    "os.popen": "calls os.popen (runs a shell command)",
-    "os.exec*": "replaces the process (os.exec*)",
-    "os.spawn*": "starts a program (os.spawn*)",
-    "os.posix_spawn*": "starts a program (os.posix_spawn)",
-    "os.fork*": "forks the process",
-    "os.setsid": "leaves the grader's session (os.setsid)",
-    "os.setpgrp": "leaves the grader's process group (os.setpgrp)",
-    "os.kill*": "sends signals to processes",
-    "os.register_at_fork": "hooks process creation",
-    "os.walk": "searches the filesystem (os.walk)",
-    "os.fwalk": "searches the filesystem (os.fwalk)",
-    "sys.modules": "walks sys.modules (the grader's loaded modules)",
-    "sys._getframe": "inspects stack frames (sys._getframe)",
-    "sys._current_frames": "inspects stack frames (sys._current_frames)",
-    "sys.settrace": "traces other code (sys.settrace)",
-    "sys.setprofile": "traces other code (sys.setprofile)",
-    "sys.path": "reads or edits sys.path (where modules are found)",
-    "sys.meta_path": "edits the import system (sys.meta_path)",
-    "sys.path_hooks": "edits the import system (sys.path_hooks)",
-    "sys.argv": "reads the grader's command line (sys.argv)",
-    "sys.orig_argv": "reads the grader's command line (sys.orig_argv)",
-    "gc.get_objects": "walks every live object (gc.get_objects)",
-    "gc.get_referrers": "walks the object graph (gc.get_referrers)",
-    "gc.get_referents": "walks the object graph (gc.get_referents)",
-    "inspect.currentframe": "inspects stack frames (inspect.currentframe)",
-    "inspect.stack": "inspects stack frames (inspect.stack)",
-    "inspect.trace": "inspects stack frames (inspect.trace)",
-    "inspect.getouterframes": "inspects stack frames (inspect.getouterframes)",
-    "inspect.getinnerframes": "inspects stack frames (inspect.getinnerframes)",
-    "inspect.getframeinfo": "inspects stack frames (inspect.getframeinfo)",
-    "inspect.getsource*": "reads other code's source (inspect.getsource)",
-    "inspect.getfile": "finds other code's files (inspect.getfile)",
-    "inspect.getmodule": "finds other code's modules (inspect.getmodule)",
-    "pickle.load*": "unpickles data (which can import and run any module)",
-    "pickle.Unpickler": "unpickles data (which can import and run any module)",
-    "importlib.util.spec_from_file_location": "loads a module from a file path",
-    "importlib.util.module_from_spec": "builds a module by hand (importlib.util.module_from_spec)",
-    "importlib.machinery*": "loads modules by hand (importlib.machinery)",
-    "importlib.reload": "reloads modules (importlib.reload)",
-    "importlib.__import__": "imports by a computed name (importlib.__import__)",
-}
-ATTRIBUTES = {  # on any object
-    "f_back": "walks stack frames (f_back)", "f_globals": "reads a frame's globals", "f_locals": "reads a frame's locals",
-    "f_builtins": "reads a frame's builtins", "tb_frame": "walks stack frames (tb_frame)", "gi_frame": "walks frames",
-    "cr_frame": "walks frames", "__globals__": "reads another function's globals (__globals__)",
-    "__builtins__": "reaches the builtins by name (__builtins__)", "__subclasses__": "walks every class (__subclasses__)",
-    "__code__": "reads or swaps code objects (__code__)", "__closure__": "reads closures (__closure__)",
-    "__loader__": "reaches a module loader (__loader__)", "exec_module": "runs a module by hand (exec_module)",
-    "rglob": "searches the filesystem (rglob)",
-}
-BUILTINS = {"exec": "exec of text", "eval": "eval of text", "compile": "compile of text",
-            "__builtins__": "reaches the builtins by name (__builtins__)", "globals": "reads its module's globals() by name",
-            "breakpoint": "calls breakpoint()"}
-COMPUTED = ("importlib.import_module", "__import__")  # fine with a constant name (then checked as an import)
-SENSITIVE = {n.split(".")[0] for n in (*NAMES, *MODULES)} | set(PROJECT)  # getattr(os, name) is a finding
-PATH_TEXT = re.compile(
-    r"(?:^|[/\\.\s'\"])(?:solutions|dojo)(?:[/\\]|\.\w|$)|tests[/\\]|\bmutants\b|\btest_\w+\.py\b|site-packages"
-    r"|\.pth\b|/proc/(?:self|thread-self|\d)|DOJO_|^(?:tests|katas|mutants|conftest\.py)$",
-)
+from dojo.grading.integrity_rules import (ATTRIBUTES, BUILT_NAMES, BUILTINS, COMPUTED, DICT_WRITES, MODULES, NAMES,
+                                          OS_TWINS, PATCHABLE, PATH_TEXT, PROJECT, SENSITIVE, VALUE_SENSITIVE, WRITERS)
 
 
 def scan(path: Path, slug: str) -> list[str]:
     """Findings for the file at `path`, graded as kata `slug`: "NAME.py:LINE: what", in line order.
-    A file that does not parse gets none (it cannot run, and the grading says why)."""
+    The file is decoded as Python decodes it (dojo.source): a coding cookie other than UTF-8 is a finding,
+    and so are bytes Python would refuse. A file that does not parse gets no other finding (it cannot
+    run, and the grading says why)."""
     path = Path(path)
     try:
-        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
-    except (SyntaxError, ValueError, OSError):
+        text, encoding = source.read_python(path)
+    except source.Undecodable as exc:
+        return [f"{path.name}:{exc.line}: cannot be read as Python source ({exc}), so what runs is unknown"]
+    except OSError:
         return []
+    found = [cookie] if (cookie := source.cookie_finding(encoding, text)) else []
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError):
+        return [f"{path.name}:{line}: {what}" for line, what in found]
     scanner = _Scanner(view.allowed(slug))
     scanner.visit(tree)
-    return [f"{path.name}:{line}: {what}" for line, what in sorted(set(scanner.found))]
+    return [f"{path.name}:{line}: {what}" for line, what in sorted(set(scanner.found + found))]
 
 
 class _Scanner(ast.NodeVisitor):
     def __init__(self, allowed: set[str]) -> None:
         self.allowed = allowed
-        self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
+        self.aliases: dict[str, str] = {}  # local name -> dotted name it stands for (imported, or assigned: s = sys)
+        self.consts: dict[str, ast.AST] = {}  # names bound once, to text the scan can fold ("sol" + "utions")
         self.defined: set[str] = set()  # names the file binds itself (a local `compile` is not the builtin)
+        self.parent: dict[ast.AST, ast.AST] = {}
         self.found: list[tuple[int, str]] = []
 
     def flag(self, node: ast.AST, what: str) -> None:
@@ -160,8 +88,7 @@ class _Scanner(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             self.check_module(node, a.name)
-            local = a.asname or a.name.split(".")[0]
-            self.aliases[local] = a.name if a.asname else local
+        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
@@ -175,7 +102,6 @@ class _Scanner(ast.NodeVisitor):
                     if f"{module}.{a.name}" in MODULES:
                         self.check_module(node, f"{module}.{a.name}")
         for a in node.names:
-            self.aliases[a.asname or a.name] = f"{module}.{a.name}"
             self.check_name(node, f"{module}.{a.name}")
 
     # ---- names, attributes, calls ----
@@ -188,6 +114,8 @@ class _Scanner(ast.NodeVisitor):
         return None
 
     def check_name(self, node: ast.AST, dotted: str) -> None:
+        top, _, rest = dotted.partition(".")
+        dotted = f"os.{rest}" if top in OS_TWINS else dotted  # posix.fork is os.fork
         for pattern, why in NAMES.items():
             if dotted == pattern or (pattern.endswith("*") and dotted.startswith(pattern[:-1])):
                 self.flag(node, why)
@@ -209,51 +137,149 @@ class _Scanner(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id in BUILTINS and node.id not in self.defined:
             self.flag(node, BUILTINS[node.id])
+        module = self.aliases.get(node.id)
+        if isinstance(node.ctx, ast.Load) and module in VALUE_SENSITIVE and not self._tracked_use(node):
+            self.flag(node, f"uses module {module} as a value ({node.id}): an alias the scan cannot follow")
         self.generic_visit(node)
 
+    def _tracked_use(self, node: ast.Name) -> bool:
+        """A use of a module name the scan follows: `sys.x`, getattr(sys, ...), vars(sys), s = sys."""
+        parent = self.parent.get(node)
+        if isinstance(parent, ast.Attribute):
+            return True
+        if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
+            return (self.dotted(parent.func) or _plain(parent.func)) in (*WRITERS, "getattr", "hasattr", "vars")
+        return isinstance(parent, (ast.Assign, ast.NamedExpr)) and parent.value is node and all(
+            isinstance(t, ast.Name) for t in getattr(parent, "targets", [getattr(parent, "target", None)]))
+
     def visit_Call(self, node: ast.Call) -> None:
-        func = self.dotted(node.func) or (node.func.id if isinstance(node.func, ast.Name) else None)
+        func = self.dotted(node.func) or _plain(node.func)  # an alias's target, or the name as written (object.__setattr__)
         first = node.args[0] if node.args else None
         if func in COMPUTED:
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                self.check_module(node, first.value)
+            name = self.fold(first) if first is not None else None
+            if name is not None:
+                self.check_module(node, name)
             else:
                 self.flag(node, f"imports a module by a computed name ({func})")
-        if func in ("getattr", "setattr", "delattr") and len(node.args) >= 2:
-            target, name = node.args[0], node.args[1]
-            computed = not (isinstance(name, ast.Constant) and isinstance(name.value, str))
-            if func == "setattr" and isinstance(target, ast.Name) and target.id in self.aliases:
-                self.flag(node, f"patches module {self.aliases[target.id]} (setattr)")
-            if isinstance(target, ast.Name) and self.aliases.get(target.id, "").split(".")[0] in SENSITIVE:
-                if computed:
-                    self.flag(node, f"reaches into module {target.id} by a computed name ({func})")
+        if func in (*WRITERS, "getattr", "hasattr") and len(node.args) >= 2:
+            target, name = node.args[0], self.fold(node.args[1])
+            owner = self.dotted(target)
+            if func in WRITERS and owner and not owner.startswith(PATCHABLE):
+                self.flag(node, f"patches {owner} ({func}), code it did not define")
+            if owner and owner.split(".")[0] in SENSITIVE:
+                if name is None:
+                    self.flag(node, f"reaches into module {owner} by a computed name ({func})")
                 else:
-                    self.check_name(node, f"{self.aliases[target.id]}.{name.value}")
+                    self.check_name(node, f"{owner}.{name}")
         if func == "glob.glob" and any(k.arg == "recursive" for k in node.keywords):
             self.flag(node, "searches the filesystem (glob, recursive)")
-        if func == "vars" and isinstance(first, ast.Name) and self.aliases.get(first.id, "").split(".")[0] in SENSITIVE:
-            self.flag(node, f"reads module {first.id}'s namespace (vars)")
+        if func == "vars" and first is not None and (self.dotted(first) or "").split(".")[0] in SENSITIVE:
+            self.flag(node, f"reads module {self.dotted(first)}'s namespace (vars)")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in DICT_WRITES:
+            self.check_namespace_write(node, node.func.value)
+        self.check_folded(node)
         self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.check_namespace_write(node, node.value)
+        self.generic_visit(node)
+
+    def check_namespace_write(self, node: ast.AST, container: ast.AST) -> None:
+        """A write through `X.__dict__[k] = v` or `vars(X).update(...)` into an X the file imported."""
+        if isinstance(container, ast.Attribute) and container.attr == "__dict__":
+            inner = container.value
+        elif isinstance(container, ast.Call) and getattr(container.func, "id", None) == "vars" and container.args:
+            inner = container.args[0]
+        else:
+            return
+        owner = self.dotted(inner)
+        if owner and not owner.startswith(PATCHABLE):
+            self.flag(node, f"writes into {owner}'s namespace, code it did not define")
+
+    # ---- text: constants, and text folded from constants ("ex" + "ec") ----
+    def fold(self, node: ast.AST | None, depth: int = 0) -> str | None:
+        """The text `node` always evaluates to, when it is built from constants only; else None."""
+        if node is None or depth > 20:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str) else None
+        if isinstance(node, ast.Name) and node.id in self.consts:
+            return self.fold(self.consts[node.id], depth + 1)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.fold(node.left, depth + 1), self.fold(node.right, depth + 1)
+            return left + right if left is not None and right is not None else None
+        if isinstance(node, ast.JoinedStr):
+            parts = [self.fold(v.value if isinstance(v, ast.FormattedValue) else v, depth + 1) for v in node.values]
+            return "".join(parts) if None not in parts else None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+                and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
+            sep = self.fold(node.func.value, depth + 1)
+            parts = [self.fold(e, depth + 1) for e in node.args[0].elts]
+            return sep.join(parts) if sep is not None and None not in parts else None
+        return None
+
+    def check_folded(self, node: ast.AST) -> None:
+        """Text built from constant pieces (the outermost such node) is checked as if written whole."""
+        if isinstance(node, ast.Constant) or self.fold(self.parent.get(node)) is not None:
+            return
+        text = self.fold(node)
+        if text is None:
+            return
+        self.check_text(node, text)
+        last = text.rpartition(".")[2]
+        if text in BUILTINS or last in BUILT_NAMES or text in MODULES or text.split(".")[0] in PROJECT:
+            self.flag(node, f"builds the name {text!r} from pieces (what a scan of whole names would flag)")
+
+    def visit_BinOp(self, node: ast.AST) -> None:
+        self.check_folded(node)
+        self.generic_visit(node)
+
+    visit_JoinedStr = visit_BinOp
 
     def visit_Constant(self, node: ast.Constant) -> None:
         text = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
-        if isinstance(text, str) and PATH_TEXT.search(text) and not self._permitted_text(text):
+        if isinstance(text, str):
+            self.check_text(node, text)
+
+    def check_text(self, node: ast.AST, text: str) -> None:
+        if PATH_TEXT.search(text) and not self._permitted_text(text):
             self.flag(node, f"names the project's files or the grader's internals in a string ({text[:40]!r})")
+        for part in set(re.split(r"[.\s]", text)) & set(ATTRIBUTES):  # getattr(tb, "tb_frame"), attrgetter("f_back")
+            self.flag(node, f"names {part} in a string: {ATTRIBUTES[part]}")
 
     def _permitted_text(self, text: str) -> bool:
         names = re.findall(r"\bsolutions\.(\w+)", text)
         rest = re.sub(r"\bsolutions\.\w+", "", text)
         return bool(names) and all(n in self.allowed for n in names) and not PATH_TEXT.search(rest)
 
-    # ---- bookkeeping: what the file defines, and docstrings (prose, not paths) ----
+    # ---- bookkeeping: what the file defines and imports, and docstrings (prose, not paths) ----
     def visit_Module(self, node: ast.Module) -> None:
+        stores: dict[str, list[ast.AST]] = {}
         for sub in ast.walk(node):
+            for child in ast.iter_child_nodes(sub):
+                self.parent[child] = sub
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defined.add(sub.name)
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 self.defined.add(sub.id)
             elif isinstance(sub, ast.arg):
                 self.defined.add(sub.arg)
+            elif isinstance(sub, ast.Import):
+                for a in sub.names:
+                    local = a.asname or a.name.split(".")[0]
+                    self.aliases[local] = a.name if a.asname else local
+            elif isinstance(sub, ast.ImportFrom):
+                for a in sub.names:
+                    self.aliases[a.asname or a.name] = f"{sub.module or ''}.{a.name}"
+            if isinstance(sub, (ast.Assign, ast.NamedExpr)):
+                for target in getattr(sub, "targets", [getattr(sub, "target", None)]):
+                    if isinstance(target, ast.Name):
+                        stores.setdefault(target.id, []).append(sub.value)
+        self.aliases.update({n: "os" for n, m in self.aliases.items() if m in OS_TWINS})
+        self.consts = {n: values[0] for n, values in stores.items() if len(values) == 1}
+        for _ in range(3):  # s = sys; t = s: follow assignment chains a few links deep
+            self.aliases.update({n: d for n, values in stores.items() for v in values if (d := self.dotted(v))})
         self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:
@@ -263,6 +289,14 @@ class _Scanner(ast.NodeVisitor):
             if child is docstring:
                 continue
             self.visit(child)
+
+
+def _plain(node: ast.AST) -> str | None:
+    """`a.b.c` as written, for a chain of names (builtins and the file's own names), else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    base = _plain(node.value) if isinstance(node, ast.Attribute) else None
+    return f"{base}.{node.attr}" if base else None
 
 
 def _is_docstring(node: ast.AST) -> bool:

@@ -1,85 +1,160 @@
 """Similar submissions: which take-homes share their code for a kata, and which copy the reference.
 
-The way MOSS works, reduced to what a grader of a few dozen submissions needs. Each file becomes a
-token stream with its formatting, comments and names normalised away (every identifier that is not
-a keyword is `N`, every string `S`, every number `0`; indentation, line breaks, parentheses and commas dropped: a formatter moves those), then the
-set of hashes of every run of `SHINGLE` consecutive tokens. Shingles that the kata's stub has too are
-removed (code everyone was given is not evidence, MOSS's "base file"). Two files are near-identical
-when at least `THRESHOLD` of the smaller file's shingles are in the other, and it has at least
-`MIN_SHINGLES` left to judge by.
+Greedy String Tiling, the way JPlag compares programs, reduced to what a grader of a few dozen
+submissions needs. Each file becomes a token stream with what a copier changes for free normalised
+away: comments, docstrings and layout dropped (indentation, line breaks, grouping parentheses, commas),
+statements that do nothing dropped (`pass`, `...`, a bare constant or name, a constant bound
+to a plain name), every identifier that is
+not a keyword, a builtin or an attribute name (`.grad`: a copier renames locals, not torch) `N`,
+every string `S`, every number `0`. Two streams are then covered greedily by the
+longest common runs ("tiles") first, each token in at most one tile, no tile shorter than `MIN_MATCH`
+tokens. Tiles survive what padding does: inserted statements and dead assignments only split a tile,
+reordered functions are found wherever they sit. Tokens the kata's stub shares with a file (its
+signatures, found by tiling the file against the stub first) count for neither side: code everyone
+was given is not evidence (MOSS's "base file").
 
-Left out: MOSS's winnowing (it thins fingerprints for millions of files; here every shingle is kept),
-and any judgement: a pair is evidence for a person to read, not a verdict.
+similarity = tokens covered by tiles / tokens of the shorter stream (stub tokens left out). A pair is
+near-identical at `THRESHOLD` (0.75) or more, when the shorter stream keeps at least `MIN_TOKENS` tokens
+to judge by. Measured here (tests/dojo/test_similarity.py): each of the nine references padded with
+`pass` after every third statement and a dead `unused = len(str(n))` after every second, functions
+reordered and locals renamed, scores 0.87-1.00 against it; honest solutions written apart from the
+reference (tests/dojo/honest/) score 0.32 (kv_cache), 0.50 (int4) and 0.61 (mixed_precision, a short
+kata whose prompt dictates the step's order) against it, and at most 0.02 against each other. Padding
+after *every* statement pushes a short file below the threshold (mixed_precision: 0.55): tiles shorter
+than MIN_MATCH are not evidence.
+
+Left out: any judgement (a pair is evidence for a person to read, not a verdict); data-flow tricks a
+token stream cannot see through (code rewritten statement by statement into other constructs).
 """
 
 from __future__ import annotations
 
-import hashlib
+import builtins
 import io
 import keyword
 import tokenize
+from dataclasses import dataclass
 from itertools import combinations
 
-SHINGLE = 12  # tokens per shingle: long enough that independent code rarely repeats one
-THRESHOLD = 0.8  # share of the smaller file's shingles found in the other
-MIN_SHINGLES = 20  # fewer than this left after the stub's are removed: too little code to judge
+MIN_MATCH = 10  # shortest tile, in tokens: shorter runs recur in independent code
+THRESHOLD = 0.75  # share of the shorter stream covered by tiles
+MIN_TOKENS = 40  # fewer than this left after the stub's are removed: too little code to judge
+BUILTIN = frozenset(dir(builtins))
 LOOSE = {"(", ")", ",", ";", "\\"}  # what a formatter adds or removes (grouping parentheses, trailing commas)
-SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-           tokenize.ENCODING, tokenize.ENDMARKER}
+LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
+CONSTANT = {"0", "S", "None", "True", "False", "+", "-", "*", "/", "//", "%", "**", "[", "]", "{", "}", ":"}
+NO_OP = {("pass",), ("...",), ("S",), ("0",), ("N",), ("None",), ("True",), ("False",)}  # whole statements
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A file's normalised tokens, and the positions its stub accounts for (they count for no side)."""
+
+    tokens: tuple[str, ...]
+    base: frozenset[int] = frozenset()
+
+    def __len__(self) -> int:
+        return len(self.tokens) - len(self.base)
 
 
 def tokens(source: str) -> list[str]:
     """The normalised token stream of `source` (empty when it does not tokenize)."""
-    out = []
+    out: list[str] = []
+    statement: list[str] = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type in SKIPPED:
-                continue
-            if tok.type == tokenize.NAME:
-                out.append(tok.string if keyword.iskeyword(tok.string) else "N")
-            elif tok.type == tokenize.STRING or tok.type >= getattr(tokenize, "FSTRING_START", 1000):
-                out.append("S")
-            elif tok.type == tokenize.NUMBER:
-                out.append("0")
-            elif tok.string not in LOOSE:
-                out.append(tok.string)
+            if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                if not _no_op(statement):
+                    out += statement
+                statement = []
+            elif tok.type not in LAYOUT:
+                statement += _normal(tok, statement[-1] if statement else "")
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     return out
 
 
-def shingles(source: str, base: frozenset[int] = frozenset()) -> frozenset[int]:
-    """Hashes of every SHINGLE-token run in `source`, without those in `base` (the stub's)."""
-    toks = tokens(source)
-    runs = (" ".join(toks[i:i + SHINGLE]) for i in range(max(0, len(toks) - SHINGLE + 1)))
-    return frozenset(int.from_bytes(hashlib.blake2b(r.encode(), digest_size=8).digest(), "big") for r in runs) - base
+def _no_op(statement: list[str]) -> bool:
+    """A statement that carries no evidence: `pass`, a docstring or bare constant, or a constant bound to a
+    plain name (`unused = 3 * 2`, the cheapest padding; honest initialisations lose little by it)."""
+    if not statement or tuple(statement) in NO_OP or set(statement) == {"S"}:
+        return True
+    return statement[:2] == ["N", "="] and all(t in CONSTANT for t in statement[2:])
 
 
-def similarity(a: frozenset[int], b: frozenset[int]) -> float | None:
-    """Share of the smaller set found in the other; None when either has too few shingles to judge."""
-    if min(len(a), len(b)) < MIN_SHINGLES:
+def _normal(tok: tokenize.TokenInfo, before: str) -> list[str]:
+    if tok.type == tokenize.NAME:  # keywords, builtins and attribute names stay: a copier renames locals
+        return [tok.string if keyword.iskeyword(tok.string) or tok.string in BUILTIN or before == "." else "N"]
+    if tok.type == tokenize.STRING or tok.type >= getattr(tokenize, "FSTRING_START", 1000):
+        return ["S"]
+    if tok.type == tokenize.NUMBER:
+        return ["0"]
+    return [] if tok.string in LOOSE else [tok.string]
+
+
+def stream(source: str, stub: str = "") -> Stream:
+    """`source` as a Stream, the tokens it shares with `stub` (tiled against it) marked as base."""
+    toks = tuple(tokens(source))
+    if not stub:
+        return Stream(toks)
+    base, _ = _tile(toks, tuple(tokens(stub)), set(), set())
+    return Stream(toks, frozenset(base))
+
+
+def similarity(a: Stream, b: Stream) -> float | None:
+    """Share of the shorter stream covered by tiles; None when either has too little code to judge."""
+    if min(len(a), len(b)) < MIN_TOKENS:
         return None
-    return len(a & b) / min(len(a), len(b))
+    covered, _ = _tile(a.tokens, b.tokens, set(a.base), set(b.base))
+    return (len(covered) - len(a.base)) / min(len(a), len(b))
+
+
+def _tile(a: tuple[str, ...], b: tuple[str, ...], marked_a: set[int], marked_b: set[int]) -> tuple[set[int], set[int]]:
+    """Greedy String Tiling: mark the longest common unmarked runs first, down to MIN_MATCH tokens.
+    Returns the marked positions of a and of b (the given marks included)."""
+    starts: dict[tuple[str, ...], list[int]] = {}
+    for j in range(len(b) - MIN_MATCH + 1):
+        starts.setdefault(b[j:j + MIN_MATCH], []).append(j)
+    while True:
+        longest, matches = MIN_MATCH, []
+        for i in range(len(a) - MIN_MATCH + 1):
+            if i in marked_a:
+                continue
+            for j in starts.get(a[i:i + MIN_MATCH], ()):
+                k = 0
+                while (i + k < len(a) and j + k < len(b) and a[i + k] == b[j + k]
+                       and i + k not in marked_a and j + k not in marked_b):
+                    k += 1
+                if k > longest:
+                    longest, matches = k, [(i, j, k)]
+                elif k == longest:
+                    matches.append((i, j, k))
+        for i, j, k in matches:
+            if not any(i + n in marked_a or j + n in marked_b for n in range(k)):
+                marked_a.update(range(i, i + k))
+                marked_b.update(range(j, j + k))
+        if longest == MIN_MATCH:
+            return marked_a, marked_b
 
 
 def find(files: dict[str, dict[str, str]], references: dict[str, str], stubs: dict[str, str]) -> dict:
     """Near-identical code among submissions. `files`: {kata: {submission: source}}; `references` and
-    `stubs`: {kata: source}. Returns {"threshold", "shingle", "pairs": [{"kata", "a", "b",
+    `stubs`: {kata: source}. Returns {"threshold", "min_match", "pairs": [{"kata", "a", "b",
     "similarity"}], "reference": [{"kata", "submission", "similarity"}]}, highest first."""
     pairs, copies = [], []
     for kata, by_submission in files.items():
-        base = shingles(stubs.get(kata, ""))
-        prints = {name: shingles(src, base) for name, src in by_submission.items()}
-        for (a, fa), (b, fb) in combinations(sorted(prints.items()), 2):
-            score = similarity(fa, fb)
+        stub = stubs.get(kata, "")
+        streams = {name: stream(src, stub) for name, src in by_submission.items()}
+        for (a, sa), (b, sb) in combinations(sorted(streams.items()), 2):
+            score = similarity(sa, sb)
             if score is not None and score >= THRESHOLD:
                 pairs.append({"kata": kata, "a": a, "b": b, "similarity": round(score, 3)})
         if kata in references:
-            reference = shingles(references[kata], base)
-            for name, fp in sorted(prints.items()):
-                score = similarity(fp, reference)
+            reference = stream(references[kata], stub)
+            for name, s in sorted(streams.items()):
+                score = similarity(s, reference)
                 if score is not None and score >= THRESHOLD:
                     copies.append({"kata": kata, "submission": name, "similarity": round(score, 3)})
     key = lambda row: -row["similarity"]  # noqa: E731
-    return {"threshold": THRESHOLD, "shingle": SHINGLE, "pairs": sorted(pairs, key=key),
+    return {"threshold": THRESHOLD, "min_match": MIN_MATCH, "pairs": sorted(pairs, key=key),
             "reference": sorted(copies, key=key)}

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dojo import catalog
+from dojo import catalog, source
 from dojo.grading import grade, similarity
 
 
@@ -78,8 +78,8 @@ def _source(folder: Path, slug: str, notebook: Path | None) -> str:
     try:
         if notebook is not None:
             return nbextract.extract(nbextract.read(notebook), notebook.name).source
-        return (folder / f"{slug}.py").read_text(errors="replace")
-    except (OSError, ValueError):
+        return source.read_python(folder / f"{slug}.py")[0]  # as Python decodes it (coding cookie)
+    except (OSError, ValueError):  # source.Undecodable is a ValueError: the integrity scan reports it
         return ""
 
 
@@ -101,7 +101,7 @@ def findings(doc: dict) -> list[str]:
         for slug, r in sub["katas"].items():
             lines += [f"{sub['path']} {slug}: {n}" for n in r["notes"] if n.startswith("NOT sandboxed")]
     similar = doc["similar"]
-    share = f"{similar['threshold']:.0%} of the shorter file's {similar['shingle']}-token shingles"
+    share = f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
     lines += [f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
               for p in similar["pairs"]]
     lines += [f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"

@@ -54,6 +54,20 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "site packages": ("bpe", "import site\nfolders = site.getsitepackages()\n", 1),
     "package file lists": ("bpe", "from importlib.metadata import files\n", 1),
     "path parts as words": ("bpe", "import os\np = os.path.join(root, 'tests', 'katas')\n", 2),
+    "sys assigned to a name": ("generate", "import sys\ns = sys\nsuite = s.modules['test_generate']\n", 3),
+    "sys imported as another name": ("generate", "import sys as q\ndef f():\n    return q._getframe(2)\n", 3),
+    "sys through a list": ("generate", "import sys\nm = [sys][0].modules\n", 2),
+    "posix.fork": ("bpe", "import posix\npid = posix.fork()\n", 2),
+    "attrgetter f_back": ("generate", "import operator\nup = operator.attrgetter('f_back')\n", 2),
+    "getattr tb_frame": ("generate", "def f(e):\n    return getattr(e.__traceback__, 'tb_frame')\n", 2),
+    "exec built from pieces": ("int4", "f = getattr(__builtins__, 'ex' + 'ec')\nx = 1\n", 1),
+    "exec from an f-string of pieces": ("int4", "a = 'ex'\nname = f'{a}ec'\n", 2),
+    "getattr of os with a folded name": ("bpe", "import os\nrun = getattr(os, 'sys' + 'tem')\n", 2),
+    "a joined import name": ("bpe", "import importlib\nm = importlib.import_module('.'.join(['solutions', 'bpe']))\n", 2),
+    "vars of a module written": ("attention", "import torch\nvars(torch)['allclose'] = print\n", 2),
+    "a module's __dict__ updated": ("attention", "import torch.testing as tt\ntt.__dict__.update(assert_close=print)\n", 2),
+    "object.__setattr__ on an imported class": ("attention", "import torch\nobject.__setattr__(torch.Tensor, 'x', 1)\n", 2),
+    "setattr on an imported class": ("attention", "from torch import Tensor\nsetattr(Tensor, 'allclose', print)\n", 2),
     "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
 }
 
@@ -94,6 +108,10 @@ HONEST = {  # name: (kata, source)
         "def f():\n    text = open('/proc/cpuinfo').read()\n"
         "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
     "torch settings": ("roofline", "import torch\ntorch.backends.mkldnn.enabled = True\n"),
+    "own class patched through setattr and its __dict__": ("bpe", (
+        "class T:\n    pass\nsetattr(T, 'x', 1)\nt = T()\nt.__dict__['y'] = 2\nvars(t).update(z=3)\n")),
+    "os used for paths and a string naming eval mode": ("bpe", (
+        "import os\np = os.path.join('a', 'b')\nmode = 'eval'\nname = 'model' + '.pt'\n")),
     "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
 }
 
@@ -119,3 +137,49 @@ def test_a_file_that_does_not_parse_gets_no_finding(tmp_path):
     path = tmp_path / "bpe.py"
     path.write_text("def f(:\n")
     assert integrity.scan(path, "bpe") == []
+
+
+ENCODED = {  # name: (bytes, line of the finding)
+    "unicode_escape hides an import in a comment": (b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n", 1),
+    "utf-7 hides one too": (b"# -*- coding: utf-7 -*-\nx = 1  #+AAo-import os\n", 1),
+    "latin-1 on line 2": (b"#!/usr/bin/env python\n# coding: latin-1\ns = '\xe9'\n", 2),
+    "an unknown codec": (b"# coding: rot-13-ish\nx = 1\n", 1),
+    "bytes invalid in UTF-8": (b"x = 1\ny = '\xff'\n", 2),
+}
+
+
+@pytest.mark.parametrize("name", ENCODED)
+def test_the_source_is_read_as_python_reads_it(tmp_path, name):
+    """a coding cookie other than UTF-8, or bytes Python would refuse, is a finding on its line, never a crash"""
+    data, line = ENCODED[name]
+    path = tmp_path / "bpe.py"
+    path.write_bytes(data)
+    findings = integrity.scan(path, "bpe")
+    assert any(f.startswith(f"bpe.py:{line}: ") for f in findings), f"{name}: {findings}"
+
+
+def test_what_a_cookie_hides_is_scanned(tmp_path):
+    """the scan sees the code the interpreter runs: the import unicode_escape hid in a comment is flagged
+    (on line 3 of the decoded text, the line a traceback would name)"""
+    path = tmp_path / "bpe.py"
+    path.write_bytes(b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n")
+    assert any(f.startswith("bpe.py:3: imports solutions.bpe") for f in integrity.scan(path, "bpe"))
+
+
+def test_a_bom_and_a_utf8_cookie_are_plain(tmp_path):
+    """a UTF-8 byte-order mark or an explicit UTF-8 cookie is not a finding"""
+    for data in (b"\xef\xbb\xbfx = 1\n", b"# -*- coding: utf-8 -*-\nx = 'caf\xc3\xa9'\n"):
+        path = tmp_path / "bpe.py"
+        path.write_bytes(data)
+        assert integrity.scan(path, "bpe") == []
+
+
+def test_banned_uses_reads_as_python_reads(tmp_path):
+    """dojo.testing.banned_uses sees the import a utf-7 cookie hides, and reports bytes it cannot decode"""
+    from dojo.testing import banned_uses
+
+    path = tmp_path / "bpe.py"
+    path.write_bytes(b"# coding: utf-7\nx = 1  #+AAo-import tiktoken\n")
+    assert banned_uses(path, {"tiktoken"}) == ["line 3: tiktoken"]  # the decoded text's line
+    path.write_bytes(b"x = '\xff'\n")
+    assert banned_uses(path, {"tiktoken"})[0].startswith("line 1: cannot be read")

@@ -4,8 +4,13 @@ stub everyone was given do not count; `dojo grade` reports both kinds in its JSO
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
+from itertools import combinations
+from pathlib import Path
+
+import pytest
 
 from dojo import catalog
 from dojo.grading import similarity
@@ -20,19 +25,75 @@ def disguise(source: str) -> str:
 def test_a_disguised_copy_of_the_reference_is_near_identical():
     """the bpe reference reformatted and renamed is still found, above the threshold"""
     kata = catalog.get("bpe")
-    base = similarity.shingles(kata.stub.read_text())
-    ref = similarity.shingles(kata.reference.read_text(), base)
-    copy = similarity.shingles(disguise(kata.reference.read_text()), base)
+    stub = kata.stub.read_text()
+    ref = similarity.stream(kata.reference.read_text(), stub)
+    copy = similarity.stream(disguise(kata.reference.read_text()), stub)
     assert similarity.similarity(ref, copy) >= 0.95
 
 
 def test_unrelated_code_and_the_stub_are_not():
     """different katas' references score far below the threshold; the stub alone is too little to judge"""
-    refs = {k.slug: similarity.shingles(k.reference.read_text()) for k in catalog.load() if k.has_suite}
+    refs = {k.slug: similarity.stream(k.reference.read_text()) for k in catalog.load() if k.has_suite}
     for a, b in [("latency", "batching"), ("generate", "kv_cache"), ("roofline", "latency")]:
         assert similarity.similarity(refs[a], refs[b]) < similarity.THRESHOLD / 2
-    stub = catalog.get("bpe").stub.read_text()
-    assert similarity.similarity(similarity.shingles(stub, similarity.shingles(stub)), refs["bpe"]) is None
+    for kata in (k for k in catalog.load() if k.has_suite):
+        stub = kata.stub.read_text()
+        assert similarity.similarity(similarity.stream(stub, stub), similarity.stream(kata.reference.read_text(), stub)) is None
+
+
+def pad(source: str) -> str:
+    """A copier's padding: `pass` after every third statement, a dead assignment after every second,
+    top-level functions in reverse order, every local name renamed."""
+    tree = ast.parse(source)
+    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    local = {n.id for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+             for n in ast.walk(f) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - top - set(dir(builtins))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id in local:
+            n.id = f"my_{n.id}"
+    count = iter(range(10**6))
+    for node in list(ast.walk(tree)):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                padded = []
+                for i, stmt in enumerate(body, 1):
+                    padded += [stmt] + ([ast.Pass()] if i % 3 == 0 else [])
+                    padded += ast.parse(f"unused_{next(count)} = len(str({i}))").body if i % 2 == 0 else []
+                setattr(node, field, padded)
+    where = [i for i, n in enumerate(tree.body) if isinstance(n, ast.FunctionDef)]
+    for i, n in zip(where, [tree.body[i] for i in where][::-1]):
+        tree.body[i] = n
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+@pytest.mark.parametrize("slug", [k.slug for k in catalog.load() if k.has_suite])
+def test_a_padded_copy_of_each_reference_is_flagged(slug):
+    """pass statements, dead assignments, reordered functions and renamed locals do not hide a copy"""
+    kata = catalog.get(slug)
+    reference, stub = kata.reference.read_text(), kata.stub.read_text()
+    copy = pad(reference)
+    assert copy != reference and "pass" in copy and "unused_" in copy
+    doc = similarity.find({slug: {"copy": copy}}, {slug: reference}, {slug: stub})
+    assert [c["submission"] for c in doc["reference"]] == ["copy"], doc
+
+
+HONEST = Path(__file__).parent / "honest"
+
+
+def test_independent_solutions_are_not_flagged():
+    """solutions written from the prompt alone (tests/dojo/honest/, each passes its hidden suite) are
+    flagged neither against the reference nor against each other"""
+    honest = {p.stem.removesuffix("_a"): p.read_text() for p in sorted(HONEST.glob("*_a.py"))}
+    assert len(honest) >= 3
+    for slug, source in honest.items():
+        kata = catalog.get(slug)
+        doc = similarity.find({slug: {"honest": source, "ref": kata.reference.read_text()}},
+                              {slug: kata.reference.read_text()}, {slug: kata.stub.read_text()})
+        assert [c["submission"] for c in doc["reference"]] == ["ref"], (slug, doc)  # only the reference itself
+    streams = {slug: similarity.stream(src) for slug, src in honest.items()}
+    for a, b in combinations(streams, 2):
+        assert similarity.similarity(streams[a], streams[b]) < similarity.THRESHOLD / 2, (a, b)
 
 
 LONG = '''

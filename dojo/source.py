@@ -1,0 +1,59 @@
+"""A Python file's source as the interpreter reads it (PEP 263), for every check that reads one.
+
+Python decodes a file by its byte-order mark or its coding cookie (`# coding: utf-7` on line 1 or 2),
+not as UTF-8: a check that reads the bytes any other way sees different code from the code that runs
+(`# coding: unicode_escape` turns the text `# \\nimport os` into a comment and then an import).
+`read_python(path)` decodes exactly as `tokenize.open` does; `cookie_finding` says when a file asks for
+an encoding other than UTF-8, which an honest solution never needs. Used by the integrity scan, the
+similarity measure and the suites' banned-use check (dojo.testing), so it stays in the base layer.
+Left out: parsing (callers choose ast or tokenize) and notebooks (their JSON is UTF-8 by definition).
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from pathlib import Path
+
+PLAIN = ("utf-8", "utf-8-sig")  # what tokenize.detect_encoding names for no cookie, a UTF-8 cookie or a BOM
+
+
+class Undecodable(ValueError):
+    """The bytes are not Python source the interpreter would read: an unknown or contradictory coding
+    cookie, or bytes invalid in the declared encoding. `line` is where (1-based; 1 when unknown)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def decode_python(data: bytes) -> tuple[str, str]:
+    """(text, encoding) of source bytes, decoded as the interpreter does; the BOM is dropped.
+    Raises Undecodable when the interpreter would refuse the bytes."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:  # unknown codec, BOM against cookie, or undecodable cookie line
+        raise Undecodable(f"bad encoding declaration: {exc.msg}", exc.lineno or 1) from None
+    try:
+        return data.decode(encoding), encoding
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise Undecodable(f"bytes invalid in its encoding {encoding}: {exc.reason}", line) from None
+    except LookupError as exc:  # a codec tokenize accepts but that cannot decode bytes (none known)
+        raise Undecodable(f"bad encoding declaration: {exc}") from None
+
+
+def read_python(path: Path | str) -> tuple[str, str]:
+    """(text, encoding) of the file at `path` as Python reads it. Raises OSError when it cannot be
+    read, Undecodable when Python would refuse it."""
+    return decode_python(Path(path).read_bytes())
+
+
+def cookie_finding(encoding: str, text: str) -> tuple[int, str] | None:
+    """(line, what) when the file declares an encoding other than UTF-8, else None. Any other cookie
+    lets the bytes a reader sees differ from the code that runs (utf-7, unicode_escape)."""
+    if encoding in PLAIN:
+        return None
+    lines = text.splitlines()[:2]
+    line = next((i + 1 for i, t in enumerate(lines) if "coding" in t), 1)
+    return line, f"declares the source encoding {encoding!r} (PEP 263 cookie): the code that runs is not the text shown"

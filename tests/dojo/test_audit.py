@@ -1,0 +1,154 @@
+"""The audit hook (dojo.grading.audit): every reference, imported and run as if it were the candidate's
+file, works and gets no finding, library internals included (torch's import, dataclasses' exec); each
+hostile request the candidate's own code makes is refused and recorded with its line.
+
+A hook cannot be removed, so each check runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dojo import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script: str) -> dict:
+    """Run `script` in a fresh interpreter at the repository root; the JSON its last line prints."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+REFERENCES = """
+    import importlib.util, json, sys
+    from dojo.grading import audit, view
+    slugs = SLUGS
+    files = {f"solutions/{s}.py": s for s in slugs}
+    allowed = {f"solutions.{m}" for s in slugs for m in view.allowed(s) | set(view.reference_modules(s))}
+    found = []
+    audit.install({str(__import__("pathlib").Path(f).resolve()) for f in files}, found.append, allowed=allowed)
+    mods = {}
+    for path, slug in files.items():
+        spec = importlib.util.spec_from_file_location(f"candidate_{slug}", path)
+        mods[slug] = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mods[slug])
+    import numpy as np, torch
+    from solutions.model import LlamaConfig, tiny_model
+    m = mods
+    t = m["bpe"].BPETokenizer(); t.train("hello hello world wide web " * 30, max_merges=20)
+    assert t.decode(t.encode("hello web")) == "hello web"
+    q = torch.randn(1, 2, 5, 8)
+    assert m["attention"].attention(q, q, q, causal=True).shape == q.shape
+    assert m["attention"].MultiHeadAttention(16, 4, 2)(torch.randn(1, 3, 16), causal=True).shape == (1, 3, 16)
+    cache = m["kv_cache"].KVCache(2, 1, 2, 4, 8)
+    cache.update(0, torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    model = tiny_model(0)
+    out = m["generate"].generate(model, [[1, 2, 3]], max_new_tokens=3)
+    out = m["generate"].generate(model, [[1, 2, 3]], max_new_tokens=3, strategy="beam", num_beams=2)
+    config = LlamaConfig()
+    assert m["roofline"].bound(m["roofline"].ridge_point(1e12, 1e11) * 2, 1e12, 1e11)
+    m["roofline"].phase_cost(config, "decode", context_len=16)
+    m["latency"].predict_ttft(config, 16, 1e12, 1e11)
+    m["batching"].weight_bytes(config)
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    m["int4"].dequantize_q4_1(m["int4"].quantize_q4_1(w), w.shape)
+    scaler = m["mixed_precision"].DynamicLossScaler()
+    scaler.scale_loss(torch.tensor(1.0))
+    print(json.dumps({"found": found}))
+"""
+
+
+def test_every_reference_as_the_candidate_gets_no_finding_and_works():
+    """the nine references, imported and called with the hook watching their files: no refusal, no finding"""
+    slugs = [k.slug for k in catalog.load() if k.has_suite]
+    assert len(slugs) == 9
+    result = run(REFERENCES.replace("SLUGS", repr(slugs)))
+    assert result["found"] == []
+
+
+HOSTILE = '''
+import dataclasses, gc, inspect, json, logging, os, subprocess, sys, typing, warnings
+from collections import namedtuple
+
+@dataclasses.dataclass
+class Mine:
+    x: int = 1
+
+Pair = namedtuple("Pair", "a b")
+
+def honest():
+    warnings.warn("fine"); logging.getLogger("x").warning("fine")
+    Mine.__name__ = "Mine2"  # its own class
+    return Mine(2), Pair(1, 2), typing.get_type_hints(Mine)
+
+CHEATS = {
+    "exec": lambda: exec("x = 1"),
+    "compile": lambda: compile("1", "s", "eval"),
+    "sys._getframe": lambda: sys._getframe(1),
+    "inspect.stack": lambda: inspect.stack(),
+    "traceback frame": lambda: _tb_frame(),
+    "__code__": lambda: honest.__code__,
+    "gc.get_referrers": lambda: gc.get_referrers(honest),
+    "os.system": lambda: os.system("true"),
+    "subprocess": lambda: subprocess.run(["true"]),
+    "ctypes": lambda: __import__("ctypes").CDLL(None),
+    "import pluggy": lambda: __import__("pluggy"),
+    "import a project module": lambda: __import__("tests.katas"),
+    "a library's class renamed": lambda: setattr(json.JSONDecoder, "__name__", "X"),
+    "another hook": lambda: sys.addaudithook(lambda *a: None),
+}
+
+def _tb_frame():
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        return e.__traceback__.tb_frame
+'''
+
+HOSTILE_RUN = """
+    import importlib.util, json, sys
+    from dojo.grading import audit
+    found = []
+    audit.install({PATH}, found.append)
+    spec = importlib.util.spec_from_file_location("cheat", PATH)
+    mod = sys.modules["cheat"] = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod.honest()
+    honest = len(found)
+    refused = {}
+    for name, fn in mod.CHEATS.items():
+        before = len(found)
+        try:
+            fn()
+            refused[name] = False
+        except audit.Refused:
+            refused[name] = True
+        except RuntimeError:
+            refused[name] = True
+        refused[name] = [refused[name], found[before:]]
+    print(json.dumps({"honest": honest, "refused": refused}))
+"""
+
+
+def test_hostile_requests_are_refused_with_their_line(tmp_path):
+    """each request from the candidate's own code is recorded with its line and refused; its dataclass,
+    namedtuple, warnings, logging and typing (which exec and read frames themselves) are not"""
+    path = tmp_path / "cheat.py"
+    path.write_text(HOSTILE)
+    result = run(HOSTILE_RUN.replace("PATH", repr(str(path))))
+    assert result["honest"] == 0
+    lines = HOSTILE.splitlines()
+    for name, (refused, found) in result["refused"].items():
+        assert found and found[0]["file"] == "cheat.py", (name, found)
+        marker = "tb_frame" if name == "traceback frame" else f'"{name}":'
+        assert marker in lines[found[0]["line"] - 1], (name, found)
+        # sys.addaudithook swallows a hook's RuntimeError: the new hook is not added, and nothing is raised
+        assert refused == (name != "another hook"), (name, refused)
