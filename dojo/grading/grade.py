@@ -38,7 +38,7 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import channel, child, integrity, outcomes, sandbox, view
+from dojo.grading import bounded, channel, child, outcomes, sandbox, view
 from dojo.grading.result import GradeResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
@@ -80,11 +80,15 @@ def grade(
     if not kata.has_suite:
         raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
-        tmp = Path(tmp_name)
+    # subtle: the grading folder is readable by every uid (the sandbox's child may be another one), so it
+    # sits inside a 0700 folder other local users cannot enter; the sandbox binds it alone (its parents
+    # there are bwrap's own), so the child never walks through the private one
+    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as private:
+        tmp = Path(private) / "grading"
+        tmp.mkdir()
         path = targets.resolve(slug, target)
         digest = _digest(path)
-        findings = integrity.scan(path, slug)
+        findings = bounded.scan(path, slug)  # integrity.scan in a child limited in memory and time
         _pristine_copies(tmp, kata)
         why_not = sandbox.unavailable() if sandboxed else None
         graded = path if not sandboxed or why_not else _into_view(path, tmp)
