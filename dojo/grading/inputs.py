@@ -54,6 +54,7 @@ class Submission:
     path: Path  # the folder (or notebook) as given, made absolute; never resolved through links
     files: dict[str, KataFile] = field(default_factory=dict)  # slug -> its file
     errors: dict[str, str] = field(default_factory=dict)  # slug, or "" for the folder -> message
+    names: dict[str, str] = field(default_factory=dict)  # slug -> its kata file's name, read or refused
 
 
 def read_submission(path: Path, slugs: list[str]) -> Submission:
@@ -68,22 +69,17 @@ def read_submission(path: Path, slugs: list[str]) -> Submission:
         return sub
     try:
         for slug in slugs:
-            for name in (f"{slug}.py", f"{slug}.ipynb"):
-                try:
-                    os.stat(name, dir_fd=folder, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    sub.errors[slug] = f"{name} cannot be read: {exc.strerror}"
-                    break
-                try:
-                    sub.files[slug] = KataFile(name, _read(folder, name))
-                    if not name.endswith(".ipynb"):
-                        python_source(name, sub.files[slug].data)
-                except InputError as exc:
-                    sub.files.pop(slug, None)
-                    sub.errors[slug] = str(exc)
-                break
+            name = next((n for n in (f"{slug}.py", f"{slug}.ipynb") if _exists(folder, n)), None)
+            if name is None:
+                continue
+            sub.names[slug] = name
+            try:
+                sub.files[slug] = KataFile(name, _read(folder, name))
+                if not name.endswith(".ipynb"):
+                    python_source(name, sub.files[slug].data)
+            except InputError as exc:
+                sub.files.pop(slug, None)
+                sub.errors[slug] = str(exc)
         near = _near_misses(folder, slugs)
         if near:
             sub.errors[""] = near
@@ -136,10 +132,24 @@ def private_copy(folder: Path, name: str, data: bytes) -> Path:
     return path
 
 
+def _exists(folder: int, name: str) -> bool:
+    """Whether the open folder has an entry `name` (of any kind: a link, dangling or not, is one)."""
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # there, but not even its type can be read: _read says why
+    return True
+
+
 def _read(folder: int, name: str) -> bytes:
     """The bytes of `name` in the open folder, checked: a plain file (or a link to one beside it), within its limit."""
     shown = name
-    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    try:
+        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError as exc:
+        raise InputError(f"{name} cannot be read: {exc.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(name, dir_fd=folder)
         beside = os.path.normpath(target)
