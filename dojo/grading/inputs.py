@@ -110,8 +110,13 @@ def python_source(name: str, data: bytes) -> str:
         raise InputError(f"{name} holds a NUL byte (at byte {nul}): it is not Python source")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:
+    except SyntaxError as exc:  # a bad cookie, or first lines that are not utf-8 (then say which byte)
+        _decode(name, data, "utf-8")
         raise InputError(f"{name}: {exc.msg}") from None
+    return _decode(name, data, encoding)
+
+
+def _decode(name: str, data: bytes, encoding: str) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -169,14 +174,19 @@ def _read(folder: int, name: str) -> bytes:
         fd = os.open(name, _OPEN, dir_fd=folder)
     except OSError as exc:
         raise InputError(f"{shown} cannot be read: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{shown} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}, not a file")
-        try:
-            data = f.read(limit + 1)
-        except OSError as exc:
-            raise InputError(f"{shown} cannot be read: {exc.strerror}") from None
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{shown} cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise InputError(f"{shown} is {max(st.st_size, len(data)) / 2**20:.1f} MiB: kata files over "
                          f"{limit / 2**20:g} MiB are refused, unread")
