@@ -28,6 +28,7 @@ from dojo.grading.result import GradeResult
 from dojo.interview import intake
 
 SIMILARITY_TIMEOUT_S = 120.0  # one kata's similarity check, all its submissions together
+NOT_GRADED = "not graded: the file was refused, or its grading failed (the message says why)"
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
@@ -35,7 +36,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     <slug>.ipynb, is in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs`
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
-    "sandboxed", "integrity": {slug: findings}}], "similar": dojo.grading.similarity.find's pairs and copies
+    "sandboxed" (None when no kata file ran), "integrity": {slug: findings}}], "similar": dojo.grading.similarity.find's pairs and copies
     of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
     progress DB."""
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
@@ -58,7 +59,8 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         sub["total"] = sum(r["total"] for r in results)
         sub["passed"] = bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
         sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
-        sub["sandboxed"] = bool(sub["katas"]) and all(r["sandboxed"] for r in results)
+        ran = [r for r in results if NOT_GRADED not in r["notes"]]  # a refused file says nothing of the sandbox
+        sub["sandboxed"] = all(r["sandboxed"] for r in ran) if ran else None
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
     sources: dict[str, dict[str, str]] = {}
     for sub, _, r in ready:
@@ -108,7 +110,7 @@ def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None) -> dict
 def _error(slug: str, folder: Path, file: Path, why: str) -> GradeResult:
     """The result of a kata file that could not be graded: no tests, status "error", `why` as its message."""
     return GradeResult(slug=slug, target=_shown(folder), path=_shown(file), tests=[], points=0, total=0,
-                       passed=False, duration=0.0, started=time.time(), error=why)
+                       passed=False, duration=0.0, started=time.time(), error=why, notes=[NOT_GRADED])
 
 
 def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata]) -> dict:
@@ -143,7 +145,7 @@ def flags(sub: dict) -> tuple[str, str]:
     """The summary's integrity and sandboxed cells for one submission."""
     found = sum(len(f) for f in sub["integrity"].values())
     integrity = f"{found} finding{'s' if found != 1 else ''}" if found else "-"
-    sandboxed = "-" if not sub["katas"] else ("yes" if sub["sandboxed"] else "NO")
+    sandboxed = "-" if sub["sandboxed"] is None else ("yes" if sub["sandboxed"] else "NO")
     return integrity, sandboxed
 
 

@@ -254,6 +254,7 @@ def test_bad_inputs_beside_honest_ones_each_get_their_error(dojo, tmp_path):
     for path in bad:
         result = by_path[str(path)]["katas"]["toy"]
         assert result["status"] == "error" and result["points"] == 0, path.name
+        assert by_path[str(path)]["sandboxed"] is None, f"{path.name}: a refused file said something of the sandbox"
         assert result["message"].startswith("toy."), f"{path.name}: the message does not name the file"
     assert out.stdout.count("error: ") == len(bad) + 1, out.stdout
     assert "could not be graded" not in report.read_text() and "SECRET" not in report.read_text()
