@@ -8,9 +8,10 @@ plugin's signed records (dojo.grading.channel), never pytest's text: a forged or
 without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.grading.integrity (findings in the result, the
-points untouched). The child's launch and limits are dojo.grading.child, reading its records
-dojo.grading.outcomes, the result types dojo.grading.result. Left out: what the practice loop does
+a reason, in bounded time. Every grading is scanned by dojo.grading.integrity in a child limited in memory
+and time (dojo.grading.bounded; findings in the result, the points untouched). The child's launch and
+limits are dojo.grading.child, reading its records dojo.grading.outcomes, the result types
+dojo.grading.result. Left out: what the practice loop does
 with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
 maps the outcomes back to cells).
 

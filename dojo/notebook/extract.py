@@ -24,6 +24,7 @@ from pathlib import Path
 SOLUTION_TAG = "solution"
 # Cell magics whose body is Python run as is: the magic line is dropped, the body kept.
 PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun")
+MAX_CELLS = 10_000  # solution_only refuses a notebook with more (its copy keeps one entry per cell)
 _MAGIC = re.compile(r"^(\s*)([%!].*)$")
 
 
@@ -92,6 +93,8 @@ def solution_only(text: str, name: str) -> dict:
     cell but the solution cells emptied (cell numbers kept) and no outputs}. dojo.interview.takehome runs
     this on a candidate's file in a bounded child (dojo.grading.bounded). Raises NotebookError."""
     nb = parse(text, name)
+    if len(nb["cells"]) > MAX_CELLS:
+        raise NotebookError(f"{name} has {len(nb['cells'])} cells, over {MAX_CELLS}: not a kata notebook")
     cells = [c if isinstance(c, dict) else {} for c in nb["cells"]]
     source_ = extract({"cells": cells}, name).source
     kata = ((nb.get("metadata") or {}).get("dojo") or {}) if isinstance(nb.get("metadata"), dict) else {}
