@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -83,7 +82,8 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("slug")
     p.add_argument("--force", action="store_true", help="show it anyway (recorded as a reveal)")
     p.set_defaults(func=practice.cmd_solution)
-    p = sub.add_parser("grade", help="grade take-home submissions: folders of <slug>.py or <slug>.ipynb, or notebooks")
+    p = sub.add_parser("grade", help="grade take-home submissions: folders of <slug>.py or <slug>.ipynb, or notebooks "
+                       "(kata files found by exact name; links not followed; .py over 1 MiB refused)")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the full machine-readable report here")
     p.add_argument("--jobs", type=int, default=2, help="gradings at once (default 2)")
@@ -149,8 +149,7 @@ def cmd_grade(args) -> int:
             raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)")
     doc = takehome.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=2))
+        takehome.write_report(doc, args.json)
     submissions = doc["submissions"]
     slugs = [k.slug for k in catalog.load() if any(k.slug in s["katas"] for s in submissions)]
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -160,9 +159,10 @@ def cmd_grade(args) -> int:
         cells = []
         for slug in slugs:
             r = sub["katas"].get(slug)
-            cells.append("-" if r is None else f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}")
+            cells.append("-" if r is None else "error" if r["status"] == "error" and not r["total"] else
+                         f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}")
                          + (f" ({len(r['inconclusive'])} inconclusive)" if r["inconclusive"] else ""))
-        note = "" if sub["katas"] else " (no kata files)"
+        note = "" if sub["katas"] else " (errors: see below)" if sub["errors"] else " (no kata files)"
         note += f" ({sub['inconclusive']} inconclusive: timing tests the machine was too noisy to decide, not counted)" \
             if sub["inconclusive"] else ""
         table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}", *takehome.flags(sub))

@@ -8,9 +8,10 @@ plugin's signed records (dojo.grading.channel), never pytest's text: a forged or
 without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.grading.integrity (findings in the result, the
-points untouched). The child's launch and limits are dojo.grading.child, reading its records
-dojo.grading.outcomes, the result types dojo.grading.result. Left out: what the practice loop does
+a reason, in bounded time. Every grading is scanned by dojo.grading.integrity in a child limited in memory
+and time (dojo.grading.bounded; findings in the result, the points untouched). The child's launch and
+limits are dojo.grading.child, reading its records dojo.grading.outcomes, the result types
+dojo.grading.result. Left out: what the practice loop does
 with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
 maps the outcomes back to cells).
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import channel, child, integrity, judge, outcomes, sandbox, view
+from dojo.grading import bounded, channel, child, judge, outcomes, sandbox, view
 from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
@@ -88,11 +89,15 @@ def grade(
     if not kata.has_suite:
         raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as tmp_name:
-        tmp = Path(tmp_name)
+    # subtle: the grading folder is readable by every uid (the sandbox's child may be another one), so it
+    # sits inside a 0700 folder other local users cannot enter; the sandbox binds it alone (its parents
+    # there are bwrap's own), so the child never walks through the private one
+    with tempfile.TemporaryDirectory(prefix=f"dojo-grade-{slug}-") as private:
+        tmp = Path(private) / "grading"
+        tmp.mkdir()
         path = targets.resolve(slug, target)
         digest = _digest(path)
-        findings = integrity.scan(path, slug)
+        findings = bounded.scan(path, slug)  # integrity.scan in a child limited in memory and time
         _pristine_copies(tmp, kata)
         why_not = sandbox.unavailable() if sandboxed else None
         box = sandbox if sandboxed and not why_not else None

@@ -1,93 +1,151 @@
 """Take-home grading: `dojo grade PATH...` grades every kata file in each submission, sandboxed, into
 one report, and says which submissions share their code (dojo.grading.similarity).
 
-Each grading is dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot);
-the report adds per submission the integrity findings (dojo.grading.integrity) and whether every kata ran
-sandboxed, and across submissions the near-identical pairs and copies of the reference. Nothing is
-recorded in the progress database: a grader's runs are not the grader's own practice.
+Each submission is read once and checked by dojo.interview.intake (no links followed, files over 1 MiB
+refused, notebooks parsed in a bounded child) into private copies, and each copy is graded by
+dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot). Every step is
+guarded: what goes wrong with one file is that file's error (status "error", a message naming the file), with
+one submission that submission's `errors`, and the others are graded as ever. The similarity check runs per
+kata in a bounded child (dojo.grading.bounded); one that cannot finish is listed in `similar["errors"]`.
+The report adds per submission the integrity findings (dojo.grading.integrity) and whether every kata ran
+sandboxed. `write_report` writes it atomically. Nothing is recorded in the progress database: a grader's
+runs are not the grader's own practice.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dojo import catalog, source
-from dojo.grading import grade, similarity
+from dojo import catalog
+from dojo.grading import bounded, grade, similarity
+from dojo.grading.result import GradeResult
+from dojo.interview import intake
+
+SIMILARITY_TIMEOUT_S = 120.0  # one kata's similarity check, all its submissions together
+NOT_GRADED = "not graded: the file was refused, or its grading failed (the message says why)"
 
 
 def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
     """Grade take-home submissions, sandboxed: every kata with a suite whose <slug>.py, or else
     <slug>.ipynb, is in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs`
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
-    {slug: results.json document}, "points", "total", "passed", "sandboxed", "integrity": {slug:
-    findings}}], "similar": dojo.grading.similarity.find's pairs and copies of the reference}. Records
-    nothing in the progress DB."""
-    katas = [k for k in catalog.load() if k.has_suite]
-    submissions = [{"path": str(Path(f).resolve()), "katas": {}} for f in folders]
-    work: list[tuple[int, str, Path, Path | None]] = []  # (submission, kata, target, notebook or None)
-    for i, folder in enumerate(map(Path, folders)):
-        if folder.suffix == ".ipynb":
-            from dojo.notebook import grading as notebooks
-
-            work.append((i, notebooks.kata_of(folder), folder, folder))
-            continue
-        for k in katas:
-            if (folder / f"{k.slug}.py").is_file():
-                work.append((i, k.slug, folder, None))
-            elif (folder / f"{k.slug}.ipynb").is_file():
-                work.append((i, k.slug, folder, folder / f"{k.slug}.ipynb"))
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
-        futures = [(i, slug, pool.submit(_grade_one, slug, folder, notebook, timeout)) for i, slug, folder, notebook in work]
-        for i, slug, future in futures:
-            submissions[i]["katas"][slug] = future.result().to_json()
+    {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
+    "sandboxed" (None when no kata file ran), "integrity": {slug: findings}}], "similar": dojo.grading.similarity.find's pairs and copies
+    of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
+    progress DB."""
+    katas = {k.slug: k for k in catalog.load() if k.has_suite}
+    submissions, ready = [], []
+    with tempfile.TemporaryDirectory(prefix="dojo-takehome-") as private:  # 0700: the copies are this user's
+        for i, folder in enumerate(map(Path, folders)):
+            prepared = _prepare(folder, list(katas), Path(private) / str(i))
+            sub = {"path": _shown(prepared.path), "katas": {}, "errors": prepared.errors}
+            for slug, (file, why) in prepared.refused.items():
+                sub["katas"][slug] = _error(slug, prepared.path, file, why).to_json()
+            submissions.append(sub)
+            ready += [(sub, prepared.path, r) for r in prepared.ready]
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
+            futures = [(sub, r.slug, pool.submit(_grade_one, folder, r, timeout)) for sub, folder, r in ready]
+            for sub, slug, future in futures:
+                sub["katas"][slug] = future.result()
     for sub in submissions:
         results = sub["katas"].values()
         sub["points"] = sum(r["points"] for r in results)
         sub["total"] = sum(r["total"] for r in results)
-        sub["passed"] = bool(sub["katas"]) and all(r["status"] == "pass" for r in results)
+        sub["passed"] = bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
         sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
-        sub["sandboxed"] = bool(sub["katas"]) and all(r["sandboxed"] for r in results)
+        ran = [r for r in results if NOT_GRADED not in r["notes"]]  # a refused file says nothing of the sandbox
+        sub["sandboxed"] = all(r["sandboxed"] for r in ran) if ran else None
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
     sources: dict[str, dict[str, str]] = {}
-    for i, slug, folder, notebook in work:
-        sources.setdefault(slug, {})[submissions[i]["path"]] = _source(folder, slug, notebook)
-    kata_files = {k.slug: k for k in katas}
-    similar = similarity.find(
-        sources,
-        {s: kata_files[s].reference.read_text() for s in sources if kata_files[s].reference.is_file()},
-        {s: kata_files[s].stub.read_text() for s in sources if kata_files[s].stub.is_file()},
-    )
-    return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": similar}
+    for sub, _, r in ready:
+        sources.setdefault(r.slug, {})[sub["path"]] = r.source
+    return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": _similar(sources, katas)}
 
 
-def _grade_one(slug: str, folder: Path, notebook: Path | None, timeout: float | None) -> grade.GradeResult:
-    """One sandboxed grading: a .py by the engine, a notebook through the notebook layer (cells, not lines)."""
-    if notebook is None:
-        return grade.grade(slug, str(folder), timeout=timeout, sandboxed=True)
-    from dojo.notebook import grading as notebooks
-
-    return notebooks.grade_notebook(notebook, slug, timeout=timeout, sandboxed=True)
-
-
-def _source(folder: Path, slug: str, notebook: Path | None) -> str:
-    """The code graded for `slug`: the .py file, or a notebook's solution cells ("" if unreadable)."""
-    from dojo.notebook import extract as nbextract
-
+def write_report(doc: dict, path: Path) -> None:
+    """Write the report as JSON at `path`, atomically: a reader sees the old file or the whole new one.
+    Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        if notebook is not None:
-            return nbextract.extract(nbextract.read(notebook), notebook.name).source
-        return source.read_python(folder / f"{slug}.py")[0]  # as Python decodes it (coding cookie)
-    except (OSError, ValueError):  # source.Undecodable is a ValueError: the integrity scan reports it
-        return ""
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(doc, out, indent=2)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _prepare(folder: Path, slugs: list[str], private: Path) -> intake.Prepared:
+    try:
+        return intake.prepare(folder, slugs, private)
+    except Exception as exc:  # guarded: a bug here is this submission's error, never the run's end
+        return intake.Prepared(Path(os.path.abspath(folder)), errors=[f"{folder} could not be read: {exc!r}"])
+
+
+def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None) -> dict:
+    """One sandboxed grading of a private copy, reported under the candidate's own path: a .py by the engine, a
+    notebook through the notebook layer (cells, not lines). A failure of the grading itself is the file's error."""
+    try:
+        if ready.copy.suffix == ".py":
+            result = grade.grade(ready.slug, str(ready.copy.parent), timeout=timeout, sandboxed=True)
+        else:
+            from dojo.notebook import grading as notebooks
+
+            result = notebooks.grade_notebook(ready.copy, ready.slug, timeout=timeout, sandboxed=True)
+        return dataclasses.replace(result, target=_shown(folder), path=_shown(ready.original)).to_json()
+    except Exception as exc:  # guarded: one file's grading never ends the run
+        why = f"{ready.original.name} could not be graded: {type(exc).__name__}: {exc}"
+        return _error(ready.slug, folder, ready.original, why).to_json()
+
+
+def _error(slug: str, folder: Path, file: Path, why: str) -> GradeResult:
+    """The result of a kata file that could not be graded: no tests, status "error", `why` as its message."""
+    return GradeResult(slug=slug, target=_shown(folder), path=_shown(file), tests=[], points=0, total=0,
+                       passed=False, duration=0.0, started=time.time(), error=why, notes=[NOT_GRADED])
+
+
+def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata]) -> dict:
+    """dojo.grading.similarity.find per kata, each in a bounded child; a kata whose check cannot finish goes
+    into "errors" and the others are reported as ever."""
+    merged = {**similarity.find({}, {}, {}), "errors": []}  # the empty report: its settings, no rows
+    for slug, files in sources.items():
+        kata = katas[slug]
+        args = {"files": {slug: files},
+                "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
+                "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {}}
+        try:
+            found = bounded.call("dojo.grading.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
+        except bounded.BoundedError as exc:
+            merged["errors"].append({"kata": slug, "error": f"the similarity check could not finish: {exc}"})
+            continue
+        for key, rows in found.items():
+            if isinstance(rows, list) and isinstance(merged.get(key), list):
+                merged[key] += rows
+    for rows in merged.values():
+        if isinstance(rows, list) and all(isinstance(r, dict) and "similarity" in r for r in rows):
+            rows.sort(key=lambda row: -row["similarity"])
+    return merged
+
+
+def _shown(path: Path) -> str:
+    """A path as text for the report and the terminal: bytes that are not UTF-8 shown as escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def flags(sub: dict) -> tuple[str, str]:
     """The summary's integrity and sandboxed cells for one submission."""
     found = sum(len(f) for f in sub["integrity"].values())
     integrity = f"{found} finding{'s' if found != 1 else ''}" if found else "-"
-    sandboxed = "-" if not sub["katas"] else ("yes" if sub["sandboxed"] else "NO")
+    sandboxed = "-" if sub["sandboxed"] is None else ("yes" if sub["sandboxed"] else "NO")
     return integrity, sandboxed
 
 
@@ -96,6 +154,8 @@ def findings(doc: dict) -> list[str]:
     near-identical pairs and copies of the reference (threshold in dojo.grading.similarity)."""
     lines = []
     for sub in doc["submissions"]:
+        lines += [f"error: {sub['path']}: {why}" for why in sub["errors"]]
+        lines += [f"error: {sub['path']} {slug}: {r['message']}" for slug, r in sub["katas"].items() if r["status"] == "error"]
         for slug, found in sub["integrity"].items():
             lines += [f"integrity: {sub['path']} {slug}: {f}" for f in found]
         for slug, r in sub["katas"].items():
@@ -106,4 +166,5 @@ def findings(doc: dict) -> list[str]:
               for p in similar["pairs"]]
     lines += [f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
               for c in similar["reference"]]
+    lines += [f"similarity, {e['kata']}: {e['error']}" for e in similar.get("errors", [])]
     return lines

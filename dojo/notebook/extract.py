@@ -24,6 +24,7 @@ from pathlib import Path
 SOLUTION_TAG = "solution"
 # Cell magics whose body is Python run as is: the magic line is dropped, the body kept.
 PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun")
+MAX_CELLS = 10_000  # solution_only refuses a notebook with more (its copy keeps one entry per cell)
 _MAGIC = re.compile(r"^(\s*)([%!].*)$")
 
 
@@ -69,12 +70,40 @@ def read(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no notebook at {path}")
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
         raise NotebookError(f"{path.name} is not a readable Jupyter notebook: {exc}") from exc
+    return parse(text, path.name)
+
+
+def parse(text: str, name: str) -> dict:
+    """The notebook whose file (called `name` in messages) holds `text`, as read() returns it. Raises NotebookError."""
+    try:
+        nb = json.loads(text)
+    except ValueError as exc:
+        raise NotebookError(f"{name} is not a readable Jupyter notebook: {exc}") from exc
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
-        raise NotebookError(f"{path.name} is not a readable Jupyter notebook (version 4, with a list of cells)")
+        raise NotebookError(f"{name} is not a readable Jupyter notebook (version 4, with a list of cells)")
     return nb
+
+
+def solution_only(text: str, name: str) -> dict:
+    """What grading needs of the notebook in `text` (called `name`), as plain data: {"kata": the kata its
+    metadata names, or None; "source": the extracted module's source; "notebook": the notebook with every
+    cell but the solution cells emptied (cell numbers kept) and no outputs}. dojo.interview.takehome runs
+    this on a candidate's file in a bounded child (dojo.grading.bounded). Raises NotebookError."""
+    nb = parse(text, name)
+    if len(nb["cells"]) > MAX_CELLS:
+        raise NotebookError(f"{name} has {len(nb['cells'])} cells, over {MAX_CELLS}: not a kata notebook")
+    cells = [c if isinstance(c, dict) else {} for c in nb["cells"]]
+    source_ = extract({"cells": cells}, name).source
+    kata = ((nb.get("metadata") or {}).get("dojo") or {}) if isinstance(nb.get("metadata"), dict) else {}
+    kata = kata.get("kata") if isinstance(kata, dict) and isinstance(kata.get("kata"), str) else None
+    kept = [{"cell_type": "code", "metadata": {"tags": [SOLUTION_TAG]}, "source": source(c), "outputs": [],
+             "execution_count": None} if is_solution(c) else {"cell_type": "raw", "metadata": {}, "source": ""}
+            for c in cells]
+    sanitized = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"dojo": {"kata": kata}} if kata else {}, "cells": kept}
+    return {"kata": kata, "source": source_, "notebook": sanitized}
 
 
 def source(cell: dict) -> str:
