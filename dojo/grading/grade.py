@@ -118,6 +118,7 @@ def grade(
                 output += more
                 tests = _merged(tests, mine, deferred)
                 error = error or _unexpected(mine, deferred)
+            findings += _audit_findings(run.refused, path.name)
         else:
             (tests, error), output = run.suite(graded, timeout, only=only, box=box)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
@@ -142,6 +143,7 @@ class _Run:
         self.tmp, self.kata, self.examples_only = tmp, kata, examples_only
         self.test_timeout, self.memory = test_timeout, memory
         self.deferred: list[dict] = []
+        self.refused: list = []  # the worker's audit findings, as the judge's plugin read them
         self.count = 0
 
     def suite(self, graded: Path, timeout: float, *, only=None, extra=(), env=None, box=None):
@@ -167,6 +169,7 @@ class _Run:
             result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
         if records is not None:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
+            self.refused = next((r["audit"] for r in records if "audit" in r), [])
         return result, output
 
 
@@ -182,6 +185,18 @@ def _merged(judged: list[TestResult], mine: list[TestResult], deferred: list[dic
     return out
 
 
+def _audit_findings(refused: list, name: str) -> list[str]:
+    """The worker's audit refusals as integrity findings, one per line and event:
+    "bpe.py:12: inspects stack frames (refused 3 times while it ran: audit event sys._getframe)"."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for f in refused if isinstance(refused, list) else []:
+        if isinstance(f, dict):
+            key = (str(f.get("line", "?"))[:12], str(f.get("what", ""))[:300], str(f.get("event", "?"))[:60])
+            counts[key] = counts.get(key, 0) + 1
+    return [f"{name}:{line}: {what} (refused {'once' if n == 1 else f'{n} times'} while it ran: audit event {event})"
+            for (line, what, event), n in list(counts.items())[:50]]
+
+
 def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
     """An error when the in-process run reported other tests than the ones the judge deferred."""
     if {t.id for t in mine} != {d["id"] for d in deferred}:
@@ -191,7 +206,7 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # ---- judge mode's worker --------------------------------------------------------------------------
 
-WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker")
+WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit")
 
 
 def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
@@ -217,7 +232,8 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
 def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
     """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
     file = str(folder / "submission" / f"{slug}.py")
-    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}"]
+    allowed = ",".join(f"solutions.{m}" for m in sorted(view.allowed(slug)))
+    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", allowed]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
@@ -226,7 +242,8 @@ def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
     prefix = box.bwrap_args(folder, box.timing_lock(), uid=uid)
     limits = [str(box.process_limit()), str(-1 if uid is None else uid)]
     cmd = [*prefix, sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), *limits, *tail]
-    return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt")}
+    return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt"),
+            "bwrap": True}
 
 
 # ---- the grading folder ------------------------------------------------------------------------

@@ -63,10 +63,15 @@ class Worker:
         """The endpoint's reason, with how the process ended when it has."""
         why = self.endpoint.broken if self.endpoint else "no worker"
         code = self.proc.poll() if self.proc else None
+        if code is not None and self.spec.get("bwrap") and 128 < code < 128 + 65:
+            code = -(code - 128)  # bwrap reports a child killed by signal N as 128 + N
         if code is not None and code < 0:
-            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-            hint = " (most likely for using too much memory)" if -code == signal.SIGKILL else ""
-            why = f"your code's process was killed by {name}{hint}"
+            sig = -code
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+            what = {signal.SIGSEGV: "crashed with a segmentation fault", signal.SIGBUS: "crashed with a bus error",
+                    signal.SIGABRT: "aborted",
+                    signal.SIGKILL: "was killed (SIGKILL), most likely for using too much memory"}.get(sig)
+            why = f"your code's process {what or f'was killed by {name}'}"
         elif code is not None:
             why = f"your code's process exited with code {code}"
         return why
@@ -140,6 +145,20 @@ def kata_module(name: str) -> KataModule:
     module = KataModule(name)
     module._current()
     return module
+
+
+def started() -> bool:
+    return _worker is not None and _worker.starts > 0
+
+
+def audit_findings() -> list:
+    """The worker's audit refusals ({event, file, line, what}), or [] when it cannot say (gone, or lying:
+    only plain data comes back, and it counts for nothing but a finding)."""
+    try:
+        found = worker().boot().findings()
+    except Exception:  # noqa: BLE001 - a worker that died or lies has no findings to give
+        return []
+    return found if isinstance(found, list) else []
 
 
 def is_remote(obj) -> bool:

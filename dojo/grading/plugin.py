@@ -291,6 +291,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.getoption("--judge") and judge.started():
+        _emit({"audit": judge.audit_findings()})
     if _sender is not None:
         _sender.send({"end": {"exitstatus": int(exitstatus), "examples_only": bool(session.config.getoption("--examples-only"))}})
     path = session.config.getoption("--dojo-results")

@@ -1,6 +1,6 @@
 """The judge's worker: the one process where the candidate's module is imported and run.
 
-`python -m dojo.grading.worker FILE MODULE` (the judge starts it inside the sandbox, with its end of
+`python -m dojo.grading.worker FILE MODULE ALLOWED` (the judge starts it inside the sandbox, with its end of
 the connection as standard input) imports nothing of the suite: it serves the judge's requests
 (dojo.grading.remote) on a `Boot` object, whose methods import the candidate's file, build reference
 parts the suite names by recipe ("solutions.model:tiny_model"), and point the candidate module's
@@ -31,6 +31,11 @@ class Boot:
 
     def __init__(self, path: str, name: str) -> None:
         self.path, self.name, self.module = path, name, None
+        self.refused: list[dict] = []  # the audit hook's findings (dojo.grading.audit)
+
+    def findings(self) -> list[dict]:
+        """What the audit hook refused the candidate's code so far: {event, file, line, what}."""
+        return self.refused
 
     def load(self):
         """The candidate's module, imported once (an error at import is the judge's to report)."""
@@ -109,17 +114,22 @@ def recipe_target(recipe: str):
     return target
 
 
-def serve(sock: socket.socket, path: str, name: str) -> None:
-    """Answer the judge on `sock` until it closes the connection."""
+def serve(sock: socket.socket, path: str, name: str, allowed: list[str] | None = None) -> None:
+    """Answer the judge on `sock` until it closes the connection. With `allowed` (the reference modules
+    the kata may import), the audit hook watches the candidate's code from before its import."""
     endpoint = Endpoint(sock, "worker", trusted=False)
     endpoint.candidate_file = path
     boot = Boot(path, name)
+    if allowed is not None:
+        from dojo.grading import audit
+
+        audit.install({path}, boot.refused.append, allowed=allowed)
     endpoint._exports[BOOT_ID], endpoint._export_ids[id(boot)] = boot, BOOT_ID
     endpoint.serve()
 
 
 def main(argv: list[str]) -> None:
-    path, name = argv
+    path, name, allowed = argv
     import torch
 
     torch.set_num_threads(1)  # tiny models, one core: steady beside other gradings (as the suites' one_thread)
@@ -127,7 +137,7 @@ def main(argv: list[str]) -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    serve(sock, path, name)
+    serve(sock, path, name, [a for a in allowed.split(",") if a])
 
 
 if __name__ == "__main__":

@@ -132,10 +132,15 @@ def test_no_network_repository_or_home(toy, tmp_path):
 
 
 def test_ending_early_or_forging_results_is_an_error(toy):
-    """os._exit(0) mid-run, or unsigned records written at exit to the results channel: an error, not a pass"""
+    """os._exit(0) mid-run, or unsigned records written at exit to the results channel: never a pass.
+    In judge mode the exit ends only the worker: the test fails saying so; in-process it is an error."""
     early = submit(toy, "import os\ndef add(a, b):\n    os._exit(0)\n" + STUBS)
+    failed = next(t for t in early.tests if t.property == "add(2, 3) is 5")
+    assert early.status == "fail" and failed.outcome == "failed", early.to_json()
+    assert "exited with code 0" in failed.message, failed.message
+    early = submit(toy, "import os\ndef add(a, b):\n    os._exit(0)\n" + STUBS, judged=False)
     assert early.status != "pass" and early.error, early.to_json()
-    forged = submit(toy, (
+    forged = submit(toy, judged=False, source=(
         "import atexit, json, os\nenv = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
         "fd = int(next(e for e in env if e.startswith(b'DOJO_CHANNEL=')).split(b'=')[1].split(b':')[0])\n"
         "def forge():\n    for seq, rec in enumerate([{'end': {'exitstatus': 0, 'examples_only': False}}]):\n"
@@ -212,4 +217,7 @@ def test_grade_summary_says_not_sandboxed_and_lists_findings(dojo, tmp_path):
 def test_a_crash_inside_reads_as_it_does_outside(toy):
     """a segfault in the sandbox is named as one (bwrap's 128 + signal is read back as the signal)"""
     result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS)
+    failed = next(t for t in result.tests if t.property == "add(2, 3) is 5")
+    assert result.status == "fail" and "segmentation fault" in failed.message, failed.message
+    result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS, judged=False)
     assert result.status == "fail" and "segmentation fault" in result.error, result.error
