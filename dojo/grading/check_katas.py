@@ -27,6 +27,7 @@ from pathlib import Path
 
 from dojo import catalog, targets
 from dojo.grading import mutant
+from dojo.grading.judge import ENV as judge_env
 from dojo.grading.suite_runs import Run, cache_path, cached, inputs_digest, load_cache, run_key, save_cache, violations
 
 RUN_TIMEOUT_S = 300.0
@@ -74,6 +75,8 @@ def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
         os.dup2(fd, 2)
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
+        if run.judge:
+            os.environ[judge_env] = json.dumps({**run.worker_spec, **_fork_worker(run)})
         import pytest
 
         code = int(pytest.main(run.args(results, ini)))
@@ -89,12 +92,39 @@ def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
         os._exit(code)
 
 
+def _fork_worker(run: Run) -> dict:
+    """Fork this warm process (torch imported, nothing run yet) as the judge's first worker: no interpreter
+    start per run. {"fd", "pid"} for dojo.grading.judge; a restart execs the spec's command instead."""
+    import socket
+
+    from dojo.grading import worker
+
+    mine, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mine.close()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.setpgid(0, 0)
+            spec = run.worker_spec
+            worker.serve(theirs, str(run.target), f"dojo_target_{run.slug}",
+                         [a for a in spec["cmd"][-1].split(",") if a])
+        finally:
+            os._exit(0)
+    theirs.close()
+    os.set_inheritable(mine.fileno(), True)
+    return {"fd": mine.detach(), "pid": pid}
+
+
 def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: float = RUN_TIMEOUT_S) -> None:
     """Fill in rows/error/seconds of every run: references first, each kata's other runs after its
     reference (ordered by its timings), `jobs` at a time."""
     cache = load_cache() if use_cache else {}
-    refs = {r.slug: r for r in runs if r.kind == "reference"}
-    waiting = {slug: [r for r in runs if r.slug == slug and r.kind != "reference" and not r.broken] for slug in refs}
+    refs = {(r.slug, r.judge): r for r in runs if r.kind == "reference"}
+    waiting = {key: [r for r in runs if (r.slug, r.judge) == key and r.kind != "reference" and not r.broken]
+               for key in refs}
     ready: list[Run] = list(refs.values())
     running: dict[int, tuple[Run, Path, float, str, Path]] = {}  # pid -> run, results, start, key, log
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
@@ -109,7 +139,7 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
         def finished(run: Run) -> None:
             if run.kind == "reference":
                 order = sorted(run.rows, key=lambda r: r["duration"])
-                for other in waiting.get(run.slug, []):
+                for other in waiting.get((run.slug, run.judge), []):
                     if other.kind == "mutant" and order and not run.error:
                         other.order = [r["id"] for r in order]
                     ready.append(other)
@@ -191,20 +221,22 @@ def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: fl
 
 
 def plan(katas: list[catalog.Kata]) -> list[Run]:
-    """Every run: reference, stub, then the mutants (an edits mutant is written out beside the cache)."""
+    """Every run, in both modes (in-process as practice runs it, and judge mode as take-homes do):
+    reference, stub, then the mutants (an edits mutant is written out beside the cache)."""
     written = cache_path().parent / "mutants"
     runs = []
     for kata in katas:
         if not kata.has_suite:
             continue
-        runs.append(Run(kata.slug, "reference", kata.reference, kata.suite))
-        runs.append(Run(kata.slug, "stub", kata.stub, kata.suite))
+        targets_ = [("reference", kata.reference, None, None), ("stub", kata.stub, None, None)]
         for m in kata.mutants:
             try:
-                runs.append(Run(kata.slug, "mutant", mutant.materialize(m, kata.reference, written / kata.slug),
-                                kata.suite, source=m))
+                targets_.append(("mutant", mutant.materialize(m, kata.reference, written / kata.slug), m, None))
             except (SyntaxError, ValueError) as exc:
-                runs.append(Run(kata.slug, "mutant", m, kata.suite, source=m, broken=str(exc)))
+                targets_.append(("mutant", m, m, str(exc)))
+        for judged in (False, True):
+            runs += [Run(kata.slug, kind, target, kata.suite, source=source, broken=broken, judge=judged)
+                     for kind, target, source, broken in targets_]
     return runs
 
 
@@ -223,12 +255,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     runs = plan(katas)
     execute(runs, args.jobs, use_cache=not args.no_cache, timeout=args.timeout)
+    _killed_apart(runs)
     problems = [v for run in runs for v in violations(run)]
     _print_table(katas, runs, time.monotonic() - started)
     for problem in problems:
         print(f"VIOLATION {problem}")
     print(f"{len(problems)} violation{'s' if len(problems) != 1 else ''} in {len(katas)} katas" if problems else "all katas OK")
     return 1 if problems else 0
+
+
+def _killed_apart(runs: list[Run]) -> None:
+    """A judge-mode mutant that only a candidate_process test kills is killed all the same: a take-home
+    grading runs those tests apart, in the candidate's process (the in-process twin run shows it)."""
+    practice = {(r.slug, r.kind, str(r.target)): r for r in runs if not r.judge}
+    for run in runs:
+        twin = practice.get((run.slug, run.kind, str(run.target)))
+        if run.judge and run.kind == "mutant" and twin is not None:
+            run.killed_apart = any(r["outcome"] == "failed" and r.get("candidate_process") for r in twin.rows)
 
 
 def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> None:
@@ -238,10 +281,12 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("kata", "tests", "reference", "stub", "mutants killed", "seconds"):
         table.add_column(column)
-    for kata in katas:
-        mine = [r for r in runs if r.slug == kata.slug]
+    for kata, judged in [(k, j) for k in katas for j in (False, True)]:
+        mine = [r for r in runs if r.slug == kata.slug and r.judge == judged]
+        name = f"{kata.slug} (judge)" if judged else kata.slug
         if not mine:
-            table.add_row(kata.slug, "-", "no suite yet", "-", "-", "-")
+            if not judged:
+                table.add_row(kata.slug, "-", "no suite yet", "-", "-", "-")
             continue
         ref = next(r for r in mine if r.kind == "reference")
         stub = next(r for r in mine if r.kind == "stub")
@@ -253,7 +298,7 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
         failing = sum(r["outcome"] == "failed" for r in stub_rows)
         killed = sum(not violations(m) for m in mutants)
         table.add_row(
-            kata.slug,
+            name,
             str(len(graded)),
             ("ok " if not violations(ref) else "BAD ") + f"{ok_ref}/{len(graded)} pass"
             + (f" ({unsure} inconclusive)" if unsure else ""),

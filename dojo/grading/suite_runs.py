@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,19 @@ class Run:
     error: str | None = None
     seconds: float = 0.0
     cached: bool = False
+    judge: bool = False  # judge mode: the target runs in a worker process, the suite never imports it
+    killed_apart: bool = False  # a judge-mode mutant that a candidate_process test kills in its in-process twin
+
+    @property
+    def worker_spec(self) -> dict:
+        """How the judge starts the worker for this run (dojo.grading.judge.ENV): a plain child, no sandbox
+        (check_katas proves the suites, not the sandbox), seeing the repository's references."""
+        from dojo.grading import view
+
+        allowed = ",".join(f"solutions.{m}" for m in sorted(view.allowed(self.slug)))
+        cmd = [sys.executable, "-m", "dojo.grading.worker", str(self.target), f"dojo_target_{self.slug}", allowed]
+        env = {**os.environ, "PYTHONPATH": str(targets.solutions_dir().parent), "PYTHONDONTWRITEBYTECODE": "1"}
+        return {"cmd": cmd, "env": env, "cwd": str(targets.solutions_dir().parent), "output": os.devnull}
 
     @property
     def name(self) -> str:
@@ -47,7 +61,7 @@ class Run:
             "--confcutdir", str(self.suite.parent), "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
             "-q", "--tb=no", "--no-header", f"--target={self.target}", f"--dojo-results={results}",
             f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
-        ] + (["-x"] if self.kind == "mutant" else [])
+        ] + (["-x"] if self.kind == "mutant" else []) + (["--judge"] if self.judge else [])
 
 
 # ---- verdicts ----------------------------------------------------------------------------------
@@ -69,7 +83,7 @@ def violations(run: Run) -> list[str]:
     source = run.source or run.target
     if run.broken:
         return [f"{run.slug}: mutant {source.name} does not apply: {run.broken}"]
-    killed = bool(run.error) or any(r["outcome"] == "failed" for r in graded)
+    killed = bool(run.error) or run.killed_apart or any(r["outcome"] == "failed" for r in graded)
     return [] if killed else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
 
 
@@ -92,12 +106,13 @@ def _inputs(run: Run, deps: list[str]) -> list[Path]:
     modules and suite helpers that the run imported (recorded by the run itself)."""
     package = Path(dojo.__file__).resolve().parent
     own = [package / n for n in ("grading/plugin.py", "grading/channel.py", "targets.py", "testing.py", "machine.py",
-                                 "fakeclock.py")]
+                                 "fakeclock.py", "grading/judge.py", "grading/remote.py", "grading/wire.py",
+                                 "grading/worker.py", "grading/audit.py")]
     return own + [run.suite, run.target] + [Path(d) for d in deps]
 
 
 def run_key(run: Run) -> str:
-    return f"{run.kind}:{run.suite}:{run.target}"
+    return f"{run.kind}:{run.suite}:{run.target}" + (":judge" if run.judge else "")
 
 
 def inputs_digest(run: Run, deps: list[str]) -> str:

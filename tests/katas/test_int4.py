@@ -263,6 +263,7 @@ def test_matmul_rejects_mismatched_x(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.candidate_process  # allocations are traced where they happen
 def test_matmul_never_builds_the_full_fp32_matrix(kata):
     """matmul_q4_1 peaks below half the fp32 matrix's size in memory: it works a slab at a time."""
     n, k = 8192, 256  # fp32 W: 8 MiB; Q4_1: 1.25 MiB
