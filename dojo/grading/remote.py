@@ -142,9 +142,6 @@ class Endpoint:
             return obj._ref
         if self.trusted and isinstance(obj, types.ModuleType):
             raise TypeError("a module cannot be lent to the candidate's code")
-        flat = wire.plain(obj)
-        if flat is not None:
-            return flat
         key = id(obj)
         if key not in self._export_ids:
             ident = next(self._ids)

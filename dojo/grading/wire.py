@@ -100,7 +100,8 @@ def encode(value: Any, export: Callable[[Any], Any]) -> tuple[str, list[bytes]]:
             return {"E": 0}
         if t is list or t is tuple or t is dict or t is set or t is frozenset or t is torch.Size:
             return _container(v, t, lambda x: enc(x, depth + 1))
-        return enc(export(v), depth)  # anything else, a list subclass included: the exporter decides
+        flat = plain(v)  # a container subclass (a namedtuple, a list with its own __eq__) as its plain type
+        return enc(export(v) if flat is None else flat, depth)  # anything else: the exporter decides
 
     def _container(v, t, sub):
         if t is dict:

@@ -1,0 +1,196 @@
+"""Judge mode, attacked the ways a candidate who has read this repository did: each route scores nothing
+or is flagged, and the honest reference still gets full marks with no finding.
+
+Gradings of the toy kata go through dojo.grading.grade with sandboxed=True (judge mode's default);
+the wire format's refusals are tested directly. Where bwrap cannot run, the grading tests skip with
+the reason, unless DOJO_REQUIRE_SANDBOX=1 (set by .ci/run), where they fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import zlib
+
+import pytest
+import torch
+
+from dojo.grading import grade, remote, sandbox, wire
+
+
+@pytest.fixture
+def toy(dojo, monkeypatch):
+    why = sandbox.unavailable()
+    if why:
+        if os.environ.get("DOJO_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"DOJO_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {why}")
+        pytest.skip(f"no sandbox on this machine: {why}")
+    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
+    return dojo
+
+
+def submit(toy, source: str) -> grade.GradeResult:
+    folder = toy.toy.parent / "submission"
+    folder.mkdir(exist_ok=True)
+    (folder / "toy.py").write_text(source)
+    return grade.grade("toy", str(folder), sandboxed=True, timeout=60)
+
+
+def outcome(result: grade.GradeResult, prop: str) -> tuple[str, str]:
+    test = next(t for t in result.tests if t.property == prop)
+    return test.outcome, test.message
+
+
+ADD, COUNT = "add(2, 3) is 5", "count_words counts repeated words"
+
+
+def test_the_reference_is_judged_with_full_marks_and_no_finding(toy):
+    """the toy reference in judge mode: every point, no integrity finding, and the report says judged"""
+    result = submit(toy, toy.reference.read_text())
+    assert result.passed and result.points == result.total and not result.integrity, result.to_json()
+    assert result.judged and result.to_json()["judged"] is True
+
+
+def test_patching_the_runner_from_the_candidate_does_nothing(toy):
+    """reaching pytest or the plugin through sys.modules under an alias: they are not in the worker"""
+    result = submit(toy, (
+        "import sys\nm = sys.modules\nfor name in [n for n in m if 'pytest' in n or n.startswith('dojo')]:\n"
+        "    try:\n        vars(m[name])['runtest'] = lambda *a, **k: None\n    except Exception:\n        pass\n"
+        "def add(a, b):\n    raise NotImplementedError\n"
+        "def count_words(text):\n    raise NotImplementedError\n"
+    ))
+    assert result.points == 0 and all(t.outcome == "failed" for t in result.tests), result.to_json()
+
+
+@pytest.mark.parametrize("raise_it", [
+    "import unittest\n    raise unittest.SkipTest('later')",
+    "raise next(c for c in BaseException.__subclasses__() if c.__name__ == 'BaseException')('x')",
+    "import pytest\n    pytest.skip('later')",
+])
+def test_skips_and_outcomes_raised_by_the_candidate_fail(toy, raise_it):
+    """SkipTest, pytest.skip or any BaseException from the candidate's code: a failure naming it"""
+    result = submit(toy, f"def add(a, b):\n    {raise_it}\ndef count_words(text):\n    {raise_it}\n")
+    verdict, message = outcome(result, ADD)
+    assert verdict == "failed" and result.points == 0, result.to_json()
+    assert not result.inconclusive, "a skip from the candidate's code was taken as inconclusive"
+
+
+def test_values_with_their_own_equality_are_rebuilt_as_plain_data(toy):
+    """a dict whose __eq__ is always True, an int subclass equal to anything: compared as plain values"""
+    result = submit(toy, (
+        "class Yes(dict):\n    def __eq__(self, other):\n        return True\n"
+        "class Five(int):\n    def __eq__(self, other):\n        return True\n"
+        "def add(a, b):\n    return Five(0)\n"
+        "def count_words(text):\n    return Yes()\n"
+    ))
+    assert outcome(result, ADD)[0] == "failed" and outcome(result, COUNT)[0] == "failed", result.to_json()
+
+
+def test_patching_comparisons_in_the_candidate_process_does_not_reach_the_judge(toy):
+    """builtins and operator patched in the worker: the judge's own comparisons are untouched"""
+    result = submit(toy, (
+        "import builtins, operator\nbuiltins.isinstance = lambda *a: True\noperator.eq = lambda *a: True\n"
+        "def add(a, b):\n    return 0\n"
+        "def count_words(text):\n    return {}\n"
+    ))
+    assert result.points == 0, result.to_json()
+
+
+def test_hidden_code_run_by_exec_is_refused_and_flagged(toy):
+    """the reference as zlib+base85 run through getattr(len.__self__, 'ex' + 'ec'): refused, and a finding"""
+    payload = base64.b85encode(zlib.compress(toy.reference.read_bytes())).decode()
+    result = submit(toy, (
+        "import base64, zlib\n"
+        f"getattr(len.__self__, 'ex' + 'ec')(zlib.decompress(base64.b85decode({payload!r})))\n"
+    ))
+    assert result.points == 0, result.to_json()
+    assert result.integrity, "exec of a hidden reference left no integrity finding"
+
+
+def test_walking_frames_for_the_oracle_is_refused_and_flagged(toy):
+    """sys._getframe / a traceback's tb_frame from the candidate's code: refused in the worker, a finding"""
+    result = submit(toy, (
+        "import sys\n"
+        "def add(a, b):\n    return sys._getframe(1).f_globals.get('want', 0)\n"
+        "def count_words(text):\n    try:\n        raise ValueError\n    except ValueError as e:\n"
+        "        return getattr(e.__traceback__, 'tb_frame').f_locals\n"
+    ))
+    assert result.points == 0, result.to_json()
+    assert any("frame" in f for f in result.integrity), result.integrity
+
+
+def test_a_coding_cookie_hiding_code_is_a_finding(toy):
+    """`# coding: unicode_escape` hides code in a comment from UTF-8 readers: the scan decodes as Python does"""
+    hidden = toy.reference.read_text().replace("\n", "\\n")
+    result = submit(toy, f"# coding: unicode_escape\n# {hidden}\n")
+    assert any("coding" in f for f in result.integrity), result.integrity
+
+
+# ---- the wire format, directly ------------------------------------------------------------------------
+
+
+def _refuse(obj):
+    raise TypeError(f"no {type(obj).__name__}")
+
+
+def roundtrip(value):
+    return wire.decode(*wire.encode(value, _refuse), lambda ref: ref)
+
+
+def test_plain_data_and_tensors_cross_exactly():
+    """None, numbers, text, bytes, containers, dtypes and tensors of every dtype come back equal"""
+    value = {"a": [1, 2.5, float("inf"), None, True], (1, "x"): b"\x00\xff", "s": {3}, "t": torch.arange(6.0).view(2, 3)}
+    back = roundtrip(value)
+    assert back["a"][:2] == [1, 2.5] and back["a"][2] == float("inf") and back[(1, "x")] == b"\x00\xff"
+    for dtype in wire.TORCH_DTYPES.values():
+        t = torch.ones(2, 3, dtype=dtype)[:, ::2]  # a strided view goes as a dense copy
+        got = roundtrip(t)
+        assert got.dtype == dtype and torch.equal(got, t.contiguous())
+
+
+def test_subclasses_cross_as_their_plain_type():
+    """a list subclass, a Parameter and a namedtuple arrive as list, Tensor and tuple"""
+    class Sneaky(list):
+        def __eq__(self, other):
+            return True
+
+    back = roundtrip([Sneaky([1]), torch.nn.Parameter(torch.ones(2)), torch.Size([2, 3])])
+    assert type(back[1]) is torch.Tensor and type(back[2]) is tuple
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"x": 1}', "unknown tag"),
+    ('{"t": {"dtype": "float32", "shape": [4], "b": 0}}', "bytes"),
+    ('{"L": 5}', "malformed"),
+    ('[1, 2]', "bare"),
+    ('{"dt": "object"}', "dtype"),
+    ('{"R": ["judge", "1", "x"]}', "reference"),
+])
+def test_malformed_messages_are_refused(text, why):
+    """a message the format does not name is a WireError, never a value"""
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode(text, [b"\x00" * 12], lambda ref: ref)
+
+
+def test_the_judge_lends_only_public_attributes_read_only():
+    """the candidate's side may call and read what the judge lent, never write it or read a private name"""
+    a, b = socket.socketpair()
+    judge = remote.Endpoint(a, "judge", trusted=True)
+
+    class Model:
+        secret = 1
+
+        def __call__(self, x):
+            return x + 1
+
+    lent = judge._export(Model())
+    assert judge._do("call", judge._resolve(lent), [[1], {}]) == 2
+    with pytest.raises(PermissionError):
+        judge._do("setattr", judge._resolve(lent), ["secret", 2])
+    with pytest.raises(AttributeError):
+        judge._do("getattr", judge._resolve(lent), ["__class__"])
+    with pytest.raises(TypeError):
+        judge._export(os)  # a module is never lent
+    a.close()
+    b.close()
