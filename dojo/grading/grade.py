@@ -103,7 +103,8 @@ def grade(
         }
         box = None if not sandboxed or why_not else sandbox
         with channel.Receiver() as receiver:
-            returncode, timed_out = child.run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box)
+            returncode, timed_out = child.run(cmd, tmp, env, timeout, memory_limit, tmp / "output.txt", receiver, box,
+                                              hold_s=test_timeout)
             output = child.tail(tmp / "output.txt")
             result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
