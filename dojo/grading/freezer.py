@@ -6,9 +6,11 @@ what is left. Two ways, chosen by `new_group()`:
 - cgroup v2, where this process may create a child cgroup beside its own (root, or a delegated
   subtree): the child's launcher enters it before it execs bwrap or python, so nothing escapes;
   freezing writes cgroup.freeze and waits for cgroup.events to say "frozen 1"; closing writes
-  cgroup.kill. Where the parent cgroup already offers the pids, memory or cpu controllers, the
-  group also gets pids.max, memory.max and cpu.max (LIMITS); elsewhere the child's rlimits stay
-  the only caps.
+  cgroup.kill. Where the parent cgroup already offers the pids or memory controllers, the group
+  also gets pids.max and memory.max (the caller's limits); elsewhere the child's rlimits stay the
+  only caps. Where cgroup v1 holds the cpu controller (a hybrid machine such as this one), the
+  child also enters a v1 cpu group of its own: every grading then gets an equal share of the CPU
+  however many threads it spins, instead of one share per thread.
 - otherwise signals: SIGSTOP to every descendant of the child, found in /proc and walked again
   until no new one appears (a stopped process cannot fork), SIGCONT to thaw.
 Left out: deciding when to freeze (dojo.grading.machine_lock) and cgroup v1 (its freezer is
@@ -25,8 +27,9 @@ import time
 from pathlib import Path
 
 SETTLE_S = 2.0  # longest wait for a cgroup to report frozen or empty
-# the launcher: enter the cgroup (its cgroup.procs is argv[1]), then become the real command
-_ENTER = "import os, sys\nopen(sys.argv[1], 'w').write('0')\nos.execvp(sys.argv[2], sys.argv[2:])\n"
+# the launcher: enter the cgroups (argv[1] of them: their cgroup.procs files follow), then become the command
+_ENTER = ("import os, sys\nn = int(sys.argv[1])\nfor procs in sys.argv[2:2 + n]:\n    open(procs, 'w').write('0')\n"
+          "os.execvp(sys.argv[2 + n], sys.argv[2 + n:])\n")
 
 
 class Group:
@@ -65,17 +68,26 @@ class Group:
 class Cgroup(Group):
     """Processes by cgroup v2 membership."""
 
-    def __init__(self, parent: Path) -> None:
+    def __init__(self, parent: Path, cpu_v1: Path | None = None) -> None:
         super().__init__()
-        self.path = parent / f"dojo-grading-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"dojo-grading-{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = parent / name
         self.path.mkdir()
         if not (self.path / "cgroup.freeze").exists():
             self.path.rmdir()
             raise OSError(f"{self.path} has no cgroup.freeze (kernel before 5.2)")
+        self.cpu = None  # a cgroup v1 cpu group beside it, where v1 holds the cpu controller
+        if cpu_v1 is not None:
+            try:
+                (cpu_v1 / name).mkdir()
+                self.cpu = cpu_v1 / name
+            except OSError:
+                pass
 
     @property
     def prefix(self) -> list[str]:
-        return [sys.executable, "-I", "-S", "-c", _ENTER, str(self.path / "cgroup.procs")]
+        joined = [self.path] + ([self.cpu] if self.cpu else [])
+        return [sys.executable, "-I", "-S", "-c", _ENTER, str(len(joined)), *(str(p / "cgroup.procs") for p in joined)]
 
     def limit(self, values: dict[str, str]) -> list[str]:
         """Write each controller file whose controller the group has; the names written."""
@@ -104,6 +116,9 @@ class Cgroup(Group):
             self.thaw()
             self._settle(lambda: not (self.path / "cgroup.procs").read_text().strip())
             self.path.rmdir()
+            if self.cpu is not None:
+                self._settle(lambda: not (self.cpu / "cgroup.procs").read_text().strip())
+                self.cpu.rmdir()
         except OSError:
             pass  # an empty cgroup left behind costs nothing; the grading's verdict is unaffected
 
@@ -120,7 +135,7 @@ def new_group(limits: dict[str, str] | None = None) -> Group:
     parent = _own_cgroup()
     if parent is not None:
         try:
-            group = Cgroup(parent)
+            group = Cgroup(parent, _own_cgroup_v1("cpu"))
         except OSError:
             return Group()
         try:
@@ -138,6 +153,19 @@ def _own_cgroup() -> Path | None:
         mount = next(fields[1] for fields in mounts if len(fields) > 2 and fields[2] == "cgroup2")
         own = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
     except (OSError, StopIteration):
+        return None
+    folder = Path(mount) / own.lstrip("/")
+    return folder if os.access(folder, os.W_OK) and (folder / "cgroup.procs").exists() else None
+
+
+def _own_cgroup_v1(controller: str) -> Path | None:
+    """This process's folder in a cgroup v1 hierarchy holding `controller`, if it may create children there."""
+    try:
+        mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
+        mount = next(f[1] for f in mounts if len(f) > 3 and f[2] == "cgroup" and controller in f[3].split(","))
+        own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                   if controller in line.split(":")[1].split(","))
+    except (OSError, StopIteration, IndexError):
         return None
     folder = Path(mount) / own.lstrip("/")
     return folder if os.access(folder, os.W_OK) and (folder / "cgroup.procs").exists() else None
