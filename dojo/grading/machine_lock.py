@@ -150,6 +150,7 @@ class Grading:
         """After Popen: keep none of the child's ends, and serve its requests."""
         self._child_sock.close()
         os.close(self._child_ledger)
+        self._child_ledger = -1  # never closed twice: another grading's thread may reuse the number
         self._group.attach(proc.pid)
         ARBITER.register(self)
         self._thread = threading.Thread(target=self._serve, name=f"machine-lock-{proc.pid}", daemon=True)
@@ -204,10 +205,9 @@ class Grading:
         self._sock.close()
         self._child_sock.close()
         for fd in (self._ledger, self._child_ledger):
-            try:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
+        self._ledger = self._child_ledger = -1
 
     def __enter__(self) -> Grading:
         return self
