@@ -132,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{condition}: run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
             finally:
                 stop(procs)
+        print(f"\nmachine tests of {args.target}, {args.runs} runs per condition")
+        print(f"{'kata':<12} {'condition':<10} " + " ".join(f"{o:>12}" for o in OUTCOMES))
+        failed = 0
+        for condition, counts in table.items():
+            for kata in sorted({k for k, _ in counts}):
+                print(f"{kata:<12} {condition:<10} " + " ".join(f"{counts[kata, o]:>12}" for o in OUTCOMES))
+                failed += counts[kata, "failed"]
+        sys.stdout.flush()  # the table stands even if the hostile run below goes wrong
         changed = hostile_neighbour(args.target, tmp) if args.hostile else []
-    print(f"\nmachine tests of {args.target}, {args.runs} runs per condition")
-    print(f"{'kata':<12} {'condition':<10} " + " ".join(f"{o:>12}" for o in OUTCOMES))
-    failed = 0
-    for condition, counts in table.items():
-        for kata in sorted({k for k, _ in counts}):
-            print(f"{kata:<12} {condition:<10} " + " ".join(f"{counts[kata, o]:>12}" for o in OUTCOMES))
-            failed += counts[kata, "failed"]
     for line in changed:
         print(f"CHANGED {line}")
     return 1 if failed or changed else 0
