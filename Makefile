@@ -9,7 +9,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test check-katas grade demo bench bench-peers notebooks lab lint clean
+.PHONY: setup practice test check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,13 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The machine tests of roofline, latency and batching, RUNS times idle and at load 8, and beside a hostile
+# submission: a table of passed / failed / inconclusive; fails on any failure. TARGET: solutions or a folder.
+TARGET ?= solutions
+RUNS   ?= 10
+prove-timing: $(STAMP)
+	$(PY) -m benchmarks.prove_timing --target $(TARGET) --runs $(RUNS) --hostile
 
 bench-peers: $(STAMP)
 	$(PY) -m pip install llama-cpp-python

@@ -12,7 +12,8 @@ TESTS_DIR = ROOT / "tests"
 
 def timing_lock_path() -> Path:
     """The machine-wide lock file every timing test holds ($DOJO_TIMING_LOCK, or /tmp/decode-dojo-timing.lock):
-    one definition for the suites (dojo.testing) and the sandbox that binds it (dojo.grading.sandbox)."""
+    one definition for the suites (dojo.testing) and the grader that holds it for a sandboxed child
+    (dojo.grading.machine_lock)."""
     return Path(os.environ.get("DOJO_TIMING_LOCK") or "/tmp/decode-dojo-timing.lock")
 
 

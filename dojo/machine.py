@@ -11,9 +11,13 @@ since contention only ever slows a run down. `check_claim` then decides:
 - the oracle's do not show it either: this machine does not show the effect, now: inconclusive;
 - the timings are too noisy (some quantity's median is over MAX_SPREAD above its best), or the
   kata's numbers agree with the oracle's within that noise: inconclusive;
+- fewer than MIN_FAIL_ROUNDS complete rounds fitted in the budget (one sample has no spread, and one
+  round is no proof), or a spread that cannot be measured (a quantity with fewer samples, or a
+  sample that is not a positive finite time): inconclusive, saying so;
 - the miss is not there in every round (the kata's round misses the claim while the oracle's round,
   beside it, shows it): it came and went with the machine's load: inconclusive;
-- otherwise the kata measures something the oracle does not, round after round: fail.
+- otherwise the kata measures something the oracle does not, in each of at least MIN_FAIL_ROUNDS
+  rounds: fail. A fail is the only verdict that needs evidence; every other doubt is inconclusive.
 So thresholds are the kata README's, and whether this machine can show them is measured here.
 
 Sizes come from the machine. `streaming_copy_bytes()`: 4x the largest cache the kernel reports
@@ -47,6 +51,7 @@ MAX_COPY_BYTES = 512 << 20  # a bound on time and memory above any cache one cor
 MAX_SPREAD = 0.5  # median / best - 1 of any quantity above this: too noisy to decide a miss
 MAX_ROUNDS_FACTOR = 3  # retries stop at this many times the rounds asked for, whatever the budget
 AGREE = 0.15  # kata and oracle this close (plus twice the spread) measure the same thing
+MIN_FAIL_ROUNDS = 3  # complete rounds, each missing the claim beside an oracle that shows it, before a fail
 
 
 def cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
@@ -124,8 +129,15 @@ class SideBySide:
         """The samples of round `r` alone, with the same `best(key)` a claim reads."""
         return OneRound(self, r)
 
-    def spread(self) -> float:
-        """How noisy the machine was: the largest median / best - 1 over every quantity."""
+    def spread(self) -> float | None:
+        """How noisy the machine was: the largest median / best - 1 over every quantity; None when that
+        cannot be measured (fewer than MIN_FAIL_ROUNDS samples of some quantity, or a sample that is
+        not a positive finite number of seconds)."""
+        if not self.samples:
+            return None
+        for s in self.samples.values():
+            if len(s) < MIN_FAIL_ROUNDS or not all(math.isfinite(x) and x > 0 for x in s):
+                return None
         return max(statistics.median(s) / min(s) - 1 for s in self.samples.values())
 
 
@@ -163,7 +175,7 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
     """Pass, fail or end inconclusive as the module docstring says; returns the claim that held.
 
     Measures until the bench has `rounds` rounds, then, while the claim fails on the kata's side,
-    one more round at a time, up to MAX_ROUNDS_FACTOR x `rounds` in all; a round starts only if it is expected to end within `budget_s`
+    one more round at a time, up to MAX_ROUNDS_FACTOR x `rounds` in all (at least MIN_FAIL_ROUNDS); a round starts only if it is expected to end within `budget_s`
     seconds of this call (the first always runs), so the grader's per-test limit stays far away,
     however busy the machine."""
     start = time.monotonic()
@@ -175,7 +187,7 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
         bench.measure(1)
     while True:
         claim = claim_of(bench)
-        if claim.holds(claim.kata) or not fits() or bench.rounds >= MAX_ROUNDS_FACTOR * rounds:
+        if claim.holds(claim.kata) or not fits() or bench.rounds >= max(MAX_ROUNDS_FACTOR * rounds, MIN_FAIL_ROUNDS):
             break
         bench.measure(1)
     if claim.holds(claim.kata):
@@ -184,6 +196,12 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
     if not claim.holds(claim.oracle):
         inconclusive(f"{said}; but a plain timing loop here shows the same ({plain}): "
                      "this machine does not show the effect right now")
+    if bench.rounds < MIN_FAIL_ROUNDS:
+        inconclusive(f"{said}; only {bench.rounds} complete round(s) fitted in {budget_s:g} s on this busy machine, "
+                     f"and a fail needs at least {MIN_FAIL_ROUNDS} (one round has no spread and proves nothing)")
+    if spread is None:
+        inconclusive(f"{said}; the timings' spread cannot be measured (a quantity with under {MIN_FAIL_ROUNDS} "
+                     "samples, or a time that is not a positive number), so a miss cannot be told from noise")
     if spread > MAX_SPREAD:
         inconclusive(f"{said}; the timings were too noisy to decide (a median {spread:.0%} above the best)")
     if agree(claim.kata, claim.oracle, spread):

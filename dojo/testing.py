@@ -7,8 +7,9 @@ the grading plugin records the outcome "inconclusive", which counts neither for 
 candidate. Tests that time the real machine carry `@pytest.mark.machine`; the plugin holds
 `timing_lock()` around each of them (setup to teardown), so no two timing tests on one machine
 run at the same moment, whichever process (make test, two `dojo check`s, `dojo grade --jobs N`)
-runs them. Everything else still runs in parallel. What it leaves out: how a test measures
-(dojo.machine) and fake clocks (dojo.fakeclock).
+runs them; in a grading the parent holds the same lock for the child (dojo.grading.machine_lock),
+which never sees the file. What it leaves out: how a test measures (dojo.machine) and fake clocks
+(dojo.fakeclock).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ast
 import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ import pytest
 
 from dojo import source, timing_lock_path
 
-# the one machine-wide lock file: a sandbox binds this path read-write (keep the name and the variable)
+# the one machine-wide lock file; never inside a sandbox (dojo.grading.machine_lock holds it for sandboxed tests)
 TIMING_LOCK_PATH = timing_lock_path()
 LOCK_WAIT_S = 45.0  # longest a timing test waits for another one before it gives up as inconclusive
 
@@ -108,12 +110,16 @@ def timing_lock(path: Path | None = None, wait_s: float | None = None) -> Iterat
 
     Waits up to `wait_s` (default LOCK_WAIT_S) seconds for another process's timing test to finish, then raises
     Inconclusive (the machine stayed busy with timing). Raises pytest.UsageError when the lock file
-    cannot be opened, naming the path and DOJO_TIMING_LOCK. The lock dies with its process, so a
-    killed grading never leaves it held.
+    cannot be opened (open_lock's LockFileError). The lock dies with its process, so a killed run
+    never leaves it held. Practice runs take it here, in the test process; a grading's child asks
+    its parent instead (dojo.grading.machine_lock).
     """
     path = TIMING_LOCK_PATH if path is None else Path(path)
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
-    fd = _open_lock(path)
+    try:
+        fd = open_lock(path)
+    except LockFileError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -131,16 +137,24 @@ def timing_lock(path: Path | None = None, wait_s: float | None = None) -> Iterat
         os.close(fd)  # closing releases the lock
 
 
-def _open_lock(path: Path) -> int:
-    """A descriptor on the lock file: created if missing, read-only where it is another user's
-    (flock works on either)."""
-    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
-        try:
-            return os.open(path, flags, 0o666)
-        except PermissionError as exc:
-            error = exc
-        except OSError as exc:
-            error = exc
-            break
-    raise pytest.UsageError(
-        f"cannot open the timing lock {path} ({error.strerror}): set DOJO_TIMING_LOCK to a writable file") from error
+class LockFileError(ValueError):
+    """The timing lock's path is not a plain file this process can open: a symlink, a folder, a device,
+    a missing folder or a file it may not read."""
+
+
+def open_lock(path: Path) -> int:
+    """A read-only descriptor (flock needs no more) on the lock file at `path`, created 0644 if missing.
+
+    Opened with O_NOFOLLOW and O_CLOEXEC (and O_NONBLOCK: a FIFO planted there does not hang us), never
+    chmod-ed or written: a symlink planted at the path
+    (in a shared /tmp) is refused, not followed. Raises LockFileError, naming the path and
+    DOJO_TIMING_LOCK, for a symlink, anything but a regular file, or a file that cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        why = "it is a symlink, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise LockFileError(f"cannot open the timing lock {path} ({why}): set DOJO_TIMING_LOCK to a plain file") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockFileError(f"the timing lock {path} is not a regular file: set DOJO_TIMING_LOCK to a plain file")
+    return fd

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dojo.grading import channel
+from dojo.grading import channel, machine_lock
 
 OUTPUT_LIMIT = 64 * 2**20  # bytes any one file the test process writes may reach (its output included)
 OUTPUT_TAIL = 8000  # characters of the test process's own output kept for diagnosis
@@ -40,31 +40,37 @@ LAUNCH = (
 
 
 def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
-         receiver: channel.Receiver, box=None) -> tuple[int | None, bool]:
+         receiver: channel.Receiver, box=None, hold_s: float = 60.0) -> tuple[int | None, bool]:
     """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
     when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
-    could fill up; its results to `receiver`."""
-    env = {**env, **receiver.env}
-    if box is None:
-        prefix, limits, env = [], ["0", "-1"], {**os.environ, **env}
-    else:
-        uid = box.child_uid()
-        prefix = box.bwrap_args(cwd, box.timing_lock(), uid=uid)
-        limits, env = [str(box.process_limit()), str(-1 if uid is None else uid)], box.environment(env)
-    launch = [*prefix, sys.executable, "-c", LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits, *cmd[1:]]
-    with open(output, "wb") as out:
-        proc = subprocess.Popen(
-            launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, pass_fds=receiver.pass_fds,
-        )
-        receiver.close_child_ends()
-        try:
-            code = proc.wait(timeout=timeout)
-            return (code if box is None else box.exit_status(code)), False
-        except subprocess.TimeoutExpired:
-            return None, True
-        finally:
-            kill_group(proc)
+    could fill up; its results to `receiver`. Its timing tests ask dojo.grading.machine_lock for the
+    machine (`hold_s`: the per-test limit), and `timeout` does not count time it spent frozen for others."""
+    processes = box.process_limit() if box is not None else 0
+    limits = {"memory.max": str(memory_limit), **({"pids.max": str(processes)} if processes else {})}
+    with machine_lock.Grading(hold_s, limits) as lock:
+        env = {**env, **receiver.env, **lock.env}
+        if box is None:
+            prefix, limits, env = [], ["0", "-1"], {**os.environ, **env}
+        else:
+            uid = box.child_uid()
+            prefix = box.bwrap_args(cwd, uid=uid)
+            limits, env = [str(processes), str(-1 if uid is None else uid)], box.environment(env)
+        launch = [*lock.prefix, *prefix, sys.executable, "-c", LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits,
+                  *cmd[1:]]
+        with open(output, "wb") as out:
+            proc = subprocess.Popen(
+                launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(*receiver.pass_fds, *lock.pass_fds),
+            )
+            receiver.close_child_ends()
+            lock.started(proc)
+            try:
+                code = lock.wait(proc, timeout)
+                return (code if box is None else box.exit_status(code)), False
+            except subprocess.TimeoutExpired:
+                return None, True
+            finally:
+                kill_group(proc)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

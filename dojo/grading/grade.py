@@ -163,7 +163,8 @@ class _Run:
         }
         log = self.tmp / f"output-{self.count}.txt"
         with channel.Receiver() as receiver:
-            returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box)
+            returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
+                                              hold_s=self.test_timeout)
             output = child.tail(log)
             records = receiver.records() if box is None and "--judge" in extra else None
             result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
@@ -239,7 +240,7 @@ def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
         return {"cmd": cmd, "env": {**os.environ, **env}, "cwd": str(folder), "output": str(tmp / "worker.txt")}
     uid = box.child_uid()
-    prefix = box.bwrap_args(folder, box.timing_lock(), uid=uid)
+    prefix = box.bwrap_args(folder, uid=uid)
     limits = [str(box.process_limit()), str(-1 if uid is None else uid)]
     cmd = [*prefix, sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), *limits, *tail]
     return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt"),

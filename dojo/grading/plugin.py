@@ -15,7 +15,8 @@ code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
 A failure's text is dojo.grading.failures'.
 A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
-lock (dojo.testing.timing_lock, setup to teardown, not counted in its time limit) and may end
+lock (setup to teardown, not counted in its time limit; in a grading the parent holds it and freezes
+the other gradings, dojo.grading.machine_lock, else dojo.testing.timing_lock) and may end
 *inconclusive* (dojo.testing.inconclusive: skipped to plain pytest, outcome "inconclusive" in the
 rows) when the machine is too noisy to decide.
 Loaded for every pytest run through `addopts = -p dojo.grading.plugin` in pyproject.toml.
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from dojo import targets, testing
-from dojo.grading import channel, judge
+from dojo.grading import channel, judge, machine_lock
 from dojo.grading.failures import TestTimeout, failure_message
 
 
@@ -58,6 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     global _sender
     _sender = _sender or channel.Sender.from_env()  # before any candidate code is imported
+    machine_lock.connect()  # likewise: the grader's timing lock service, when it gave one
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
     config.addinivalue_line(
@@ -141,7 +143,14 @@ def _time_limit(config: pytest.Config) -> Iterator[None]:
         yield
         return
 
+    frozen = [machine_lock.frozen_s()]
+
     def on_alarm(signum, frame):
+        more = machine_lock.frozen_s() - frozen[0]  # time frozen for another grading's timing test: not ours
+        if more > 0.01:
+            frozen[0] += more
+            signal.setitimer(signal.ITIMER_REAL, more)
+            return
         raise TestTimeout(f"still running after {seconds:g} s: an infinite loop, or far too slow")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -156,7 +165,7 @@ def _time_limit(config: pytest.Config) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     if item.get_closest_marker("machine"):  # held until the teardown: module fixtures may time too
-        lock = testing.timing_lock()
+        lock = machine_lock.timing_lock()  # the grader holds it for us, or (practice) the flock here
         lock.__enter__()  # may raise Inconclusive: the setup, and so the test, is inconclusive
         item.stash[_TIMING_LOCK] = lock
     with _time_limit(item.config):  # the setup imports the learner's file: an import can hang too

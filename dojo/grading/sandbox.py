@@ -10,8 +10,9 @@ What it guarantees, where bwrap works:
 - a filesystem holding only what the suite needs: the system's /usr (and its /lib, /bin links),
   /sys read-only (cache sizes), the interpreter and its package folders read-only with any
   checkout of this project left out and any `solutions`/`tests` folder in them masked, the grading
-  folder read-only (the pristine suite, the plugin and the view of dojo.grading.view), a private /tmp, and
-  the machine-wide timing lock read-write. The repository and the home folder are not there.
+  folder read-only (the pristine suite, the plugin and the view of dojo.grading.view) and a private /tmp
+  of at most TMP_BYTES. The repository, the home folder and the machine-wide timing lock are not
+  there: the grader holds that lock for the child's timing tests (dojo.grading.machine_lock).
 
 What it does not guarantee: anything about code inside the test process, which can still lie to
 pytest (dojo.grading.integrity flags that), nor limits on CPU time beyond the grader's timeouts.
@@ -30,26 +31,14 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from dojo import ROOT, timing_lock_path
+from dojo import ROOT
 
 SWITCH = "DOJO_SANDBOX"  # "0": never sandbox (the report says so)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
 PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "NO_COLOR")  # plus every DOJO_*, OMP_*, MKL_*, TORCH_*
 PASSED_PREFIXES = ("DOJO_", "OMP_", "MKL_", "OPENBLAS_", "TORCH_")
-
-
-def timing_lock() -> Path:
-    """The machine-wide timing lock (dojo.testing.TIMING_LOCK_PATH): created if missing, writable by
-    the sandbox's uid, bound at the same path so sandboxed gradings serialise their timing tests."""
-    path = timing_lock_path()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, 0o666)
-    finally:
-        os.close(fd)
-    return path
+TMP_BYTES = 512 * 2**20  # the private /tmp is memory: a submission that fills it stops here
 
 
 def process_limit() -> int:
@@ -104,7 +93,7 @@ def _ancestors(paths: list[Path], covered: list[Path]) -> list[Path]:
     return sorted(out, key=lambda p: len(p.parts))
 
 
-def bwrap_args(grading: Path, lock: Path, *, uid: int | None) -> list[str]:
+def bwrap_args(grading: Path, *, uid: int | None) -> list[str]:
     """bwrap's command line up to the command: namespaces, the view, the private /tmp."""
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try"]
@@ -117,17 +106,18 @@ def bwrap_args(grading: Path, lock: Path, *, uid: int | None) -> list[str]:
         elif path.is_dir():
             args += ["--ro-bind", name, name]
     args += [x for name in ETC if Path(name).exists() for x in ("--ro-bind", name, name)]
-    args += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    args += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES),
+             "--tmpfs", "/tmp"]
     binds = [*python_paths(), grading]
     covered = [Path(n) for n in SYSTEM if Path(n).exists()] + [Path("/sys"), Path("/proc"), Path("/dev")]
-    for folder in _ancestors([*binds, lock], covered):
+    for folder in _ancestors(binds, covered):
         args += ["--perms", "0755", "--dir", str(folder)]
     for path in binds:
         args += ["--ro-bind", str(path), str(path)]
         for masked in ("solutions", "tests"):  # a non-editable install would hold the references here
             if path != grading and (path / masked).is_dir():
                 args += ["--tmpfs", str(path / masked)]
-    args += ["--bind", str(lock), str(lock), "--chdir", "/tmp"]
+    args += ["--chdir", "/tmp"]
     return args
 
 
@@ -149,7 +139,7 @@ def unavailable() -> str | None:
         return "bubblewrap (bwrap) is not installed: `make setup` installs it where it can (apt, as root)"
     probe = Path(tempfile.mkdtemp(prefix="dojo-sandbox-probe-"))
     uid = child_uid()
-    cmd = bwrap_args(probe, timing_lock(), uid=uid) + [sys.executable, "-c", "import sys"]
+    cmd = bwrap_args(probe, uid=uid) + [sys.executable, "-c", "import sys"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:

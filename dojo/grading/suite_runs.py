@@ -105,9 +105,10 @@ def _inputs(run: Run, deps: list[str]) -> list[Path]:
     """Every file a run's verdict depends on: the plugin, the suite, the target, and the reference
     modules and suite helpers that the run imported (recorded by the run itself)."""
     package = Path(dojo.__file__).resolve().parent
-    own = [package / n for n in ("grading/plugin.py", "grading/channel.py", "targets.py", "testing.py", "machine.py",
-                                 "fakeclock.py", "grading/judge.py", "grading/remote.py", "grading/wire.py",
-                                 "grading/worker.py", "grading/audit.py")]
+    own = [package / n for n in ("grading/plugin.py", "grading/channel.py", "grading/machine_lock.py",
+                                 "grading/freezer.py", "targets.py", "testing.py", "machine.py", "fakeclock.py",
+                                 "grading/judge.py", "grading/remote.py", "grading/wire.py", "grading/worker.py",
+                                 "grading/audit.py")]
     return own + [run.suite, run.target] + [Path(d) for d in deps]
 
 

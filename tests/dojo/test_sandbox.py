@@ -184,21 +184,16 @@ def test_real_katas_hide_their_reference_and_its_twin(toy, monkeypatch):
         assert "ModuleNotFoundError" in result.tests[0].message and result.integrity
 
 
-def test_the_timing_lock_is_shared_with_the_sandbox(toy, monkeypatch, tmp_path):
-    """the machine-wide timing lock is the same file inside: held outside, the submission cannot take it"""
-    import fcntl
-
+def test_the_timing_lock_is_not_in_the_sandbox(toy, monkeypatch, tmp_path):
+    """the machine-wide timing lock is nowhere in the submission's view: it can neither see nor hold it"""
     lock = tmp_path / "timing.lock"
     monkeypatch.setenv("DOJO_TIMING_LOCK", str(lock))
-    sandbox.timing_lock()
-    with open(lock, "r+") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        result = submit(toy, (
-            "import fcntl, os\nfd = os.open(os.environ['DOJO_TIMING_LOCK'], os.O_RDWR)\n"
-            "def add(a, b):\n    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        return 'free'\n"
-            "    except BlockingIOError:\n        return 'held'\n" + STUBS
-        ))
-    assert got(result, "add(2, 3) is 5") == "held", result.tests[0].message
+    lock.touch()
+    result = submit(toy, (
+        "import os\n"
+        "def add(a, b):\n    return 'visible' if os.path.exists(os.environ['DOJO_TIMING_LOCK']) else 'hidden'\n" + STUBS
+    ))
+    assert got(result, "add(2, 3) is 5") == "hidden", result.tests[0].message
 
 
 def test_grade_summary_says_not_sandboxed_and_lists_findings(dojo, tmp_path):

@@ -335,6 +335,43 @@ def test_budget_bounds_the_rounds():
 
     bench = machine.SideBySide({"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0})
     started = time.monotonic()
-    with pytest.raises(pytest.fail.Exception):
+    with pytest.raises(Inconclusive, match=r"only 2 complete round\(s\) fitted in 0.12 s .* at least 3"):
         machine.check_claim(bench, ratio_claim, rounds=3, budget_s=0.12)
     assert bench.rounds == 2 and time.monotonic() - started < 1
+
+
+def test_one_round_is_never_a_fail():
+    """The budget allowed one round (a loaded machine): a clear miss in it is inconclusive, and says why"""
+    def slow() -> float:
+        time.sleep(0.05)
+        return 1.0
+
+    bench = machine.SideBySide({"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0})
+    with pytest.raises(Inconclusive, match=r"only 1 complete round\(s\)"):
+        machine.check_claim(bench, ratio_claim, rounds=3, budget_s=0.01)
+    assert bench.rounds == 1
+
+
+def test_three_steady_rounds_are_enough_to_fail():
+    """Even when asked for one round, a miss is measured until MIN_FAIL_ROUNDS rounds show it beside the oracle"""
+    bench = scripted({"kata a": [1.0], "kata b": [5.0], "plain a": [1.0], "plain b": [2.0]})
+    with pytest.raises(pytest.fail.Exception, match="in each of 3 rounds"):
+        machine.check_claim(bench, ratio_claim, rounds=1, budget_s=60)
+    assert bench.rounds == machine.MIN_FAIL_ROUNDS
+
+
+@pytest.mark.parametrize("bad", [0.0, float("nan"), float("inf")])
+def test_unmeasurable_spread_is_inconclusive(bad):
+    """A time that is zero or not finite gives no spread to weigh a miss against: inconclusive"""
+    bench = scripted({"kata a": [1.0], "kata b": [5.0], "plain a": [1.0], "plain b": [2.0, bad, 2.0]})
+    with pytest.raises(Inconclusive, match="spread cannot be measured"):
+        machine.check_claim(bench, ratio_claim, budget_s=60)
+
+
+def test_spread_needs_three_samples_of_everything():
+    """spread() is None until every quantity has MIN_FAIL_ROUNDS positive samples"""
+    bench = scripted({"a": [1.0, 1.2, 1.1]})
+    bench.measure(2)
+    assert bench.spread() is None
+    bench.measure(1)
+    assert bench.spread() == pytest.approx(0.1)
