@@ -36,7 +36,8 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     <slug>.ipynb, is in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs`
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
-    "sandboxed" (None when no kata file ran), "integrity": {slug: findings}}], "similar": dojo.grading.similarity.find's pairs and copies
+    "sandboxed" and "judged" (None when no kata file ran), "integrity": {slug: findings},
+    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.similarity.find's pairs and copies
     of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
     progress DB."""
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
@@ -62,6 +63,10 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         ran = [r for r in results if NOT_GRADED not in r["notes"]]  # a refused file says nothing of the sandbox
         sub["sandboxed"] = all(r["sandboxed"] for r in ran) if ran else None
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
+        apart = [r.get("candidate_process_points", {}) for r in results]  # judge mode cannot vouch for these
+        sub["candidate_process_points"] = {"points": sum(a.get("points", 0) for a in apart),
+                                           "total": sum(a.get("total", 0) for a in apart)}
+        sub["judged"] = all(r.get("judged") for r in ran) if ran else None
     sources: dict[str, dict[str, str]] = {}
     for sub, _, r in ready:
         sources.setdefault(r.slug, {})[sub["path"]] = r.source
@@ -160,6 +165,10 @@ def findings(doc: dict) -> list[str]:
             lines += [f"integrity: {sub['path']} {slug}: {f}" for f in found]
         for slug, r in sub["katas"].items():
             lines += [f"{sub['path']} {slug}: {n}" for n in r["notes"] if n.startswith("NOT sandboxed")]
+        apart = sub.get("candidate_process_points", {})
+        if apart.get("total"):
+            lines.append(f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
+                         f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)")
     similar = doc["similar"]
     share = f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
     lines += [f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
