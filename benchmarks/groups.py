@@ -28,6 +28,7 @@ SIZES = {
 }
 GRADING_GOAL_S = 10.0  # a kata suite runs in under 10 s on 2 cores (DESIGN.md)
 SANDBOX_GOAL_S = 1.5  # sandboxed grading of the reference costs at most this much more (issue 17)
+JUDGE_GOAL_S = 2.0  # judge mode costs at most this much more than the sandboxed in-process grading (issue 24)
 
 
 @dataclass
@@ -182,7 +183,8 @@ def generate(ctx: Context) -> list[Row]:
 
 def grading(ctx: Context) -> list[Row]:
     """Wall time of `dojo check <slug>` on the reference: dojo.grading.grade.grade in a temporary workspace;
-    then the same grading sandboxed (as `dojo grade` runs it), right after, and the extra seconds.
+    then the same grading sandboxed in-process, then in judge mode (as `dojo grade` runs it), each right
+    after the other, and the extra seconds of each over the one before.
     --quick grades the README examples only."""
     from dojo import catalog
     from dojo.grading.grade import grade
@@ -200,11 +202,18 @@ def grading(ctx: Context) -> list[Row]:
                 rows.append(Row("grading", f"dojo check {kata.slug} (reference, {len(result.tests)} tests)",
                                 result.duration, "s", goal=Goal("<=", GRADING_GOAL_S, on="ours", unit=" s"),
                                 note=note))
-                boxed = grade(kata.slug, "solutions", examples_only=ctx.quick, sandboxed=True)
+                boxed = grade(kata.slug, "solutions", examples_only=ctx.quick, sandboxed=True, judged=False)
                 why = "" if boxed.sandboxed else next((n for n in boxed.notes if n.startswith("NOT")), "not sandboxed")
-                rows.append(Row("grading", f"dojo grade {kata.slug}, sandboxed: extra seconds over dojo check",
+                rows.append(Row("grading", f"dojo grade {kata.slug}, sandboxed in-process: extra seconds over dojo check",
                                 boxed.duration - result.duration, "s", "dojo check", result.duration,
                                 goal=Goal("<=", SANDBOX_GOAL_S, on="ours", unit=" s"), note=why))
+                judged = grade(kata.slug, "solutions", examples_only=ctx.quick, sandboxed=True)
+                apart = judged.candidate_points[1]
+                note = "" if judged.passed else f"did not pass: {judged.error or 'a test failed'}"
+                note += f"; {apart} of {judged.total} points measured in the candidate's process" if apart else ""
+                rows.append(Row("grading", f"dojo grade {kata.slug}, judge mode: extra seconds over sandboxed in-process",
+                                judged.duration - boxed.duration, "s", "sandboxed in-process", boxed.duration,
+                                goal=Goal("<=", JUDGE_GOAL_S, on="ours", unit=" s"), note=note.lstrip("; ")))
         finally:
             if saved is None:
                 os.environ.pop("DOJO_WORKSPACE", None)

@@ -37,7 +37,7 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     if isinstance(exc, pytest.skip.Exception):
         return str(exc)
     if getattr(exc, "remote_type", None):  # raised in judge mode's worker: where is its own report
-        where = f" (at {Path(target).name if target else 'your file'}: {exc.where})" if exc.where else ""
+        where = f" (at {Path(target).name if target else 'your file'}:{exc.where})" if exc.where else ""
         return _describe(exc, where) + notes
     return _describe(exc, _where(excinfo, target)) + notes
 

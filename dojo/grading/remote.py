@@ -268,11 +268,11 @@ class Endpoint:
 
     def _describe(self, exc: BaseException) -> dict:
         cls = type(exc)
-        frames = [f"line {f.lineno}, in {f.name}" for f in traceback.extract_tb(exc.__traceback__)
+        frames = [f"{f.lineno}, in {f.name}" for f in traceback.extract_tb(exc.__traceback__)
                   if self.side == "worker" and f.filename == getattr(self, "candidate_file", None)]
         return {"type": cls.__name__[:100], "base": _builtin_base(cls), "message": _text(exc)[:4000],
                 "class": self._export(cls) if self.side == "worker" and cls.__module__ != "builtins" else None,
-                "where": "; ".join(frames[-3:])}
+                "where": frames[-1] if frames else ""}  # the innermost line of the candidate's file
 
     def _error(self, err) -> BaseException:
         if not self.trusted:
