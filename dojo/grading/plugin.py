@@ -35,7 +35,9 @@ from pathlib import Path
 import pytest
 
 from dojo import targets, testing
-from dojo.grading import channel, judge, machine_lock
+import sys
+
+from dojo.grading import channel, machine_lock
 from dojo.grading.failures import TestTimeout, failure_message
 
 
@@ -110,16 +112,19 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
     slug = kata_slug(request)
     try:
         if request.config.getoption("--judge"):
+            from dojo.grading import judge  # only here: it imports torch, which a toy suite never needs
+
             return judge.kata_module(f"dojo_target_{slug}")
         return targets.load_module(kata_path, f"dojo_target_{slug}")
     except SystemExit as exc:
         pytest.fail(f"{kata_path.name} called sys.exit({exc.code}) while being imported", pytrace=False)
     except TestTimeout as exc:
         pytest.fail(f"{kata_path.name} did not finish importing: {exc}", pytrace=False)
-    except judge.BoundaryError:
-        pytest.fail(f"{kata_path.name} could not be imported: {judge.describe_failure(judge.BoundaryError())}",
-                    pytrace=False)
     except Exception as exc:  # noqa: BLE001 (the learner's import-time error is the result)
+        if type(exc).__name__ == "BoundaryError":  # judge mode: the worker died or hung while importing it
+            from dojo.grading import judge
+
+            pytest.fail(f"{kata_path.name} could not be imported: {judge.describe_failure(exc)}", pytrace=False)
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
 
 
@@ -245,7 +250,8 @@ def _raised_by_candidate(excinfo: pytest.ExceptionInfo, item: pytest.Item) -> bo
 
 def _target_file(item: pytest.Item) -> str | None:
     module = getattr(item, "funcargs", {}).get("kata")
-    if judge.is_remote(module):  # only the name is shown: the frames were the worker's
+    judge = sys.modules.get("dojo.grading.judge")
+    if judge is not None and judge.is_remote(module):  # only the name is shown: the frames were the worker's
         path = getattr(item, "funcargs", {}).get("kata_path")
         return str(path) if path else None
     return getattr(module, "__file__", None)
@@ -300,7 +306,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if session.config.getoption("--judge") and judge.started():
+    judge = sys.modules.get("dojo.grading.judge")
+    if session.config.getoption("--judge") and judge is not None and judge.started():
         _emit({"audit": judge.audit_findings()})
     if _sender is not None:
         _sender.send({"end": {"exitstatus": int(exitstatus), "examples_only": bool(session.config.getoption("--examples-only"))}})
