@@ -38,12 +38,12 @@ def test_grade_rejects_a_file_path(dojo, tmp_path):
 
 
 def test_check_katas_passes_on_a_sound_kata(dojo):
-    """check_katas: reference passes, stub fails every test, each mutant is killed: exit 0, a table"""
+    """check_katas: reference passes, stub fails every test, each mutant is killed, in both modes: exit 0, a table"""
     out = dojo("--jobs", "2", module="dojo.grading.check_katas")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "ok 4/4 fail" in out.stdout and "ok 1/1" in out.stdout
     again = dojo(module="dojo.grading.check_katas")
-    assert "(0 run, 3 cached)" in again.stdout
+    assert "(0 run, 6 cached)" in again.stdout  # 3 runs in each mode: in-process and judge
 
 
 def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):
