@@ -233,7 +233,7 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
 def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
     """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
     file = str(folder / "submission" / f"{slug}.py")
-    allowed = ",".join(f"solutions.{m}" for m in sorted(view.allowed(slug)))
+    allowed = ",".join(f"solutions.{m}" for m in view.importable(slug))
     tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", allowed]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:

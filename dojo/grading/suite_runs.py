@@ -45,7 +45,7 @@ class Run:
         (check_katas proves the suites, not the sandbox), seeing the repository's references."""
         from dojo.grading import view
 
-        allowed = ",".join(f"solutions.{m}" for m in sorted(view.allowed(self.slug)))
+        allowed = ",".join(f"solutions.{m}" for m in view.importable(self.slug))
         cmd = [sys.executable, "-m", "dojo.grading.worker", str(self.target), f"dojo_target_{self.slug}", allowed]
         env = {**os.environ, "PYTHONPATH": str(targets.solutions_dir().parent), "PYTHONDONTWRITEBYTECODE": "1"}
         return {"cmd": cmd, "env": env, "cwd": str(targets.solutions_dir().parent), "output": os.devnull}

@@ -89,6 +89,12 @@ def allowed(slug: str) -> set[str]:
     return (permitted(slug) | own) - hidden(slug)
 
 
+def importable(slug: str) -> list[str]:
+    """What a submission may import at run time: `allowed(slug)` and, in turn, the reference modules those
+    import (solutions.model imports packed_gemm), never a hidden one. Sorted names."""
+    return _closure(allowed(slug), targets.solutions_dir(), "solutions", hidden(slug))
+
+
 def hidden(slug: str) -> set[str]:
     """The modules that hold the kata's own answer: its reference and every `<slug>_*` twin."""
     names = {p.stem for p in targets.solutions_dir().glob(f"{slug}_*.py")}

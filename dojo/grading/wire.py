@@ -6,7 +6,8 @@ shape and raw bytes), and references to objects that stay on the side that owns 
 wire every container is a one-key JSON object ({"L": [...]}: a list), so nothing decodes to a type
 the format does not name. The encoder rebuilds what it sends as the plain type: a list subclass goes
 as a list, a tensor subclass (nn.Parameter) as a plain tensor without its autograd history, a
-namedtuple as a tuple; `export` decides what anything else becomes (a Ref, or an error). The decoder
+namedtuple as a namedtuple made by the receiver with the same field names (tuple equality, none of the
+sender's methods); `export` decides what anything else becomes (a Ref, or an error). The decoder
 checks every size and depth against limits before it builds anything.
 
 Left out: what the references point at and who may call them (dojo.grading.remote).
@@ -14,7 +15,10 @@ Left out: what the references point at and who may call them (dojo.grading.remot
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
+import keyword
 import math
 import pathlib
 import socket
@@ -100,6 +104,10 @@ def encode(value: Any, export: Callable[[Any], Any]) -> tuple[str, list[bytes]]:
             return {"E": 0}
         if t is list or t is tuple or t is dict or t is set or t is frozenset or t is torch.Size:
             return _container(v, t, lambda x: enc(x, depth + 1))
+        fields = getattr(t, "_fields", None) if isinstance(v, tuple) else None
+        if isinstance(fields, tuple) and all(type(f) is str for f in fields) and len(fields) == len(v):
+            # a namedtuple: its field names come along, its methods (and any __eq__) do not
+            return {"NT": [t.__name__[:100], list(fields), [enc(x, depth + 1) for x in tuple.__iter__(v)]]}
         flat = plain(v)  # a container subclass (a namedtuple, a list with its own __eq__) as its plain type
         return enc(export(v) if flat is None else flat, depth)  # anything else: the exporter decides
 
@@ -144,6 +152,11 @@ def decode(text: str, buffers: list[bytes], resolve: Callable[[Ref], Any]) -> An
             return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "D":
             return {dec(_pair(p)[0], depth + 1): dec(_pair(p)[1], depth + 1) for p in _list(x)}
+        if tag == "NT":
+            name, fields, values = _list(x)
+            if type(name) is not str or not _names(fields) or type(values) is not list or len(values) != len(fields):
+                raise WireError("a malformed named tuple")
+            return _named_tuple(name, tuple(fields))(*(dec(i, depth + 1) for i in values))
         if tag == "f":
             if x not in ("nan", "inf", "-inf"):
                 raise WireError(f"not a float: {x!r}")
@@ -180,6 +193,17 @@ def decode(text: str, buffers: list[bytes], resolve: Callable[[Ref], Any]) -> An
         raise WireError(f"an unknown tag {tag[:20]!r}")
 
     return dec(tree, 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_tuple(name: str, fields: tuple[str, ...]) -> type:
+    """A namedtuple class made here for a named tuple that came over the wire: plain tuple equality."""
+    return collections.namedtuple(name if name.isidentifier() and not keyword.iskeyword(name) else "Record", fields)
+
+
+def _names(fields) -> bool:
+    return (type(fields) is list and len(fields) <= 256 and len(set(fields)) == len(fields) and all(
+        type(f) is str and f.isidentifier() and not keyword.iskeyword(f) and not f.startswith("_") for f in fields))
 
 
 def _no_constant(name: str):

@@ -12,6 +12,7 @@ import base64
 import os
 import socket
 import zlib
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -120,6 +121,15 @@ def test_walking_frames_for_the_oracle_is_refused_and_flagged(toy):
     assert any("frame" in f for f in result.integrity), result.integrity
 
 
+def test_imports_a_readme_names_work_in_the_worker(tmp_path):
+    """a reference module the README names (batching: solutions.model) imports in the worker, with the
+    modules it imports in turn (solutions.packed_gemm), and the audit hook records nothing"""
+    from dojo.grading import view
+
+    assert "model" in view.allowed("batching") and "packed_gemm" in view.importable("batching")
+    assert "batching" not in view.importable("batching")
+
+
 def test_a_coding_cookie_hiding_code_is_a_finding(toy):
     """`# coding: unicode_escape` hides code in a comment from UTF-8 readers: the scan decodes as Python does"""
     hidden = toy.reference.read_text().replace("\n", "\\n")
@@ -156,7 +166,20 @@ def test_subclasses_cross_as_their_plain_type():
             return True
 
     back = roundtrip([Sneaky([1]), torch.nn.Parameter(torch.ones(2)), torch.Size([2, 3])])
-    assert type(back[1]) is torch.Tensor and type(back[2]) is tuple
+    assert type(back[0]) is list and type(back[1]) is torch.Tensor and type(back[2]) is tuple
+
+
+def test_a_named_tuple_keeps_its_field_names_not_its_methods():
+    """an honest NamedTuple result reads by field name; its own __eq__ does not come along"""
+    class Step(NamedTuple):
+        loss: float
+        skipped: bool
+
+        def __eq__(self, other):
+            return True
+
+    back = roundtrip(Step(0.5, False))
+    assert (back.loss, back.skipped) == (0.5, False) and back != (1.0, True) and back == (0.5, False)
 
 
 @pytest.mark.parametrize("text, why", [
