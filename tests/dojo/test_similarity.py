@@ -7,7 +7,6 @@ import ast
 import builtins
 import json
 import re
-from itertools import combinations
 from pathlib import Path
 
 import pytest
@@ -82,18 +81,18 @@ HONEST = Path(__file__).parent / "honest"
 
 
 def test_independent_solutions_are_not_flagged():
-    """solutions written from the prompt alone (tests/dojo/honest/, each passes its hidden suite) are
-    flagged neither against the reference nor against each other"""
-    honest = {p.stem.removesuffix("_a"): p.read_text() for p in sorted(HONEST.glob("*_a.py"))}
-    assert len(honest) >= 3
-    for slug, source in honest.items():
+    """solutions written from the prompt alone (tests/dojo/honest/<slug>_<x>.py, two or three a kata, each
+    passing its hidden suite in both modes) are flagged neither against the reference nor against each other"""
+    honest: dict[str, dict[str, str]] = {}
+    for path in sorted(HONEST.glob("*_?.py")):
+        honest.setdefault(path.stem.rsplit("_", 1)[0], {})[path.stem] = path.read_text()
+    assert len(honest) == 9 and all(len(files) >= 2 for files in honest.values()), sorted(honest)
+    for slug, files in honest.items():
         kata = catalog.get(slug)
-        doc = similarity.find({slug: {"honest": source, "ref": kata.reference.read_text()}},
+        doc = similarity.find({slug: {**files, "ref": kata.reference.read_text()}},
                               {slug: kata.reference.read_text()}, {slug: kata.stub.read_text()})
         assert [c["submission"] for c in doc["reference"]] == ["ref"], (slug, doc)  # only the reference itself
-    streams = {slug: similarity.stream(src) for slug, src in honest.items()}
-    for a, b in combinations(streams, 2):
-        assert similarity.similarity(streams[a], streams[b]) < similarity.THRESHOLD / 2, (a, b)
+        assert not [p for p in doc["pairs"] if "ref" not in (p["a"], p["b"])], (slug, doc["pairs"])
 
 
 LONG = '''
