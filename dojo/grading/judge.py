@@ -68,6 +68,11 @@ class Worker:
         """The endpoint's reason, with how the process ended when it has."""
         why = self.endpoint.broken if self.endpoint else "no worker"
         code = self.proc.poll() if self.proc else None
+        if code is None and self.proc is not None and "went away" in (why or ""):
+            try:  # it closed the connection as it ended: give its exit a moment to be seen
+                code = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
         if code is not None and self.spec.get("bwrap") and 128 < code < 128 + 65:
             code = -(code - 128)  # bwrap reports a child killed by signal N as 128 + N
         if code is not None and code < 0:
@@ -109,7 +114,16 @@ class _Forked:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self) -> int | None:
+    def wait(self, timeout: float | None = None) -> int | None:
+        if timeout is not None:  # (a forked worker: poll until it ends or the time is up)
+            import time
+
+            deadline = time.monotonic() + timeout
+            while self.poll() is None:
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(str(self.pid), timeout)
+                time.sleep(0.02)
+            return self.returncode
         try:
             _, status = os.waitpid(self.pid, 0)
             self.returncode = os.waitstatus_to_exitcode(status)
