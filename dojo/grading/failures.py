@@ -32,9 +32,10 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     if excinfo is None:
         return str(longrepr or "")[-2000:]
     exc = excinfo.value
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # hypothesis found several distinct failures
-        first = failure_message(pytest.ExceptionInfo.from_exception(exc.exceptions[0]), longrepr, target)
-        return f"{first}\n(and {len(exc.exceptions) - 1} more distinct failure(s) of this property)"
+    group = getattr(exc, "exceptions", None)  # an exception group: hypothesis found several distinct failures
+    if isinstance(group, tuple) and group and isinstance(group[0], BaseException) and group[0].__traceback__:
+        first = failure_message(pytest.ExceptionInfo.from_exception(group[0]), longrepr, target)
+        return f"{first}\n(and {len(group) - 1} more distinct failure(s) of this property)"
     notes = "".join(f"\n{note}" for note in _notes(exc))
     if isinstance(exc, AssertionError):
         text = str(exc).split("\nassert ")[0].strip()

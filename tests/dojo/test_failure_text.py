@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import pytest
 
 from dojo.testing import expect_raises, expect_value_error
@@ -96,6 +98,20 @@ def test_older_hypothesis_banner_and_long_values():
     message = _message(AssertionError("decode: wrong"), [
         "Falsifying example: test_decode_any_ids(\n    ids=[1,\n     2,\n     3],\n    threshold=2,\n)"])
     assert message == "decode: wrong\nfailing input: ids=[1, 2, 3], threshold=2"
+
+
+def test_several_distinct_failures_show_the_first_and_count_the_rest():
+    """hypothesis's group of distinct failures reads as the first one, in kata terms, and how many more"""
+    group = getattr(builtins, "ExceptionGroup", None) or pytest.importorskip("exceptiongroup").ExceptionGroup
+    raised = []
+    for exc in (AssertionError("decode([300]): want ValueError"), ValueError("x")):
+        try:
+            raise exc
+        except Exception as caught:  # noqa: BLE001 (a raised exception carries its traceback, as hypothesis's do)
+            raised.append(caught)
+    raised[0].add_note("Failing test case: test_decode(\n    ids=[300],\n)")
+    message = _message(group("Hypothesis found 2 distinct failures.", raised), [])
+    assert message == "decode([300]): want ValueError\nfailing input: ids=[300]\n(and 1 more distinct failure(s) of this property)"
 
 
 @pytest.mark.parametrize("content, line", [("bpe v1\npatern null\n", 2)])

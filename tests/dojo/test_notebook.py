@@ -341,7 +341,7 @@ def test_check_grades_the_notebook_when_the_kata_is_only_in_one(toy_env):
     how = "save toy.ipynb and run its last cell (JupyterLab: dojo lab), or: dojo check toy"
     assert how in dojo().stdout
     status = dojo("status").stdout
-    assert f"toy.ipynb  (a notebook)" in status and f"Next: {how}" in status, status
+    assert "toy.ipynb  (a notebook)" in status and f"Next: {how}" in status, status
     assert "(notebook)" in next(line for line in dojo("list").stdout.splitlines() if " toy " in line)
     assert "toy is in a notebook" in dojo("watch", "toy").stderr
 
