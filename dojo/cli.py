@@ -131,7 +131,10 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def cmd_check(args) -> int:
-    """`dojo check`: a notebook's solution cells with --notebook (dojo.notebook), else the workspace file."""
+    """`dojo check`: a notebook's solution cells with --notebook, or when the kata is only in a notebook
+    (dojo.notebook), else the workspace file."""
+    if args.notebook is None and not args.rerun_inconclusive and practice.grades_notebook(args.slug):
+        args.notebook = ""
     if args.notebook is not None:
         if args.rerun_inconclusive:
             raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "

@@ -2,14 +2,18 @@
 
 `failure_message` keeps an assertion's own message (the suite wrote it for the learner), and for
 any other exception names it and where in the learner's file it was raised ("ValueError: ... (at
-bpe.py:12, in encode)"), with hypothesis's falsifying example; the runner's own failures (sys.exit,
-the time limit, memory, output) get a sentence saying what happened. Left out: pytest's traceback
-(never shown) and choosing the outcome (dojo.grading.plugin).
+bpe.py:12, in encode)"), with hypothesis's falsifying example as the arguments it was called with
+("failing input: text='ab', threshold=2"; "for any input" when hypothesis says no value matters);
+hypothesis's commentary (its banner, "Explanation", lines of the suite's temporary copy) is left out.
+The runner's own failures (sys.exit, the time limit, memory, output) get a sentence saying what
+happened. `case_label` names a parametrised test's case in words ("seed=2", "decode, batch=3").
+Left out: pytest's traceback (never shown) and choosing the outcome (dojo.grading.plugin).
 """
 
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,10 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
     if excinfo is None:
         return str(longrepr or "")[-2000:]
     exc = excinfo.value
+    group = getattr(exc, "exceptions", None)  # an exception group: hypothesis found several distinct failures
+    if isinstance(group, tuple) and group and isinstance(group[0], BaseException) and group[0].__traceback__:
+        first = failure_message(pytest.ExceptionInfo.from_exception(group[0]), longrepr, target)
+        return f"{first}\n(and {len(group) - 1} more distinct failure(s) of this property)"
     notes = "".join(f"\n{note}" for note in _notes(exc))
     if isinstance(exc, AssertionError):
         text = str(exc).split("\nassert ")[0].strip()
@@ -43,14 +51,68 @@ def failure_message(excinfo: pytest.ExceptionInfo | None, longrepr, target: str 
 
 
 def _notes(exc: BaseException) -> list[str]:
-    """Notes attached to the exception (hypothesis's failing example), without the kata module's repr
-    and hypothesis's commentary lines."""
+    """Notes attached to the exception, in the kata's terms: hypothesis's failing example as its arguments
+    (and its draws), without its commentary; other notes as they are, less any line naming a file."""
     out = []
     for note in getattr(exc, "__notes__", ()):
-        if isinstance(note, str):
-            lines = [line for line in note.splitlines() if "kata=<module" not in line and "The test always failed" not in line]
-            out.append("\n".join(lines))
-    return out
+        if not isinstance(note, str):
+            continue
+        if note.startswith(_EXAMPLE_HEADS):
+            out.append(falsifying_example(note))
+        elif note.startswith("Draw "):  # st.data(): "Draw 1: 100"
+            out.append("then drew " + note.split(": ", 1)[-1])
+        elif not note.startswith(_HYPOTHESIS_CHATTER) and not note.startswith(" "):
+            out.append("\n".join(line for line in note.splitlines() if not _FILE_LINE.search(line)))
+    return [note for note in out if note]
+
+
+_EXAMPLE_HEADS = ("Failing test case:", "Falsifying example:", "Falsifying explicit example:")
+_HYPOTHESIS_CHATTER = ("Explanation:", "You can reproduce", "Unreliable test", "Highest target", "Trying example",
+                       "Hypothesis", "@reproduce_failure", "Retried", "Tests with", "The test always failed")
+_FILE_LINE = re.compile(r"[\w.-]*/[\w./-]+\.py\b(:\d+)?")  # /tmp/dojo-grade-bpe-x/tests/katas/test_bpe.py:86
+_ANY_VALUE = "  # or any other generated value"
+
+
+def falsifying_example(note: str) -> str:
+    """hypothesis's "Failing test case: test_x(\\n    text='ab',\\n    kata=<module ...>,\\n)" as the
+    arguments a learner can call with: "failing input: text='ab'". Objects shown as <...> (the kata
+    module, fixtures) and st.data() are left out; when hypothesis says any value fails, "for any input"."""
+    args: list[str] = []
+    for line in note.splitlines()[1:]:
+        if line.strip().startswith("#"):  # hypothesis's commentary ("The test always failed when ...")
+            continue
+        if line.startswith("    ") and not line.startswith("     "):
+            args.append(line[4:])
+        elif line.startswith("     ") and args:  # a long value continues on more lines
+            args[-1] += " " + line.strip()
+    kept, any_value = [], True
+    for arg in args:
+        any_value &= arg.endswith(_ANY_VALUE)
+        arg = arg.removesuffix(_ANY_VALUE).rstrip(",")
+        value = arg.partition("=")[2]
+        if value.startswith("<") or value == "data(...)":
+            continue
+        kept.append(arg)
+    if any_value:
+        return "fails for any input"
+    return "failing input: " + ", ".join(kept) if kept else ""
+
+
+def case_label(item: pytest.Item) -> str:
+    """A parametrised test's case in words, shown beside its property: a short text parameter as itself,
+    any other as name=value ("decode, batch=3", "dtype=float16", "content='bpe v1\\npatern…'"); "" when the
+    test is not parametrised."""
+    spec = getattr(item, "callspec", None)
+    if spec is None:
+        return ""
+    return ", ".join(_shown(name, value) for name, value in spec.params.items())
+
+
+def _shown(name: str, value) -> str:
+    if isinstance(value, str) and value.isprintable() and 0 < len(value) <= 40 and "'" not in value:
+        return value
+    text = repr(value).removeprefix("torch.")
+    return f"{name}={text if len(text) <= 32 else text[:31] + '…'}"
 
 
 def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:

@@ -38,7 +38,7 @@ from dojo import targets, testing
 import sys
 
 from dojo.grading import channel, machine_lock
-from dojo.grading.failures import TestTimeout, failure_message
+from dojo.grading.failures import TestTimeout, case_label, failure_message
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -201,6 +201,7 @@ def describe(item: pytest.Item) -> dict:
         "id": item.nodeid,
         "name": item.name,
         "property": property_of(item),
+        "case": case_label(item),
         "points": points_of(item),
         "example": item.get_closest_marker("example") is not None,
         "candidate_process": in_candidate_process(item),

@@ -22,6 +22,7 @@ class TestResult:
     message: str = ""
     duration: float = 0.0
     candidate_process: bool = False  # measured inside the candidate's process (judge mode cannot vouch for it)
+    case: str = ""  # a parametrised test's case in words ("seed=2"), for the report; "" when not parametrised
 
     __test__ = False  # not a pytest test class
 

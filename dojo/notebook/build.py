@@ -4,14 +4,17 @@ A kata notebook is five cells: the prompt, how it is graded, the stub in a code 
 `solution`, a scratch cell, and a grading cell calling dojo.notebook.grade_here(). Its metadata is
 what JupyterLab would write itself on opening it with the "decode-dojo" kernel (the kernelspec and
 the kernel's full `language_info`), so a fresh notebook opens clean, with no unsaved-changes marker.
-Written as plain JSON, atomically; a notebook holding work is replaced only on request, after a
-backup. Not done: notebooks for other kernels or languages.
+The prompt is the kata's README in the notebook's terms (`prompt`): where it says "Fill in
+`bpe.py`" or "`dojo start bpe`", the notebook says the solution cell. Written as plain JSON,
+atomically; a notebook holding work is replaced only on request, after a backup.
+Not done: notebooks for other kernels or languages.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -29,7 +32,7 @@ GRADE_TAG = "grade"
 
 def notebook_file(slug: str) -> Path:
     """workspace/<slug>.ipynb"""
-    return workspace.workspace_dir() / f"{slug}.ipynb"
+    return workspace.notebook_file(slug)
 
 
 def language_info() -> dict:
@@ -39,6 +42,16 @@ def language_info() -> dict:
     from ipykernel.ipkernel import IPythonKernel
 
     return json.loads(json.dumps(IPythonKernel.language_info))  # a deep copy
+
+
+def prompt(kata: Kata) -> str:
+    """The kata's README as a notebook's prompt: the file to fill in is the solution cell below, and the
+    `dojo start` that makes the file is left out."""
+    text = kata.readme().strip()
+    text = re.sub(rf" ?\(`dojo start {kata.slug}`[^)]*\)", "", text)  # "(`dojo start bpe` copies it ...)"
+    text = text.replace(f"(`{kata.slug}.py`)", "(the solution cell)")  # "## The API (`int4.py`)"
+    text = re.sub(rf"(^|[.!?] +)`{kata.slug}\.py`", r"\1The solution cell", text, flags=re.MULTILINE)
+    return text.replace(f"`{kata.slug}.py`", f"the solution cell (tagged `{SOLUTION_TAG}`, below)")
 
 
 def build(kata: Kata, code: str, *, reference: bool = False) -> dict:
@@ -71,7 +84,7 @@ def build(kata: Kata, code: str, *, reference: bool = False) -> dict:
     )
     return {
         "cells": [
-            _cell("markdown", "prompt", kata.readme().strip(), locked),
+            _cell("markdown", "prompt", prompt(kata), locked),
             _cell("markdown", "how", how, locked),
             _cell("code", "solution", code.rstrip("\n"), {"tags": [SOLUTION_TAG], **locked}),
             _cell("code", "scratch", "# Scratch: try your code here. Not graded.\n", locked),

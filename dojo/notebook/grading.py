@@ -4,7 +4,8 @@
 a code cell tagged `solution`, a scratch cell, and a last cell calling `grade_here()`, which grades
 the saved notebook and shows the report inline (dojo.notebook.display), led by the version it graded ("as
 saved at 10:42:07, 3 min ago") and a warning while the kernel has run other solution code
-(dojo.notebook.kernel). `grade_notebook()` turns the solution cells into a temporary module
+(dojo.notebook.kernel: which case it is, unsaved edits, saved but not run, or a scratch cell's redefinition).
+`grade_notebook()` turns the solution cells into a temporary module
 (dojo.notebook.extract), grades it with dojo.grading.grade like any .py file, then rewrites the report to name the
 notebook and its cells ("cell 3, line 5") instead of the temporary file. `dojo check <slug>
 --notebook [PATH]` and `dojo grade PATH.ipynb` go through it; the commands are in
@@ -54,6 +55,7 @@ class Graded:
     result: GradeResult
     saved_at: float  # the graded file's modification time (seconds since the epoch): when it was saved
     solution: list[str]  # the graded solution cells' sources, in order
+    cells: list[nbkernel.SavedCell] = dataclasses.field(default_factory=list)  # the saved code cells
 
     def saved_line(self, now: float | None = None) -> str:
         """The line that says which version was graded: "Graded toy.ipynb as saved at 10:42:07, 3 min ago"."""
@@ -93,6 +95,8 @@ def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = Fa
     try:
         nb, saved_at = _read_version(path)
         solution = [nbextract.source(c) for c in nb["cells"] if nbextract.is_solution(c)]
+        cells = [nbkernel.SavedCell(n, nbextract.source(c), c.get("execution_count"), nbextract.is_solution(c))
+                 for n, c in enumerate(nb["cells"], 1) if c.get("cell_type") == "code"]
         extracted = nbextract.extract(nb, path.name)
     except NotebookError as exc:
         result = GradeResult(
@@ -106,7 +110,7 @@ def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = Fa
             slug, str(module), examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
             memory_limit=memory_limit, sandboxed=sandboxed,
         )
-    return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution)
+    return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution, cells)
 
 
 def _read_version(path: Path) -> tuple[dict, float]:
@@ -176,5 +180,5 @@ def grade_here(slug: str | None = None, path: str | Path | None = None, *, recor
         graded = grader(where, slug, examples_only=examples_only, timeout=timeout)
     except (FileNotFoundError, ValueError, history.ProgressDBError) as exc:  # NotebookError and UnknownKata are ValueErrors
         return NotebookReport(error=str(exc))
-    return NotebookReport(graded.result, saved=graded.saved_line(), warning=nbkernel.unsaved_warning(graded.solution),
+    return NotebookReport(graded.result, saved=graded.saved_line(), warning=nbkernel.unsaved_warning(graded.solution, graded.cells),
                           verdict=verdict(graded.result, slug, in_notebook=True), title=kata.title)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from dojo.notebook.extract import SOLUTION_TAG
 
 _DEFINED = re.compile(r"^(?:async\s+def|def|class)\s+([A-Za-z_]\w*)", re.MULTILINE)
 GRADING_CALL = "grade_here("  # the grading cell's own runs are not solution code
@@ -41,21 +44,60 @@ def stale_runs(saved: list[str], runs: list[str]) -> list[int]:
     return sorted(stale)
 
 
-def unsaved_warning(saved: list[str]) -> str | None:
+@dataclass(frozen=True)
+class SavedCell:
+    """A code cell of the saved notebook, as the warning needs it."""
+
+    number: int  # counted from 1 at the top, markdown cells included (as failures name cells)
+    source: str
+    count: int | None  # its execution_count as saved: the In [n] of its last run before the save
+    solution: bool  # tagged `solution`: graded
+
+
+def why_stale(run: int, text: str, cells: list[SavedCell]) -> tuple[str, SavedCell | None]:
+    """Why In [`run`] (source `text`) is not what was graded: ("scratch", the untagged cell it is),
+    ("not run", the solution cell saved since with that run's count) or ("unsaved", None)."""
+    scratch = next((c for c in cells if not c.solution and c.source.strip() == text.strip()), None)
+    if scratch is not None:
+        return "scratch", scratch
+    names = defined(text)
+    saved = next((c for c in cells if c.solution and c.count == run and defined(c.source) & names), None)
+    return ("not run", saved) if saved is not None else ("unsaved", None)
+
+
+def unsaved_warning(saved: list[str], cells: list[SavedCell] | None = None) -> str | None:
     """The warning for the grade of `saved` (the saved solution cells' sources) while this kernel has run
-    other solution code; None when it has not, or outside IPython."""
+    other solution code, naming the case when the saved notebook's code `cells` tell it; None when the
+    kernel ran what was saved (or none of it), or outside IPython."""
     shell = _shell()
     if shell is None:
         return None
-    stale = stale_runs(saved, list(shell.history_manager.input_hist_raw))
+    runs = list(shell.history_manager.input_hist_raw)
+    stale = stale_runs(saved, runs)
     if not stale:
         return None
-    runs = ", ".join(f"In [{n}]" for n in stale)
-    return (
-        f"this kernel last ran solution code ({runs}) that is not what the saved notebook holds, and the saved "
-        "notebook is what was graded. Unsaved edits? Save (Ctrl-S / Cmd-S) and run this cell again. "
-        "Saved since? Run the solution cell again, so that your scratch cells test what is graded."
-    )
+    if cells is None:
+        return (
+            f"this kernel last ran solution code ({', '.join(f'In [{n}]' for n in stale)}) that is not what the saved "
+            "notebook holds, and the saved notebook is what was graded. Unsaved edits? Save (Ctrl-S / Cmd-S) and run "
+            "this cell again. Saved since? Run the solution cell again, so that your scratch cells test what is graded."
+        )
+    return " ".join(_case(n, runs[n], cells) for n in stale)
+
+
+def _case(run: int, text: str, cells: list[SavedCell]) -> str:
+    why, cell = why_stale(run, text, cells)
+    names = ", ".join(sorted(defined(text)))
+    if why == "scratch":
+        return (f"In [{run}] ran cell {cell.number}, which is not tagged '{SOLUTION_TAG}', and redefined {names}: this "
+                "kernel uses that definition, the grade does not. Move it into the solution cell, or run the solution "
+                "cell again.")
+    if why == "not run":
+        return (f"cell {cell.number} was edited and saved since it ran (In [{run}]): the grade is of the saved code, "
+                f"but this kernel still holds the old {names}. Run cell {cell.number} again so that your scratch cells "
+                "test what is graded.")
+    return (f"unsaved edits: In [{run}] ran {names} as it is in no saved cell, so the grade did not see it. "
+            "Save (Ctrl-S / Cmd-S) and run this cell again.")
 
 
 def this_notebook(slug: str | None, path: str | Path | None) -> Path:

@@ -2,8 +2,10 @@
 
 Printing only: what to grade and record is dojo.practice.check, the files dojo.practice.workspace,
 the progress dojo.practice.history. dojo.cli parses the arguments and calls these (`func(args) ->
-int`, the exit code); while a mock interview is open it asks dojo.interview first. Left out: the
-notebook form of `dojo check --notebook` (dojo.notebook.commands, dispatched by the CLI).
+int`, the exit code); while a mock interview is open it asks dojo.interview first. A kata in progress
+in a notebook (dojo.practice.workspace.form) is named as such, with the notebook's way to grade it.
+Left out: grading a notebook (dojo.notebook.commands: the CLI sends `dojo check` there when
+`grades_notebook` says so).
 """
 
 from __future__ import annotations
@@ -30,6 +32,22 @@ def _slug_or_current(slug: str | None) -> str:
     return current
 
 
+def grades_notebook(slug: str | None) -> bool:
+    """Whether `dojo check [slug]` is for the notebook: the kata (default: the one in progress) has a
+    workspace/<slug>.ipynb and no workspace/<slug>.py."""
+    slug = _slug_or_current(slug)
+    return not workspace.kata_file(slug).exists() and workspace.notebook_file(slug).exists()
+
+
+def how_to_check(slug: str) -> str:
+    """The way to grade the kata in the form it is in progress in."""
+    if workspace.form(slug) == "ipynb":
+        flag = " --notebook" if workspace.kata_file(slug).exists() else ""  # else plain check grades the .py
+        return (f"save {workspace.notebook_file(slug).name} and run its last cell (JupyterLab: dojo lab), "
+                f"or: dojo check {slug}{flag}")
+    return f"dojo check {slug}"
+
+
 # ---- commands ----------------------------------------------------------------------------------
 
 
@@ -45,8 +63,8 @@ def cmd_welcome(args) -> int:
     current = history.current_kata()
     if current and current not in {k.slug for k in passing}:
         kata = catalog.get(current)
-        out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)}); edit {escape(str(workspace.kata_file(kata.slug)))}, "
-                  f"then: [bold]dojo check {kata.slug}[/bold]")
+        out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)}); edit {escape(str(_work_file(kata.slug)))}, "
+                  f"then: [bold]{escape(how_to_check(kata.slug))}[/bold]")
     else:
         todo = [k for k in katas if k not in passing and k.slug != current]
         if todo:
@@ -70,11 +88,13 @@ def cmd_list(args) -> int:
     for kata in catalog.load():
         p = progress.get(kata.slug)
         if p is None:
-            status = "not started" if not workspace.kata_file(kata.slug).exists() else "in progress"
+            status = "not started" if workspace.form(kata.slug) is None else "in progress"
         elif p.attempts:
             status = f"{p.status}, best {p.best_points}/{p.best_total}"
         else:
             status = p.status
+        if workspace.form(kata.slug) == "ipynb" and status != "not started":
+            status += " (notebook)"
         if not kata.has_suite:
             status += " (no tests yet)"
         rows.append((str(kata.number), kata.slug, kata.title, "*" * kata.difficulty, str(kata.minutes), status))
@@ -126,6 +146,9 @@ def cmd_check(args) -> int:
     out = report.console()
     report.show_result(result, out, title=kata.title)
     out.print(report.verdict(result, slug))
+    if workspace.form(slug) == "ipynb":
+        out.print(f"{workspace.notebook_file(slug).name}, saved since, is graded by: dojo check {slug} --notebook",
+                  markup=False)
     return 0 if result.passed else 1
 
 
@@ -133,6 +156,8 @@ def cmd_watch(args) -> int:
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     path = workspace.kata_file(slug)
+    if not path.exists() and workspace.form(slug) == "ipynb":
+        raise UsageError(f"dojo watch follows {path.name}; {slug} is in a notebook: {how_to_check(slug)}")
     if not path.exists():
         raise FileNotFoundError(f"no workspace copy of '{slug}' at {path}: run `dojo start {slug}` first")
     out = report.console()
@@ -240,7 +265,7 @@ def cmd_status(args) -> int:
     kata = catalog.get(current)
     tries = history.attempts(current)
     out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)})")
-    out.print(f"File: {workspace.kata_file(kata.slug)}")
+    out.print(f"File: {_work_file(kata.slug)}" + ("  (a notebook)" if workspace.form(kata.slug) == "ipynb" else ""))
     if tries:
         last = tries[-1]
         out.print(f"Last check: {last.points}/{last.total} points, {'passing' if last.passed else 'not passing yet'} "
@@ -248,5 +273,10 @@ def cmd_status(args) -> int:
     else:
         out.print("Not checked yet.")
     out.print(f"Hints seen: {len(history.hints_seen(current))} of {len(kata.hints())}")
-    out.print(f"Next: dojo check {kata.slug}")
+    out.print(f"Next: {how_to_check(kata.slug)}", markup=False)
     return 0
+
+
+def _work_file(slug: str) -> Path:
+    """The learner's file for `slug` in the form it is in progress in (the .py when there is none yet)."""
+    return workspace.notebook_file(slug) if workspace.form(slug) == "ipynb" else workspace.kata_file(slug)

@@ -2,8 +2,10 @@
 
 `console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and
 pipes read it). `show_result` prints one line per property (pass/FAIL, or "?" for a timing test
-the machine was too noisy to decide, with why), then the score and time, and how to re-run the
-inconclusive ones. `write_results` writes the Exercism-style JSON atomically.
+the machine was too noisy to decide, with why), the cases of a parametrised test folded into one
+block with each cause of failure once (dojo.practice.fold), then the score and time, how to
+re-run the inconclusive ones, and the notes that concern the learner. On a terminal a long line
+wraps inside its column. `write_results` writes the Exercism-style JSON atomically.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dojo.grading.result import GradeResult
+from dojo.practice.fold import Block, fold
 
 MESSAGE_LINES = 6  # lines of one failure message shown in the terminal (the JSON keeps it whole)
 
@@ -30,20 +33,27 @@ def console(stderr: bool = False) -> Console:
 
 
 def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
+    """The report: a line per property (the cases of a parametrised test folded into one block, each cause
+    of failure once), then the score and the notes that concern the learner. On a console that wraps, a
+    long line wraps inside its column (a hanging indent)."""
     heading = Text(f"{result.slug}", style="bold")
     if title:
         heading.append(f" · {title}", style="")
     heading.append(f"   ({result.path})", style="dim")
-    out.print(heading)
-    for test in result.tests:
-        out.print(_test_line(test))
-        if test.outcome in ("failed", "inconclusive") and test.message:
-            lines = test.message.strip().splitlines()
+    _say(out, heading, 2)
+    for block in fold(result.tests):
+        line = _test_line(block)
+        _say(out, line, _MARK + len(line.plain[_MARK:].split(" pt  ", 1)[0]) + len(" pt  "))
+        for cause in block.causes:
+            lines = cause.message.splitlines() or [""]
+            if cause.who:
+                lines[0] = f"{cause.who}: {lines[0]}"
             shown = lines[:MESSAGE_LINES] + ([f"... ({len(lines) - MESSAGE_LINES} more lines)"] if len(lines) > MESSAGE_LINES else [])
-            for line in shown:
-                out.print(Text(f"        {line}", style="red" if test.outcome == "failed" else "yellow"))
+            for text in shown:
+                own = len(text) - len(text.lstrip(" "))
+                _say(out, Text(f"        {text}", style="red" if cause.outcome == "failed" else "yellow"), 8 + own)
     if result.error:
-        out.print(Text(f"Problem: {result.error}", style="bold red"))
+        _say(out, Text(f"Problem: {result.error}", style="bold red"), 9)
     score = Text("Score ", style="bold")
     failing = sum(1 for t in result.tests if t.outcome == "failed")
     unsure = len(result.inconclusive)
@@ -55,22 +65,45 @@ def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
                      f"`dojo check {result.slug} --rerun-inconclusive` re-runs them)", style="yellow")
     if result.examples_only:
         score.append(" · README examples only", style="dim")
-    out.print(score)
-    for note in result.notes:
-        out.print(Text(f"Note: {note}", style="dim" if note.startswith("graded with") else "yellow"))
+    _say(out, score, 6)
+    for note in shown_notes(result.notes):
+        _say(out, Text(f"Note: {note}", style="dim" if note.startswith(PRISTINE) else "yellow"), 6)
 
 
-def _test_line(test) -> Text:
+PRISTINE = "graded with pristine copies"  # dojo.grading.grade's standing note: news only beside a change it caught
+_TAMPERED = "while your code was being graded"  # dojo.grading.grade's words for a guarded file that changed
+_MARK = len("  FAIL  ")
+
+
+def shown_notes(notes: list[str]) -> list[str]:
+    """The notes worth a learner's line: the pristine-copies note only when the learner's code changed a
+    guarded file (a tampering note says which); results.json keeps them all."""
+    tampered = any(_TAMPERED in note for note in notes)
+    return [note for note in notes if tampered or not note.startswith(PRISTINE)]
+
+
+def _say(out: Console, line: Text, indent: int) -> None:
+    """Print `line`; on a console that wraps, its wrapped parts start `indent` columns in (a hanging indent)."""
+    if out.soft_wrap or out.width < indent + 20 or line.cell_len <= out.width:
+        out.print(line)
+        return
+    parts = line[indent:].wrap(out, out.width - indent, overflow="fold")
+    for n, part in enumerate(parts):
+        part.rstrip()
+        out.print(Text.assemble(line[:indent] if n == 0 else " " * indent, part), no_wrap=True)
+
+
+def _test_line(block: Block) -> Text:
     mark = {"passed": ("pass", "green"), "skipped": ("skip", "dim"), "inconclusive": ("?", "yellow")}.get(
-        test.outcome, ("FAIL", "bold red"))
+        block.outcome, ("FAIL", "bold red"))
     line = Text(f"  {mark[0]:<4}  ", style=mark[1])
-    earned = test.points if test.outcome == "passed" else 0
-    line.append(f"-/{test.points}" if test.outcome == "inconclusive" else f"{earned}/{test.points}", style="dim")
+    line.append(f"-/{block.points}" if block.outcome == "inconclusive" and len(block.tests) == 1
+                else f"{block.earned}/{block.points}", style="dim")
     line.append(" pt  ", style="dim")
-    line.append(test.property)
-    if "[" in test.name:  # a parametrized case: say which
-        line.append(f" [{test.name.split('[', 1)[1]}", style="dim")
-    if test.example:
+    line.append(block.first.property)
+    if block.label:
+        line.append(f"  ({block.label})", style="dim")
+    if block.first.example:
         line.append("  (README example)", style="dim")
     return line
 

@@ -1,6 +1,7 @@
 """The learner's workspace: flat copies of the stubs, backups, results.
 
-workspace/<slug>.py is the file a learner edits ($DOJO_WORKSPACE moves the whole folder);
+workspace/<slug>.py is the file a learner edits ($DOJO_WORKSPACE moves the whole folder), or
+workspace/<slug>.ipynb in notebook mode (written by dojo.notebook; `form` says which one a kata is in);
 workspace/.dojo/ holds the progress database and backups of overwritten work;
 workspace/results/<slug>.json holds the last grading of each kata. Work is never overwritten
 without a backup.
@@ -16,7 +17,8 @@ from pathlib import Path
 from dojo.catalog import Kata
 from dojo.targets import workspace_dir
 
-__all__ = ["StartResult", "WorkExists", "backups_dir", "kata_file", "reset", "results_file", "start", "workspace_dir"]
+__all__ = ["StartResult", "WorkExists", "backups_dir", "form", "kata_file", "notebook_file", "reset", "results_file",
+           "start", "workspace_dir"]
 
 
 class WorkExists(FileExistsError):
@@ -32,6 +34,22 @@ class StartResult:
 
 def kata_file(slug: str) -> Path:
     return workspace_dir() / f"{slug}.py"
+
+
+def notebook_file(slug: str) -> Path:
+    return workspace_dir() / f"{slug}.ipynb"
+
+
+def form(slug: str) -> str | None:
+    """The form the learner works on `slug` in: "py" (workspace/<slug>.py) or "ipynb" (workspace/<slug>.ipynb);
+    the one saved last when both are there; None when neither is."""
+    stamps = {}
+    for kind, path in (("py", kata_file(slug)), ("ipynb", notebook_file(slug))):
+        try:
+            stamps[kind] = path.stat().st_mtime
+        except FileNotFoundError:
+            pass
+    return max(stamps, key=stamps.get) if stamps else None
 
 
 def results_file(slug: str) -> Path:

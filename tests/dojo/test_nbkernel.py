@@ -88,8 +88,9 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     run(kernel, edited)  # edited and run, not saved
     text, warned = graded()
     assert warned and "In [3]" in text and "Score 0/6" in text, f"no warning for a run edit not saved:\n{text}"
+    assert "unsaved edits: In [3]" in text and "Run cell" not in text, f"not the one case that applies:\n{text}"
     nb = nbformat.read(path, as_version=4)
-    nb.cells[2].source = edited
+    nb.cells[2].source, nb.cells[2].execution_count = edited, 3  # as JupyterLab saves it: the count of its last run
     nbformat.write(nb, path)  # now saved
     text, warned = graded()
     assert not warned and "Score 3/6" in text, f"warned after saving what was run:\n{text}"
@@ -97,6 +98,7 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     nbformat.write(nb, path)  # edited and saved, not run: the kernel's add() is not the saved one
     text, warned = graded()
     assert warned and "In [3]" in text, f"no warning while the kernel runs code other than the saved:\n{text}"
+    assert "cell 3 was edited and saved since it ran (In [3])" in text and "unsaved" not in text, text
     run(kernel, nb.cells[2].source)  # ... until the saved cell is run
     assert not graded()[1], "warned after running the saved cell"
 
@@ -116,3 +118,16 @@ def test_stale_runs_compare_each_saved_cell_with_its_latest_run():
     assert stale([add_v1], ["", add_v1, "def add(a, b):\n    return a +"]) == [2], "a run that did not parse"
     assert stale([add_v1], ["", add_v2, "\n" + add_v1 + "\n\n"]) == [], "whitespace around a cell is not a change"
     assert stale(["x = 1"], ["", "x = 2"]) == [], "a cell defining no function or class is not compared"
+
+
+def test_why_stale_names_the_one_case_from_the_saved_file():
+    """The saved notebook tells the cases apart: a run that is an untagged cell's saved text is a scratch
+    redefinition; a solution cell saved with that run's execution count was edited since (saved, not run);
+    a run in no saved cell is an unsaved edit"""
+    add_v1, add_v2 = "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"
+    cell = nbkernel.SavedCell
+    why = nbkernel.why_stale
+    assert why(4, add_v2, [cell(3, add_v1, 2, True), cell(4, add_v2, 4, False)]) == ("scratch", cell(4, add_v2, 4, False))
+    assert why(4, add_v1, [cell(3, add_v2, 4, True)]) == ("not run", cell(3, add_v2, 4, True))
+    assert why(4, add_v2, [cell(3, add_v1, 2, True)]) == ("unsaved", None)
+    assert why(4, add_v2, [cell(3, add_v1, None, True)]) == ("unsaved", None), "never run before the save"

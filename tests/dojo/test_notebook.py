@@ -122,7 +122,7 @@ def test_blank_notebook_fails_in_a_kernel_like_the_py_path(toy_env):
     text, html = outputs(done.cells[-1])
 
     assert "Score 0/6 points" in text and "0/6 points" in html, text
-    assert "not what the saved notebook holds" in text, f"no warning about unsaved edits:\n{text}"
+    assert "which is not tagged 'solution', and redefined add" in text, f"no warning about the scratch add():\n{text}"
     assert not ANSI.search(json.dumps([c.get("outputs", []) for c in done.cells]))
     assert dojo.attempts() == [("toy", "check", 0, 6, 0)], "the grading cell did not record the attempt"
     # the same suite on the stub as a .py file
@@ -323,3 +323,50 @@ def test_instructions_say_what_is_graded_and_how_to_show_line_numbers(toy_env):
     assert "View > Show Line Numbers" in how and "*as saved*" in how, how
     grading = next(c["source"] for c in nb["cells"] if c["id"] == "grade")
     assert "SAVED" in grading and max(len(line) for line in grading.splitlines()) <= 80, "the grading cell scrolls"
+
+
+# ---- notebook mode as a way in: check, welcome, status, list, the prompt ------------------------------
+
+
+def test_check_grades_the_notebook_when_the_kata_is_only_in_one(toy_env):
+    """`dojo check toy` (and plain `dojo check`) with workspace/toy.ipynb and no toy.py grades the notebook;
+    welcome, status and list say the kata is in a notebook and how to grade it"""
+    dojo = toy_env
+    assert dojo("notebook", "toy").returncode == 0
+    for args in (("check", "toy"), ("check",)):
+        out = dojo(*args)
+        assert out.returncode == 1, out.stderr
+        assert out.stdout.startswith("Graded toy.ipynb as saved at ") and "Score 0/6 points" in out.stdout, out.stdout
+        assert "dojo start" not in out.stdout + out.stderr
+    how = "save toy.ipynb and run its last cell (JupyterLab: dojo lab), or: dojo check toy"
+    assert how in dojo().stdout
+    status = dojo("status").stdout
+    assert "toy.ipynb  (a notebook)" in status and f"Next: {how}" in status, status
+    assert "(notebook)" in next(line for line in dojo("list").stdout.splitlines() if " toy " in line)
+    assert "toy is in a notebook" in dojo("watch", "toy").stderr
+
+
+def test_check_says_which_command_grades_a_newer_notebook(toy_env):
+    """with both a .py and a notebook saved after it, `dojo check` grades the .py and names the notebook's command"""
+    dojo = toy_env
+    dojo("start", "toy")
+    os.utime(dojo.file(), (1, 1))  # the .py saved long ago
+    assert dojo("notebook", "toy").returncode == 0
+    out = dojo("check", "toy")
+    assert str(dojo.file()) in out.stdout and "toy.ipynb, saved since, is graded by: dojo check toy --notebook" in out.stdout
+    assert "dojo check toy --notebook" in dojo("status").stdout
+
+
+def test_never_started_names_both_ways_in(toy_env):
+    """a kata in neither form: the error names `dojo start` and `dojo notebook`"""
+    out = toy_env("check", "toy")
+    assert out.returncode == 1 and "dojo start toy" in out.stderr and "dojo notebook toy" in out.stderr
+
+
+@pytest.mark.parametrize("kata", [k for k in catalog.load() if k.stub.is_file()], ids=lambda k: k.slug)
+def test_prompt_fits_the_notebook(kata):
+    """the notebook's prompt never says to fill in `<slug>.py` or to run `dojo start <slug>`: the work is the solution cell"""
+    prompt = nbbuild.build(kata, "x = 1")["cells"][0]["source"]
+    assert f"`{kata.slug}.py`" not in prompt and f"dojo start {kata.slug}" not in prompt
+    if f"`{kata.slug}.py`" in kata.readme():
+        assert "solution cell" in prompt
