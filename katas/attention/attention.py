@@ -36,7 +36,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     - fp16 / bf16 inputs: scores and softmax in fp32, output in the input dtype. fp32 stays fp32.
 
     Raises ValueError (naming the shapes) for non-4-D inputs, k and v of different shapes, q and k
-    with different B or D, Hq not a multiple of Hkv, or a mask of the wrong shape or dtype.
+    with different B or D, Hq not a multiple of Hkv, a key_padding_mask that is not a (B, Tk) bool
+    tensor, or an attn_mask that does not broadcast to (B, Hq, Tq, Tk).
     """
     raise NotImplementedError
 
