@@ -82,12 +82,13 @@ def attainable(ai: float, peak_flops: float, bandwidth: float) -> float:
 
 
 def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
-    """"memory" left of the ridge (ai < ridge), "compute" at or right of it. ValueError for bad ceilings."""
+    """"memory" left of the ridge (ai < ridge), "compute" at or right of it. ValueError for ceilings <= 0."""
     raise NotImplementedError
 
 
 def last_level_cache_bytes() -> int:
-    """Size of the largest CPU cache, from /sys/devices/system/cpu/cpu0/cache (0 if unreadable)."""
+    """Size in bytes of the largest CPU cache, from /sys/devices/system/cpu/cpu0/cache/index*/size
+    ("48K", "260M": K, M, G are powers of 1024); 0 if none can be read."""
     raise NotImplementedError
 
 
