@@ -34,8 +34,8 @@ class KVCache:
     ) -> None:
         """Allocate every layer's key and value buffer up front (no growing later).
 
-        Raises ValueError for a size that is not a positive int, and when `max_bytes` is given and
-        smaller than `bytes_needed(...)`; that message names both numbers.
+        Raises ValueError when `max_bytes` is given and smaller than `bytes_needed(...)`; that
+        message names both numbers. (Rejecting sizes that are not positive ints is your choice.)
         """
         raise NotImplementedError
 
