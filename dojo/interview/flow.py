@@ -27,6 +27,8 @@ RULES = (
     "Closed the terminal? `dojo interview --resume`."
 )
 
+NO_SESSION = "No interview in progress: `dojo interview [kata]` starts one."
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("interview", help="a timed mock interview on one kata")
@@ -54,7 +56,7 @@ def cmd_interview(args) -> int:
     s = session.open_session()
     if args.resume:
         if s is None:
-            out.print("No interview in progress: `dojo interview [kata]` starts one.")
+            out.print(NO_SESSION, markup=False)
             return 1
         return _resume(s, out)
     if s is not None:
@@ -85,7 +87,7 @@ def cmd_submit(args) -> int:
     out = report.console()
     s = session.open_session()
     if s is None:
-        out.print("No interview in progress: `dojo interview [kata]` starts one.")
+        out.print(NO_SESSION, markup=False)
         return 1
     if s.phase == "coding":
         s = _submit(s, out, by="time" if s.expired() else "submit")

@@ -99,12 +99,12 @@ def cmd_start(args) -> int:
     if not result.created:
         if workspace.has_work(kata):
             out.print(f"You already have work on {kata.slug} in {result.path}: kept it "
-                      f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).")
-        out.print(f"Edit {result.path}, then: dojo check {kata.slug}")
+                      f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).", markup=False)
+        out.print(f"Edit {result.path}, then: dojo check {kata.slug}", markup=False)
         return 0
     prose.show(out, kata.readme())
     if result.backup:
-        out.print(f"Your earlier work is backed up at {result.backup}")
+        out.print(f"Your earlier work is backed up at {result.backup}", markup=False)
     out.print(f"[bold]Edit[/bold] {escape(str(result.path))}")
     out.print(f"Then: [bold]dojo check {kata.slug}[/bold]   (stuck? dojo hint {kata.slug})")
     return 0
@@ -147,7 +147,7 @@ def cmd_watch(args) -> int:
                 out.print("-" * 40)
             result = check.check(slug, mode="watch", timeout=args.timeout)
             report.show_result(result, out, title=kata.title)
-            out.print(f"Watching {path}: save to re-grade, Ctrl-C to stop.")
+            out.print(f"Watching {path}: save to re-grade, Ctrl-C to stop.", markup=False)
             code, runs = (0 if result.passed else 1), runs + 1
             if args.runs and runs >= args.runs:
                 return code
@@ -208,8 +208,8 @@ def cmd_reset(args) -> int:
     result = workspace.reset(kata)
     history.record_event(kata.slug, "reset")
     if result.backup:
-        out.print(f"Your copy is backed up at {result.backup}")
-    out.print(f"{result.path} is the pristine stub again.")
+        out.print(f"Your copy is backed up at {result.backup}", markup=False)
+    out.print(f"{result.path} is the pristine stub again.", markup=False)
     return 0
 
 
@@ -240,7 +240,7 @@ def cmd_status(args) -> int:
     kata = catalog.get(current)
     tries = history.attempts(current)
     out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)})")
-    out.print(f"File: {workspace.kata_file(kata.slug)}")
+    out.print(f"File: {workspace.kata_file(kata.slug)}", markup=False)
     if tries:
         last = tries[-1]
         out.print(f"Last check: {last.points}/{last.total} points, {'passing' if last.passed else 'not passing yet'} "
