@@ -17,7 +17,8 @@ from rich.markup import escape
 from dojo import catalog
 from dojo.interview import session
 from dojo.practice import check, prose, report, workspace
-from dojo.interview.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
+from dojo.interview import answer
+from dojo.interview.ask import cmd_ask, cmd_interviewer, mark, show_answer, show_model_answer
 from dojo.interview.session import Session
 
 RULES = (
@@ -118,15 +119,16 @@ def _questions(s: Session, out) -> int:
         if number in done:
             continue
         out.print(f"\n[bold]Question {number} of {len(s.questions)}[/bold] ({escape(q['source'])})")
-        out.print(q["question"], markup=False)
+        prose.show(out, q["question"], page=False)
         try:
-            answer = read_line(ANSWER_PROMPT)
+            given = answer.read_answer(q["question"])
+            show_answer(out, given)
             show_model_answer(out, q["answer"], q["rubric"])
-            covered = read_points(out, len(q["rubric"]))
+            covered = mark(out, given, len(q["rubric"]))
         except EOFError:
             out.print(f"\nStopped before question {number} was marked: `dojo interview --resume` continues there.")
             return 1
-        session.record_answer(s, number, answer, covered)
+        session.record_answer(s, number, given, covered)
     show_card(session.finish(session.get(s.id)), out)
     return 0
 
@@ -144,7 +146,8 @@ def show_card(card: dict, out) -> None:
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
         ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
-        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}"),
+        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}" + (
+            f" ({card['blank_answers']} blank answer(s): no points, whatever was marked)" if card.get("blank_answers") else "")),
         ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
                   f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
         ("Verdict", card["verdict"]),

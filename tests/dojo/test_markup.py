@@ -11,7 +11,6 @@ import ast
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from dojo import ROOT
 
