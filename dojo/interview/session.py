@@ -280,8 +280,9 @@ class Trend:
 
 
 def trends() -> tuple[list[Trend], str | None]:
-    """Per-kata interview scores over time, and the kata to redo next: the one whose latest
-    interview scored lowest (below "hire"), else the first kata never interviewed (None: neither)."""
+    """Per-kata interview scores over time, and the kata to redo next: among katas interviewed
+    before, the one whose latest interview scored lowest, when below "hire" (None: no such kata;
+    a kata never interviewed is never "redo")."""
     cards = scorecards()
     progress = history.progress()
     out = []
@@ -292,8 +293,4 @@ def trends() -> tuple[list[Trend], str | None]:
             best = (p.best_points, p.best_total) if p and p.attempts else None
             out.append(Trend(kata.slug, [c["score"] for c in mine], [c["verdict"] for c in mine], best))
     weak = sorted((t.scores[-1], t.kata) for t in out if t.scores and t.scores[-1] < VERDICTS[1][0])
-    if weak:
-        return out, weak[0][1]
-    seen = {c["kata"] for c in cards}
-    fresh = [k.slug for k in catalog.load() if k.has_suite and k.slug not in seen]
-    return out, (fresh[0] if fresh else None)
+    return out, (weak[0][1] if weak else None)
