@@ -1,4 +1,4 @@
-"""The practice loop's commands: welcome, list, start, check, watch, hint, reset, solution, status.
+"""The practice loop's commands: welcome, list, start, prompt, check, watch, hint, reset, solution, status.
 
 Printing only: what to grade and record is dojo.practice.check, the files dojo.practice.workspace,
 the progress dojo.practice.history. dojo.cli parses the arguments and calls these (`func(args) ->
@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog
+from dojo import ROOT, catalog
 from dojo.errors import UsageError
 from dojo.practice import check, history, prose, report, workspace
 
@@ -228,9 +228,26 @@ def cmd_solution(args) -> int:
         return 1
     history.record_reveal(kata.slug, forced=not passed)
     code = kata.reference.read_text()
-    out.print(Syntax(code, "python", line_numbers=True) if out.is_terminal else code, markup=False)
+    header = f"Reference solution for {kata.slug}: {_shown_path(kata.reference)} ({code.count(chr(10))} lines)"
+    body = Syntax(code, "python", line_numbers=True) if out.is_terminal else code
+    prose.paged(out, header, body, height=code.count("\n") + 1)
     if not passed:
         out.print(f"(shown before a pass: recorded as a reveal of {kata.slug})")
+    return 0
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it, else whole."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def cmd_prompt(args) -> int:
+    """`dojo prompt [kata]`: a started kata's prompt again, rendered and paged as `dojo start` shows it."""
+    slug = _slug_or_current(args.slug)
+    kata = catalog.get(slug)
+    if not workspace.kata_file(slug).exists():
+        raise UsageError(f"{slug} is not started: `dojo start {slug}` copies its stub and shows the prompt")
+    prose.show(report.console(), kata.readme())
     return 0
 
 

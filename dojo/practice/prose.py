@@ -48,9 +48,17 @@ def show(out: Console, text: str, *, page: bool = True) -> None:
     else:
         doc = render_plain(text)
         height = doc.count("\n") + 1
-    if page and out.is_terminal and height > out.height:
+    paged(out, doc, height=height if page else 0)
+
+
+def paged(out: Console, *renderables, height: int) -> None:
+    """Print `renderables` (markup off) on `out`: through the system pager when `out` is a terminal and
+    their `height` in lines is more than the screen's, else straight."""
+    if out.is_terminal and height > out.height:
         os.environ.setdefault("LESS", "FRX")
         with out.pager(styles=out.color_system is not None):
-            out.print(doc, markup=False, highlight=False)
+            for r in renderables:
+                out.print(r, markup=False, highlight=False)
     else:
-        out.print(doc, markup=False, highlight=False)
+        for r in renderables:
+            out.print(r, markup=False, highlight=False)
