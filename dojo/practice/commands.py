@@ -55,7 +55,7 @@ def cmd_welcome(args) -> int:
                       f"[bold]dojo start {kata.slug}[/bold]")
         else:
             out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
-    out.print("Practice: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
+    out.print("Practice: dojo list · start <kata> · prompt · check · hint · watch · reset <kata> · solution <kata> · "
               "status · notebook <kata> · lab")
     out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
     out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "

@@ -4,7 +4,7 @@
 markers as Line2D points, each label an annotation offset from its point) and, label by label, tries
 offsets around the point, nearest first, keeping the first whose text box clears every marker and
 every label already placed; a label that moved far gets a thin leader line to its point.
-`overlaps(fig)` lists what still collides, for tests and for a warning.
+`overlaps(fig)` lists what still collides (the tests use it).
 Not done: avoiding the roof line itself, or the legend (the plots here have none).
 """
 

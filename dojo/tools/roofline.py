@@ -133,7 +133,7 @@ def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batc
 
 
 T = TypeVar("T")
-Phase = Callable[..., T]  # phase(name, work, total=None) -> work's result
+Phase = Callable[..., T]  # phase(name, work, counted=False) -> work's result
 
 
 @contextmanager
