@@ -1,6 +1,6 @@
 """`dojo`: the command line. Argument parsing and dispatch only; the work is in the layers below.
 
-Built-in commands: (none) welcome · list · start · check · hint · watch · reset · solution · status
+Built-in commands: (none) welcome · list · start · prompt · check · hint · watch · reset · solution · status
 (dojo.practice.commands) and grade (take-homes: dojo.interview.takehome, printed here); `check
 --notebook` goes to dojo.notebook.commands. While a mock interview is open, the commands in
 INTERVIEW_RULED ask dojo.interview.flow first: that gate is the one interface between them. Other
@@ -57,6 +57,9 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("slug")
     p.add_argument("--force", action="store_true", help="replace work already there (it is backed up)")
     p.set_defaults(func=practice.cmd_start)
+    p = sub.add_parser("prompt", help="a started kata's prompt again (default: the kata in progress)")
+    p.add_argument("slug", nargs="?")
+    p.set_defaults(func=practice.cmd_prompt)
     p = sub.add_parser("check", help="grade your workspace copy (default: the kata in progress)")
     _grading_args(p)
     p.add_argument("--examples-only", action="store_true", help="run only the README's worked examples")
@@ -103,7 +106,7 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-BUILTIN = ("list", "start", "check", "hint", "watch", "reset", "solution", "grade", "status")
+BUILTIN = ("list", "start", "prompt", "check", "hint", "watch", "reset", "solution", "grade", "status")
 
 
 def _grading_args(p: argparse.ArgumentParser) -> None:

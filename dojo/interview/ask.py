@@ -1,10 +1,12 @@
 """Asking questions at a terminal: `dojo ask` (a bank drill), `dojo interviewer` (the packet), and
 the prompts the interview's follow-ups share with them.
 
-An answer is one line; the model answer and numbered rubric follow; the learner marks the points
-they covered ("1 3", "all", or Enter for none). End of input raises EOFError so a caller can stop
-and resume. `dojo ask` records each marked drill as an event (kata "bank", kind "ask") and asks
-the first matching question not drilled yet (when all are, the first).
+An answer is Markdown over several lines (dojo.interview.answer: $EDITOR, prompt_toolkit, or lines
+ending at "."), shown back rendered; the model answer and numbered rubric follow, rendered too; the
+learner marks the points they covered ("1 3", "all", or Enter for none). A blank answer covers
+nothing and is not marked. End of input raises EOFError so a caller can stop and resume. `dojo ask`
+records each marked drill as an event (kata "bank", kind "ask") and asks the first matching question
+not drilled yet (when all are, the first).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from rich.markdown import Markdown
 from rich.markup import escape
 
 from dojo import catalog
-from dojo.interview import bank, session
-from dojo.practice import history, report
+from dojo.interview import answer, bank, session
+from dojo.practice import history, prose, report
 
-ANSWER_PROMPT = "Your answer (one line): "
+BLANK = "No answer given: it covers none of the rubric points."
 
 
 def read_line(prompt: str) -> str:
@@ -48,12 +50,29 @@ def read_points(out, n: int) -> list[int]:
         out.print(f"Give numbers from 1 to {n}.")
 
 
-def show_model_answer(out, answer: str, rubric: list[str]) -> None:
+def show_answer(out, text: str) -> None:
+    """The learner's answer, rendered as Markdown (or a note that it is blank)."""
+    if text.strip():
+        out.print("[bold]Your answer.[/bold]")
+        prose.show(out, text, page=False)
+
+
+def show_model_answer(out, model: str, rubric: list[str]) -> None:
+    """The model answer rendered as Markdown, then the numbered rubric."""
     out.print("\n[bold]Model answer.[/bold]")
-    out.print(answer, markup=False)
+    prose.show(out, model, page=False)
     out.print("[bold]Rubric:[/bold]")
-    for i, point in enumerate(rubric, start=1):
-        out.print(f"  {i}. {point}", markup=False)
+    for i, point in enumerate(rubric, start=1):  # each point's Markdown as plain text: keeps "1." to mark by
+        out.print(f"  {i}. {prose.render_plain(point)}", markup=False)
+
+
+def mark(out, given: str, n: int) -> list[int]:
+    """The rubric points (1..n) an answer covered: none for a blank one (said so, not asked), else
+    `read_points`. Raises EOFError at end of input."""
+    if not given.strip():
+        out.print(BLANK)
+        return []
+    return read_points(out, n)
 
 
 def cmd_interviewer(args) -> int:
@@ -89,14 +108,16 @@ def cmd_ask(args) -> int:
     entry = next((e for e in entries if e.question.question not in asked), entries[0])
     q = entry.question
     out.print(f"[bold]Bank question[/bold] ({escape(entry.topic)})")
-    out.print(q.question, markup=False)
+    prose.show(out, q.question, page=False)
     try:
-        read_line(ANSWER_PROMPT)
+        given = answer.read_answer(q.question)
     except EOFError:
-        pass  # no input: show the model answer anyway, mark nothing
+        show_model_answer(out, q.answer, q.rubric)  # no input: show the model answer anyway, mark nothing
+        return 0
+    show_answer(out, given)
     show_model_answer(out, q.answer, q.rubric)
     try:
-        covered = read_points(out, len(q.rubric))
+        covered = mark(out, given, len(q.rubric))
     except EOFError:
         return 0
     out.print(f"Covered {len(covered)} of {len(q.rubric)} rubric points.")

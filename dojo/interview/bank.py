@@ -2,7 +2,10 @@
 
 katas/BANK.md holds interview questions that stand outside any one kata, in the QUESTIONS.md
 format plus a "Topic: ..." line under each heading. `bank()` parses it; `pick(topic)` filters it;
-`packet(kata)` assembles everything a human interviewer needs for a two-person mock interview:
+`for_kata(kata)` is the interview's extra follow-up: the closest entry that does not repeat the
+kata (`repeats`: normalised word-sequence similarity against the README's opening prompt, each
+question of QUESTIONS.md and each of their rubric points; it catches reworded copies, not the same
+idea in other words). `packet(kata)` assembles everything a human interviewer needs for a two-person mock interview:
 the prompt, the expected approach (the reference's module docstring), the hints and when to give
 them, the follow-ups with model answers and rubric, and the common mistakes (the first docstring
 line of each of the kata's mutants). Nothing here prints or asks.
@@ -11,6 +14,7 @@ line of each of the kata's mutants). Nothing here prints or asks.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,41 +53,91 @@ def topics() -> list[str]:
 
 
 def pick(topic: str | None = None) -> list[BankQuestion]:
-    """Bank entries whose topic (or, failing that, question text) contains `topic`; all when None.
-    Raises ValueError naming the topics when nothing matches."""
+    """Bank entries on `topic`: for a kata slug, the entries closest to that kata (`closest`); else those
+    whose topic (or, failing that, question text) contains it, '-' and '_' alike; all when None.
+    Raises FileNotFoundError without a bank, ValueError naming the topics when nothing matches."""
     entries = bank()
     if not entries:
         raise FileNotFoundError(f"no question bank at {bank_path()}")
     if topic is None:
         return entries
-    needle = topic.lower()
-    found = [q for q in entries if needle in q.topic.lower()] or [q for q in entries if needle in q.question.question.lower()]
+    kata = next((k for k in catalog.load() if k.slug == topic), None)
+    if kata is not None:
+        return closest(kata)
+    needle = _plain(topic)
+    found = [q for q in entries if needle in _plain(q.topic)] or [q for q in entries if needle in _plain(q.question.question)]
     if not found:
-        raise ValueError(f"no bank question on {topic!r}: topics are {', '.join(topics())}")
+        raise ValueError(f"no bank question on {topic!r}: topics are {', '.join(topics())}, or a kata's slug")
     return found
 
 
-def for_kata(kata: Kata) -> BankQuestion | None:
-    """The bank question closest to `kata`, the first entry that matches in this order: its topic is
-    one of the kata's tags or its slug; the question names the slug; a topic word is a tag; the
-    question names a tag. Else the first entry (None when the bank is empty)."""
+def closest(kata: Kata) -> list[BankQuestion]:
+    """Every bank entry, closest to `kata` first: its topic is one of the kata's tags or its slug; a topic
+    word is a tag; a topic word is a tag of a related kata (a prerequisite, a kata building on it, one
+    sharing a tag); the question names the slug; the question names a tag; then the rest in file order."""
     entries = bank()
     slug, tags = _plain(kata.slug), {_plain(t) for t in kata.tags}
+    related = {_plain(t) for k in catalog.load() if k.slug != kata.slug and (
+        k.slug in kata.prerequisites or kata.slug in k.prerequisites or tags & {_plain(t) for t in k.tags}) for t in k.tags}
+    related = {word for t in related for word in t.split()}
     tests = (
         lambda q: _plain(q.topic) in tags | {slug},
-        lambda q: slug in _plain(q.question.question),
         lambda q: bool(set(_plain(q.topic).split()) & tags),
-        lambda q: any(t in _plain(q.question.question) for t in tags),
+        lambda q: bool(set(_plain(q.topic).split()) & related),
+        lambda q: _names(q.question.question, slug),
+        lambda q: any(_names(q.question.question, t) for t in tags),
+        lambda q: True,
     )
-    for matches in tests:
-        for q in entries:
-            if matches(q):
-                return q
-    return entries[0] if entries else None
+    return sorted(entries, key=lambda q: next(i for i, matches in enumerate(tests) if matches(q)))  # stable: file order
+
+
+def for_kata(kata: Kata) -> BankQuestion | None:
+    """The interview's extra follow-up for `kata`: the closest bank entry that does not repeat the kata
+    (None when every entry does, or the bank is empty)."""
+    return next((q for q in closest(kata) if repeats(q.question, kata) is None), None)
+
+
+SIMILAR = 0.6  # word-sequence similarity at which two texts count as the same question or point
+
+
+def similarity(a: str, b: str) -> float:
+    """How alike two texts read, 0..1: difflib's ratio over their lower-cased words (punctuation and
+    Markdown ignored)."""
+    return difflib.SequenceMatcher(None, _words(a), _words(b), autojunk=False).ratio()
+
+
+def repeats(question: Question, kata: Kata) -> str | None:
+    """What of `kata` the follow-up `question` repeats: its opening prompt, one of its questions, or a
+    rubric point of theirs (that text), or None when it repeats nothing."""
+    asked = [opening_prompt(kata)] + [q.question for q in kata.questions()]
+    points = [r for q in kata.questions() for r in q.rubric]
+    for text in asked:
+        if text and similarity(question.question, text) >= SIMILAR:
+            return text
+    for mine in question.rubric:
+        for text in points:
+            if similarity(mine, text) >= SIMILAR:
+                return text
+    return None
+
+
+def opening_prompt(kata: Kata) -> str:
+    """The question a kata's README opens with: its first blockquote ('' when it has none)."""
+    found = re.search(r"(?m)^>.*(?:\n>.*)*", kata.readme())
+    return re.sub(r"(?m)^>\s?", "", found.group(0)).strip() if found else ""
 
 
 def _plain(text: str) -> str:
     return re.sub(r"[-_]", " ", text.lower())
+
+
+def _names(text: str, term: str) -> bool:
+    """Whether `text` contains `term` as whole words ('int4' is not named by 'int48')."""
+    return re.search(rf"\b{re.escape(term)}\b", _plain(text)) is not None
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def module_docstring(path: Path) -> str:

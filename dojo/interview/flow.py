@@ -4,8 +4,10 @@ Printing and asking only; the session's state, clock and scoring live in dojo.in
 docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.interview.bank.
 `during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
 runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
-countdown, `dojo watch` and `dojo solution` are refused (they would show the hidden suite or the
-reference), and any of them submits the file once the time is up.
+countdown, `dojo watch` is refused (it would show the hidden suite) and any of them submits the file
+once the time is up. `dojo solution` is refused for every kata until the scorecard is written, and a
+command left to run as usual meanwhile gets `args.interview_open` (so `dojo check` of another kata
+does not suggest `dojo solution`). `dojo history N` shows scorecard N (as numbered in the list) in full.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import time
 
 from rich.markup import escape
+from rich.table import Table
 
 from dojo import catalog
+from dojo.errors import UsageError
 from dojo.interview import session
 from dojo.practice import check, prose, report, workspace
-from dojo.interview.ask import ANSWER_PROMPT, cmd_ask, cmd_interviewer, read_line, read_points, show_model_answer
+from dojo.interview import answer
+from dojo.interview.ask import cmd_ask, cmd_interviewer, mark, show_answer, show_model_answer
 from dojo.interview.session import Session
 
 RULES = (
@@ -26,6 +31,8 @@ RULES = (
     "`dojo submit` (or the time running out) grades the full hidden suite; then come {n} follow-up questions. "
     "Closed the terminal? `dojo interview --resume`."
 )
+
+NO_SESSION = "No interview in progress: `dojo interview [kata]` starts one."
 
 
 def register(subparsers) -> None:
@@ -39,7 +46,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("interviewer", help="the interviewer's packet for a two-person mock interview")
     p.add_argument("slug")
     p.set_defaults(func=cmd_interviewer)
-    subparsers.add_parser("history", help="past interviews and their scorecards").set_defaults(func=cmd_history)
+    p = subparsers.add_parser("history", help="past interviews; with N, scorecard N in full")
+    p.add_argument("number", nargs="?", type=int, metavar="N", help="a session's number in the list")
+    p.set_defaults(func=cmd_history)
     subparsers.add_parser("stats", help="per-kata trends and what to redo next").set_defaults(func=cmd_stats)
     p = subparsers.add_parser("ask", help="drill a question from the question bank")
     p.add_argument("topic", nargs="?", help="a topic, e.g. roofline (default: any)")
@@ -54,7 +63,7 @@ def cmd_interview(args) -> int:
     s = session.open_session()
     if args.resume:
         if s is None:
-            out.print("No interview in progress: `dojo interview [kata]` starts one.")
+            out.print(NO_SESSION, markup=False)
             return 1
         return _resume(s, out)
     if s is not None:
@@ -85,7 +94,7 @@ def cmd_submit(args) -> int:
     out = report.console()
     s = session.open_session()
     if s is None:
-        out.print("No interview in progress: `dojo interview [kata]` starts one.")
+        out.print(NO_SESSION, markup=False)
         return 1
     if s.phase == "coding":
         s = _submit(s, out, by="time" if s.expired() else "submit")
@@ -116,15 +125,16 @@ def _questions(s: Session, out) -> int:
         if number in done:
             continue
         out.print(f"\n[bold]Question {number} of {len(s.questions)}[/bold] ({escape(q['source'])})")
-        out.print(q["question"], markup=False)
+        prose.show(out, q["question"], page=False)
         try:
-            answer = read_line(ANSWER_PROMPT)
+            given = answer.read_answer(q["question"])
+            show_answer(out, given)
             show_model_answer(out, q["answer"], q["rubric"])
-            covered = read_points(out, len(q["rubric"]))
+            covered = mark(out, given, len(q["rubric"]))
         except EOFError:
             out.print(f"\nStopped before question {number} was marked: `dojo interview --resume` continues there.")
             return 1
-        session.record_answer(s, number, answer, covered)
+        session.record_answer(s, number, given, covered)
     show_card(session.finish(session.get(s.id)), out)
     return 0
 
@@ -142,7 +152,8 @@ def show_card(card: dict, out) -> None:
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
         ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
-        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}"),
+        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}" + (
+            f" ({card['blank_answers']} blank answer(s): no points, whatever was marked)" if card.get("blank_answers") else "")),
         ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
                   f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
         ("Verdict", card["verdict"]),
@@ -173,7 +184,16 @@ def during_session(command: str, args) -> int | None:
     status) while an interview is open: an exit code when the interview handled the command, None when
     the command should run as usual."""
     s = session.open_session()
-    if s is None or getattr(args, "slug", None) not in (None, s.kata):
+    if s is None:
+        return None
+    if command == "solution":
+        then = "`dojo check` runs the README examples; `dojo submit` hands in." if s.phase == "coding" else \
+            "The follow-up questions come first: `dojo interview --resume`."
+        report.console().print(f"Not during an interview: `dojo solution` opens once the scorecard is written. {then}",
+                               markup=False)
+        return 2
+    args.interview_open = True  # for the commands that run as usual: no pointers to the reference
+    if getattr(args, "slug", None) not in (None, s.kata):
         return None
     if s.phase != "coding":
         if command == "status":
@@ -201,8 +221,8 @@ def during_session(command: str, args) -> int | None:
                   f"{len(s.hints)} used)")
         prose.show(out, hints[n - 1])
         return 0
-    if command in ("watch", "solution"):
-        out.print(f"Not during an interview: `dojo {command}` would show what the interview hides. "
+    if command == "watch":
+        out.print("Not during an interview: `dojo watch` would show what the interview hides. "
                   "`dojo check` runs the README examples; `dojo submit` hands in.")
         return 2
     if command == "status":
@@ -221,12 +241,41 @@ def cmd_history(args) -> int:
     if not cards:
         out.print("No interviews yet: `dojo interview` starts one.")
         return 0
-    for c in cards:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c["started"]))
-        out.print(f"{when}  {c['kata']:<16} {c['points']}/{c['total']} pts  {c['time_used_s'] / 60:5.1f} min  "
-                  f"{c['check_runs']} checks  {c['hints']} hints  rubric {c['rubric_covered']}/{c['rubric_offered']}  "
-                  f"{c['score']:.0%}  {c['verdict']}  {len(c.get('integrity', []))} integrity findings", markup=False)
+    if args.number is not None:
+        if not 1 <= args.number <= len(cards):
+            raise UsageError(f"no interview {args.number}: `dojo history` numbers them 1 to {len(cards)}")
+        card = cards[args.number - 1]
+        out.print(f"Interview {args.number} of {len(cards)}, {_when(card['started'])}", markup=False)
+        show_card(card, out)
+        _show_answers(card, out)
+        return 0
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("#", "when", "kata", "points", "time", "checks", "hints", "rubric", "score", "verdict", "integrity"):
+        table.add_column(column, justify="right" if column in ("#", "time", "checks", "hints", "score") else "left")
+    for n, c in enumerate(cards, start=1):
+        found = len(c.get("integrity", []))
+        table.add_row(str(n), _when(c["started"]), c["kata"], f"{c['points']}/{c['total']}", f"{c['time_used_s'] / 60:.1f} min",
+                      str(c["check_runs"]), str(c["hints"]), f"{c['rubric_covered']}/{c['rubric_offered']}",
+                      f"{c['score']:.0%}", c["verdict"], f"{found} finding(s)" if found else "-")
+    out.print(table, markup=False)
+    out.print("`dojo history N` shows scorecard N in full.")
     return 0
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
+def _show_answers(card: dict, out) -> None:
+    """Each follow-up of the card's session: the rubric points the answer covered, and the question."""
+    s = session.get(card["session"])
+    given = session.answered(s)
+    out.print("[bold]Follow-ups[/bold]")
+    for number, q in enumerate(s.questions, start=1):
+        a = given.get(number)
+        mark = "blank" if a is not None and not a["answer"].strip() else \
+            f"{len(a['covered'])}/{len(q['rubric'])}" if a is not None else "unanswered"
+        out.print(f"  Q{number:<3}{mark:<11}{q['question']}", markup=False)
 
 
 def cmd_stats(args) -> int:
@@ -241,4 +290,6 @@ def cmd_stats(args) -> int:
         out.print(f"{t.kata:<16} interviews: {scores}{last}; {practice}", markup=False)
     if redo:
         out.print(f"Redo next: {redo} (`dojo interview {redo}`)", markup=False)
+    elif any(t.scores for t in rows):
+        out.print("Nothing to redo: every kata's last interview scored hire or better.")
     return 0

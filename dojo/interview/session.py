@@ -15,6 +15,7 @@ Scoring, and the verdict thresholds:
     code    = hidden-suite points / total, minus HINT_COST (0.10) per hint used, at least 0
               (a timing test left inconclusive by a busy machine is in neither, and shown apart)
     answers = rubric points covered / rubric points offered over the follow-up questions
+              (a blank answer covers none, even if marked)
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
     lean no: score >= 0.50 · no hire: below 0.50
@@ -199,11 +200,13 @@ def answered(s: Session) -> dict[int, dict]:
 
 def record_answer(s: Session, number: int, answer: str, covered: list[int]) -> None:
     """Store the answer to question `number` (1-based) and the rubric points (1-based) it covered;
-    an answer already stored is kept."""
+    a blank answer covers none, whatever was marked; an answer already stored is kept."""
     rubric = s.questions[number - 1]["rubric"]
     bad = [c for c in covered if not 1 <= c <= len(rubric)]
     if bad:
         raise ValueError(f"rubric points are numbered 1 to {len(rubric)}, not {bad[0]}")
+    if not answer.strip():
+        covered = []
     with history.connect() as conn, history.transaction(conn):
         conn.execute(
             "INSERT OR IGNORE INTO session_answers (session, number, question, answer, covered, rubric)"
@@ -223,7 +226,8 @@ def scorecard(s: Session) -> dict:
     """The scorecard of a submitted session, from its stored rows."""
     answers = answered(s)
     offered = sum(len(q["rubric"]) for q in s.questions)
-    covered = sum(len(a["covered"]) for a in answers.values())
+    covered = sum(len(a["covered"]) for a in answers.values() if a["answer"].strip())  # blank earns nothing
+    blank = sum(1 for a in answers.values() if not a["answer"].strip())
     code = max(0.0, (s.points or 0) / max(s.total or 0, 1) - HINT_COST * len(s.hints))
     answers_part = covered / offered if offered else 1.0
     score = CODE_WEIGHT * code + ANSWERS_WEIGHT * answers_part
@@ -237,7 +241,7 @@ def scorecard(s: Session) -> dict:
         "tests_passed": s.tests_passed, "tests": s.tests, "points": s.points, "total": s.total,
         "inconclusive": s.inconclusive,
         "check_runs": s.check_runs, "hints": len(s.hints), "hint_cost": round(HINT_COST * len(s.hints), 2),
-        "rubric_covered": covered, "rubric_offered": offered,
+        "rubric_covered": covered, "rubric_offered": offered, "blank_answers": blank,
         "code": round(code, 3), "answers": round(answers_part, 3), "score": round(score, 3),
         "verdict": verdict(score, all_passed),
         "sandboxed": mine["sandboxed"], "integrity": mine["findings"],  # for the interviewer to judge
@@ -276,8 +280,9 @@ class Trend:
 
 
 def trends() -> tuple[list[Trend], str | None]:
-    """Per-kata interview scores over time, and the kata to redo next: the one whose latest
-    interview scored lowest (below "hire"), else the first kata never interviewed (None: neither)."""
+    """Per-kata interview scores over time, and the kata to redo next: among katas interviewed
+    before, the one whose latest interview scored lowest, when below "hire" (None: no such kata;
+    a kata never interviewed is never "redo")."""
     cards = scorecards()
     progress = history.progress()
     out = []
@@ -288,8 +293,4 @@ def trends() -> tuple[list[Trend], str | None]:
             best = (p.best_points, p.best_total) if p and p.attempts else None
             out.append(Trend(kata.slug, [c["score"] for c in mine], [c["verdict"] for c in mine], best))
     weak = sorted((t.scores[-1], t.kata) for t in out if t.scores and t.scores[-1] < VERDICTS[1][0])
-    if weak:
-        return out, weak[0][1]
-    seen = {c["kata"] for c in cards}
-    fresh = [k.slug for k in catalog.load() if k.has_suite and k.slug not in seen]
-    return out, (fresh[0] if fresh else None)
+    return out, (weak[0][1] if weak else None)

@@ -151,16 +151,16 @@ def _backup(path: Path) -> Path:
     return dst
 
 
-def _write(nb, path: Path, *, mode: int | None = None) -> None:
-    """Write `nb` (a notebook's JSON document) atomically; `mode`: file permissions to set."""
+def _write(nb, path: Path, *, mode: int = 0o644) -> None:
+    """Write `nb` (a notebook's JSON document) atomically; `mode`: file permissions to set (0644 as the
+    kata files: mkstemp makes 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(nb, f, indent=1, ensure_ascii=False)
             f.write("\n")
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""The practice loop's commands: welcome, list, start, check, watch, hint, reset, solution, status.
+"""The practice loop's commands: welcome, list, start, prompt, check, watch, hint, reset, solution, status.
 
 Printing only: what to grade and record is dojo.practice.check, the files dojo.practice.workspace,
 the progress dojo.practice.history. dojo.cli parses the arguments and calls these (`func(args) ->
@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from dojo import catalog
+from dojo import ROOT, catalog
 from dojo.errors import UsageError
 from dojo.practice import check, history, prose, report, workspace
 
@@ -73,7 +73,7 @@ def cmd_welcome(args) -> int:
                       f"[bold]dojo start {kata.slug}[/bold]")
         else:
             out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
-    out.print("Practice: dojo list · start <kata> · check · hint · watch · reset <kata> · solution <kata> · "
+    out.print("Practice: dojo list · start <kata> · prompt · check · hint · watch · reset <kata> · solution <kata> · "
               "status · notebook <kata> · lab")
     out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
     out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "
@@ -119,12 +119,12 @@ def cmd_start(args) -> int:
     if not result.created:
         if workspace.has_work(kata):
             out.print(f"You already have work on {kata.slug} in {result.path}: kept it "
-                      f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).")
-        out.print(f"Edit {result.path}, then: dojo check {kata.slug}")
+                      f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).", markup=False)
+        out.print(f"Edit {result.path}, then: dojo check {kata.slug}", markup=False)
         return 0
     prose.show(out, kata.readme())
     if result.backup:
-        out.print(f"Your earlier work is backed up at {result.backup}")
+        out.print(f"Your earlier work is backed up at {result.backup}", markup=False)
     out.print(f"[bold]Edit[/bold] {escape(str(result.path))}")
     out.print(f"Then: [bold]dojo check {kata.slug}[/bold]   (stuck? dojo hint {kata.slug})")
     return 0
@@ -145,7 +145,10 @@ def cmd_check(args) -> int:
         raise UsageError(str(exc)) from exc
     out = report.console()
     report.show_result(result, out, title=kata.title)
-    out.print(report.verdict(result, slug))
+    if getattr(args, "interview_open", False) and result.passed and not result.examples_only and not result.inconclusive:
+        out.print("All tests pass. (The references stay closed while an interview is open.)")
+    else:
+        out.print(report.verdict(result, slug))
     if workspace.form(slug) == "ipynb":
         out.print(f"{workspace.notebook_file(slug).name}, saved since, is graded by: dojo check {slug} --notebook",
                   markup=False)
@@ -172,7 +175,7 @@ def cmd_watch(args) -> int:
                 out.print("-" * 40)
             result = check.check(slug, mode="watch", timeout=args.timeout)
             report.show_result(result, out, title=kata.title)
-            out.print(f"Watching {path}: save to re-grade, Ctrl-C to stop.")
+            out.print(f"Watching {path}: save to re-grade, Ctrl-C to stop.", markup=False)
             code, runs = (0 if result.passed else 1), runs + 1
             if args.runs and runs >= args.runs:
                 return code
@@ -233,8 +236,8 @@ def cmd_reset(args) -> int:
     result = workspace.reset(kata)
     history.record_event(kata.slug, "reset")
     if result.backup:
-        out.print(f"Your copy is backed up at {result.backup}")
-    out.print(f"{result.path} is the pristine stub again.")
+        out.print(f"Your copy is backed up at {result.backup}", markup=False)
+    out.print(f"{result.path} is the pristine stub again.", markup=False)
     return 0
 
 
@@ -250,9 +253,26 @@ def cmd_solution(args) -> int:
         return 1
     history.record_reveal(kata.slug, forced=not passed)
     code = kata.reference.read_text()
-    out.print(Syntax(code, "python", line_numbers=True) if out.is_terminal else code, markup=False)
+    header = f"Reference solution for {kata.slug}: {_shown_path(kata.reference)} ({code.count(chr(10))} lines)"
+    body = Syntax(code, "python", line_numbers=True) if out.is_terminal else code
+    prose.paged(out, header, body, height=code.count("\n") + 1)
     if not passed:
         out.print(f"(shown before a pass: recorded as a reveal of {kata.slug})")
+    return 0
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it, else whole."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def cmd_prompt(args) -> int:
+    """`dojo prompt [kata]`: a started kata's prompt again, rendered and paged as `dojo start` shows it."""
+    slug = _slug_or_current(args.slug)
+    kata = catalog.get(slug)
+    if not workspace.kata_file(slug).exists():
+        raise UsageError(f"{slug} is not started: `dojo start {slug}` copies its stub and shows the prompt")
+    prose.show(report.console(), kata.readme())
     return 0
 
 
@@ -265,7 +285,8 @@ def cmd_status(args) -> int:
     kata = catalog.get(current)
     tries = history.attempts(current)
     out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)})")
-    out.print(f"File: {_work_file(kata.slug)}" + ("  (a notebook)" if workspace.form(kata.slug) == "ipynb" else ""))
+    out.print(f"File: {_work_file(kata.slug)}" + ("  (a notebook)" if workspace.form(kata.slug) == "ipynb" else ""),
+              markup=False)
     if tries:
         last = tries[-1]
         out.print(f"Last check: {last.points}/{last.total} points, {'passing' if last.passed else 'not passing yet'} "

@@ -39,18 +39,26 @@ def render_plain(text: str) -> str:
     return "\n".join(line.rstrip() for line in con.file.getvalue().rstrip("\n").splitlines())
 
 
-def show(out: Console, text: str) -> None:
+def show(out: Console, text: str, *, page: bool = True) -> None:
     """Print the Markdown `text` on `out`: rendered with colours on a terminal (paged when taller than the
-    screen), as plain text elsewhere."""
+    screen, unless `page` is False), as plain text elsewhere."""
     if out.is_terminal and out.color_system is not None:
         doc = Document(text)
         height = len(out.render_lines(doc, pad=False))
     else:
         doc = render_plain(text)
         height = doc.count("\n") + 1
+    paged(out, doc, height=height if page else 0)
+
+
+def paged(out: Console, *renderables, height: int) -> None:
+    """Print `renderables` (markup off) on `out`: through the system pager when `out` is a terminal and
+    their `height` in lines is more than the screen's, else straight."""
     if out.is_terminal and height > out.height:
         os.environ.setdefault("LESS", "FRX")
         with out.pager(styles=out.color_system is not None):
-            out.print(doc, markup=False, highlight=False)
+            for r in renderables:
+                out.print(r, markup=False, highlight=False)
     else:
-        out.print(doc, markup=False, highlight=False)
+        for r in renderables:
+            out.print(r, markup=False, highlight=False)

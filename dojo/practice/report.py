@@ -127,6 +127,7 @@ def write_results(result: GradeResult, path: Path) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(result.to_json(), f, indent=2)
+        os.chmod(tmp, 0o644)  # as the kata files (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

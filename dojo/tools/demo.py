@@ -146,15 +146,15 @@ def run(args: argparse.Namespace) -> int:
     parts = choose_parts(args.mine)
     if args.mine:
         mine = ", ".join(parts.mine) or "none"
-        out.print(f"your katas in this run: {mine}")
+        out.print(f"your katas in this run: {mine}", markup=False)
         for note in parts.notes:
-            out.print(f"  {note}")
+            out.print(f"  {note}", markup=False)
     note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
     loaded = load_model(parts, mode, note)
     model, tokenizer = loaded.model, loaded.tokenizer
     if args.verbose:
         out.print(f"weights: {mode} ({describe_mode(mode)}), "
-                  f"{weight_bytes(model) / 1e6:.0f} MB read per token")
+                  f"{weight_bytes(model) / 1e6:.0f} MB read per token", markup=False)
         if loaded.calibration is not None:
             out.print(f"  {loaded.calibration.summary()}", markup=False)
         out.print("start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())

@@ -9,15 +9,25 @@ its decode step, credited with the bytes its weights really take, and a line com
 measured speed-up over fp32 with its bytes ratio: the INT4 kata's "8x smaller, so 8x faster?"
 on the real model. On a CUDA GPU it repeats the fp32 phases there (the packed modes are CPU
 kernels). The numbers come from `solutions.roofline`; this module only chooses sizes, formats
-and prints.
+and prints. On a terminal each phase (loading a mode, the ceilings, prefill, decode, the plot) gets
+a progress bar on stderr; the weights cache (several hundred MB under the workspace on a first run)
+is named with its size on disk. Plot labels name each point's weights mode and are moved off the
+markers (dojo.tools.labels).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dojo.practice import report
 
 if TYPE_CHECKING:  # torch loads only when the command runs: `dojo` itself starts fast
     from solutions.roofline import Measurement
@@ -68,15 +78,6 @@ def best_of(before: Ceilings, after: Ceilings) -> tuple[Ceilings, str]:
              if min(a, b) < 0.8 * max(a, b)]
     note = f"  note: the machine is busy ({'; '.join(moved)}); the best of each is shown" if moved else ""
     return best, note
-
-
-def measure_phases(model, prompt_tokens: int, batch: int, repeats: int) -> list[Measurement]:
-    """Prefill of `prompt_tokens`, then one decode step with those tokens in the cache."""
-    from solutions import roofline
-
-    prefill = roofline.measure_phase(model, "prefill", batch, prompt_tokens, 0, repeats)
-    decode = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
-    return [prefill, decode]
 
 
 def mode_decode(model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, batch: int,
@@ -131,6 +132,47 @@ def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batc
     return lines
 
 
+T = TypeVar("T")
+Phase = Callable[..., T]  # phase(name, work, counted=False) -> work's result
+
+
+@contextmanager
+def phases() -> Iterator[Phase]:
+    """`phase(name, work)` runs `work()` under its own progress bar on stderr (a terminal only), named
+    `name`; `work` may take a callback `advance(done, total)` when the phase counts its steps (then
+    pass `counted=True`)."""
+    columns = (TextColumn("{task.description:<34}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+               TimeElapsedColumn())
+    console = report.console(stderr=True)
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
+        def phase(name: str, work: Callable[..., T], counted: bool = False) -> T:
+            task = bar.add_task(name, total=None)
+            if counted:
+                result = work(lambda done, total: bar.update(task, completed=done, total=total))
+            else:
+                result = work()
+            bar.update(task, total=1, completed=1)
+            return result
+
+        yield phase
+
+
+def plot(points: dict[str, tuple[float, float]], ceilings: Ceilings, path: Path) -> None:
+    """solutions.roofline's plot, its labels moved off the markers, saved to `path`."""
+    from solutions import roofline
+
+    from dojo.tools.labels import place_labels
+
+    fig = roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
+    place_labels(fig)
+    fig.savefig(path)
+
+
+def folder_bytes(path: Path) -> int:
+    """The bytes of every file under `path` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "roofline", help="measure this machine's ceilings and place SmolLM2's prefill and decode on them",
@@ -172,39 +214,51 @@ def run(args: argparse.Namespace) -> int:
     if args.random_weights:
         modes = ["fp32"]
     started = time.perf_counter()
-    if args.random_weights:
-        models, what = {"fp32": smollm2_shaped()}, "random weights"
-    else:
-        from solutions import weights_cache
+    with phases() as phase:
+        if args.random_weights:
+            models, what = {"fp32": phase("random weights", smollm2_shaped)}, "random weights"
+        else:
+            from solutions import weights_cache
 
-        print("loading SmolLM2-135M (the start-up cache under the workspace) ...", flush=True)
-        cache_dir = workspace_dir() / "cache" / "smollm2"
-        models = {m: weights_cache.load(m, cache_dir, log=print).model for m in modes}
-        what = "real weights"
-    print(f"SmolLM2-135M, {', '.join(modes)}, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
-    labels = [f"prefill {args.prompt_tokens} tokens", f"decode after {args.prompt_tokens}"]
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    out_dir = workspace_dir() / "roofline"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fp32_bytes = weight_bytes(models["fp32"])
-    for device in devices:
-        model = models["fp32"].to(device)
-        before = measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats)
-        phases = measure_phases(model, args.prompt_tokens, args.batch, args.repeats)
-        packed = {} if device != "cpu" else {
-            m: mode_decode(models[m], m, fp32_bytes, args.prompt_tokens, args.batch, args.repeats)
-            for m in modes if m != "fp32"}
-        after = measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats)
-        ceilings, note = best_of(before, after)
-        extra = [f"decode after {args.prompt_tokens}, {m}" for m in packed]
-        print("\n".join(table(ceilings, phases, labels, args.batch) + ([note] if note else [])))
-        if packed:
-            print("\n".join(table(ceilings, list(packed.values()), extra, args.batch)[6:-1]))
-            print("\n".join(mode_lines(phases[-1], packed)))
-        points = {label: (m.intensity, m.flops_per_s)
-                  for label, m in zip(labels + extra, phases + list(packed.values()))}
-        path = out_dir / f"roofline-{device}.png"
-        roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
-        print(f"  plot: {path}\n")
+            cache_dir = workspace_dir() / "cache" / "smollm2"
+            if not folder_bytes(cache_dir):
+                print(f"first run: building the weights cache in {cache_dir} (several hundred MB; later runs reuse it)",
+                      flush=True)
+            models = {m: phase(f"loading SmolLM2-135M ({m})", lambda advance, m=m: weights_cache.load(
+                m, cache_dir, log=print, progress=advance).model, counted=True) for m in modes}
+            print(f"weights cache: {cache_dir}, {folder_bytes(cache_dir) / 1e6:.0f} MB on disk "
+                  "(kept for the next run; delete the folder to free the space)")
+            what = "real weights"
+        print(f"SmolLM2-135M, {', '.join(modes)}, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
+        n = args.prompt_tokens
+        labels = [f"prefill {n} tokens, fp32", f"decode after {n}, fp32"]
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        out_dir = workspace_dir() / "roofline"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fp32_bytes = weight_bytes(models["fp32"])
+        for device in devices:
+            model = models["fp32"].to(device)
+            before = phase(f"ceilings ({device})", lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats))
+            phases_ = [phase(f"prefill {n} tokens (fp32, {device})",
+                             lambda: roofline.measure_phase(model, "prefill", args.batch, n, 0, args.repeats)),
+                       phase(f"decode after {n} (fp32, {device})",
+                             lambda: roofline.measure_phase(model, "decode", args.batch, 1, n, args.repeats))]
+            packed = {} if device != "cpu" else {
+                m: phase(f"decode after {n} ({m}, {device})",
+                         lambda m=m: mode_decode(models[m], m, fp32_bytes, n, args.batch, args.repeats))
+                for m in modes if m != "fp32"}
+            after = phase(f"ceilings again ({device})",
+                          lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats))
+            ceilings, note = best_of(before, after)
+            extra = [f"decode after {n}, {m}" for m in packed]
+            print("\n".join(table(ceilings, phases_, labels, args.batch) + ([note] if note else [])))
+            if packed:
+                print("\n".join(table(ceilings, list(packed.values()), extra, args.batch)[6:-1]))
+                print("\n".join(mode_lines(phases_[-1], packed)))
+            points = {label: (m.intensity, m.flops_per_s)
+                      for label, m in zip(labels + extra, phases_ + list(packed.values()))}
+            path = out_dir / f"roofline-{device}.png"
+            phase(f"plot ({device})", lambda: plot(points, ceilings, path))
+            print(f"  plot: {path}\n")
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0

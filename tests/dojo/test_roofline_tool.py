@@ -20,7 +20,7 @@ def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
     done = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     out = done.stdout
-    for want in ("bandwidth", "peak", "ridge", "prefill 8 tokens", "decode after 8", "memory-bound",
+    for want in ("bandwidth", "peak", "ridge", "prefill 8 tokens, fp32", "decode after 8, fp32", "memory-bound",
                  "cpu (1 thread)", "copy of 8 MiB", "n = 128", "tokens/s"):
         assert want in out, f"{want!r} missing from:\n{out}"
     plot = tmp_path / "roofline" / "roofline-cpu.png"
@@ -84,3 +84,33 @@ def test_mode_decode_credits_the_modes_own_weight_bytes():
     want = phase_cost(fp32.config, "decode", 1, 1, 4)
     assert m.cost.flops == want.flops
     assert m.cost.bytes == want.bytes - weight_bytes(fp32) + weight_bytes(packed) < want.bytes
+
+
+def test_plot_labels_clear_the_markers_and_name_the_mode(tmp_path):
+    """Crowded decode points (fp32, bf16, int4 a factor 2 apart): after place_labels no label covers a
+    marker or another label, and every label is still there"""
+    from dojo.tools.labels import overlaps, place_labels
+    from dojo.tools.roofline import plot
+
+    points = {"prefill 512 tokens, fp32": (250.0, 9e10), "decode after 512, fp32": (0.52, 7e9),
+              "decode after 512, bf16": (1.04, 6.5e9), "decode after 512, int4": (2.6, 1.6e10)}
+    from solutions.roofline import plot_roofline
+
+    crowded = plot_roofline(points, 1.5e11, 2e10, tmp_path / "before.png")
+    assert overlaps(crowded), "the test's points should collide before the labels are placed"
+    place_labels(crowded)
+    assert overlaps(crowded) == []
+    assert {t.get_text() for t in crowded.axes[0].texts} >= set(points)
+    ceilings = Ceilings("cpu", "cpu", bandwidth=2e10, peak_flops=1.5e11, copy_bytes=1 << 20, matmul_n=64)
+    plot(points, ceilings, tmp_path / "after.png")
+    assert (tmp_path / "after.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_folder_bytes_counts_every_file(tmp_path):
+    """the cache's size on disk is the sum of its files, nested ones included; 0 for no folder"""
+    from dojo.tools.roofline import folder_bytes
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.bin").write_bytes(b"0" * 1000)
+    (tmp_path / "y.bin").write_bytes(b"0" * 24)
+    assert folder_bytes(tmp_path) == 1024 and folder_bytes(tmp_path / "missing") == 0

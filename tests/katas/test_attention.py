@@ -63,15 +63,20 @@ def qkv(b=2, hq=4, hkv=2, tq=3, tk=5, d=8, seed=0):
     return rand(b, hq, tq, d, seed=seed), rand(b, hkv, tk, d, seed=seed + 1), rand(b, hkv, tk, d, seed=seed + 2)
 
 
+AXES = {4: "(b, h, i, d)", 3: "(b, t, d_model)"}  # attention's output; the module's (B, T, d_model)
+
+
 def close(got, want, what, atol=1e-5, rtol=1e-4):
-    """Assert got ~ want with a message naming the property and the first differing entry."""
+    """Assert got ~ want with a message naming the property and the first differing entry (its index
+    labelled with one name per dimension)."""
     assert got.shape == want.shape, f"{what}: output shape {tuple(got.shape)}, want {tuple(want.shape)}"
     got, want = got.double(), want.double()
     bad = ~torch.isclose(got, want, atol=atol, rtol=rtol)
     if bad.any():
         where = tuple(int(i) for i in bad.nonzero()[0])
         worst = "NaN in the output" if got.isnan().any() else f"max error {float((got - want).abs().max()):.3g}"
-        raise AssertionError(f"{what}: at (b, h, i, d) = {where} got {float(got[where]):.6g}, "
+        axes = AXES.get(got.dim(), "index")
+        raise AssertionError(f"{what}: at {axes} = {where} got {float(got[where]):.6g}, "
                              f"want {float(want[where]):.6g} ({worst})")
 
 

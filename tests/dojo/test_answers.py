@@ -1,0 +1,96 @@
+"""Answers to follow-up questions: typed over several lines, shown rendered, blank ones earn nothing.
+
+The reading itself is tested in-process (dojo.interview.answer with a scripted stdin or a scripted
+$EDITOR); the interview's use of it through `python -m dojo submit` in the toy workspace.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sqlite3
+import sys
+
+import pytest
+
+from dojo import KATAS_DIR, catalog
+from dojo.interview import answer, ask, session
+from dojo.practice import report
+
+from test_interview import T0, run, solve
+
+
+@pytest.fixture
+def dojo(dojo):
+    shutil.copy(KATAS_DIR / "BANK.md", dojo.toy / "katas" / "BANK.md")
+    return dojo
+
+
+def test_lines_end_at_a_dot_or_end_of_input(monkeypatch, capsys):
+    """a plain answer is every line up to one holding only '.', or to end of input; nothing at all is EOFError"""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\n- a point\n.\nnext\n"))
+    assert answer.read_answer("Q?", way="lines") == "first line\n\n- a point"
+    assert "a line with only '.'" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.StringIO("cut short\n"))
+    assert answer.read_answer("Q?", way="lines") == "cut short"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    with pytest.raises(EOFError):
+        answer.read_answer("Q?", way="lines")
+
+
+def test_editor_buffer(tmp_path, monkeypatch):
+    """with $EDITOR set, the answer is what the editor saved, minus the question lines dojo wrote there"""
+    script = tmp_path / "editor.py"
+    script.write_text("import sys\nopen(sys.argv[1], 'a').write('My answer:\\n\\n# a heading of mine\\n**bold**\\n')\n")
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
+    assert answer.how(interactive=True) == "editor"
+    assert answer.read_answer("Why bytes?\nSecond line.", way="editor") == "My answer:\n\n# a heading of mine\n**bold**"
+    monkeypatch.setenv("EDITOR", f"{sys.executable} -c 'raise SystemExit(3)'")
+    with pytest.raises(RuntimeError, match="exited with status 3"):
+        answer.read_answer("Q?", way="editor")
+
+
+def test_which_reader(monkeypatch):
+    """a pipe reads lines; a terminal uses $EDITOR when set, else prompt_toolkit (installed here)"""
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", "vi")
+    assert answer.how(interactive=False) == "lines"
+    monkeypatch.delenv("EDITOR")
+    assert answer.how(interactive=True) == "prompt_toolkit"
+
+
+def test_model_answer_is_rendered_markdown():
+    """a model answer prints as rendered Markdown: kv_cache's '**46 080 bytes in fp32**' loses its stars"""
+    q = catalog.get("kv_cache").questions()[0]
+    out = report.console()
+    out.file = io.StringIO()
+    ask.show_model_answer(out, q.answer, q.rubric)
+    text = out.file.getvalue()
+    assert "46 080 bytes in fp32" in text and "**" not in text and "`" not in text
+    assert "  1. Writes the formula" in text
+
+
+def test_blank_answer_earns_nothing(toy_env):
+    """a blank answer stored with every rubric point marked covers none of them"""
+    s, _ = session.begin(catalog.get("toy"))
+    session.record_answer(s, 1, "   \n", [1, 2])
+    session.record_answer(s, 2, "bytes", [1])
+    assert {n: a["covered"] for n, a in session.answered(s).items()} == {1: [], 2: [1]}
+    card = session.scorecard(session.get(s.id))
+    assert card["rubric_covered"] == 1 and card["blank_answers"] == 1
+
+
+def test_interview_takes_multi_line_answers(dojo):
+    """submit: a two-line Markdown answer is stored whole and shown rendered; a blank answer is not marked,
+    and the scorecard says it earned nothing"""
+    run(dojo, "interview", "toy")
+    solve(dojo)
+    out = run(dojo, "submit", at=T0 + 60, stdin="It is **kept**:\n- cat, and cat differ\n.\nall\n.\nall\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Your answer.\nIt is kept:" in out.stdout and "**" not in out.stdout.split("Question 1")[1].split("Model")[0]
+    assert "No answer given: it covers none of the rubric points." in out.stdout
+    assert "Rubric coverage: 2/8 (1 blank answer(s): no points, whatever was marked)" in out.stdout
+    with sqlite3.connect(dojo.db) as conn:
+        stored = conn.execute("SELECT number, answer, covered FROM session_answers ORDER BY number").fetchall()
+    assert stored == [(1, "It is **kept**:\n- cat, and cat differ", "[1, 2]"), (2, "", "[]")]
