@@ -5,7 +5,8 @@ unpickles anything of the candidate's. `kata_module(slug)` gives the suite a `Ka
 reads, calls and the objects they return travel to the worker (dojo.grading.worker, started from the
 command the grader put in $DOJO_JUDGE_WORKER, inside the sandbox there) and come back as plain data
 (dojo.grading.wire) or as proxies (dojo.grading.remote). Objects the suite hands to the candidate's
-code stay here and are called back, read-only. A worker that dies, hangs past the test's time limit
+code stay here and are called back, read-only; a torch module is lent as a fresh copy for each call,
+so nothing the candidate's code calls on it can change the suite's own (`lend`). A worker that dies, hangs past the test's time limit
 or breaks the protocol fails the test that was running; the next test gets a fresh worker.
 
 `build(recipe, ...)` makes an object in the worker instead (a model the candidate's code trains in
@@ -18,6 +19,7 @@ sandbox and limits (dojo.grading.grade builds the worker's command).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -26,6 +28,8 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from dojo.grading import wire
 from dojo.grading.remote import BoundaryError, Endpoint, Proxy
@@ -46,7 +50,7 @@ class Worker:
     def start(self) -> None:
         if "fd" in self.spec and not self.starts:  # a worker forked before this process ran (check_katas)
             self.proc = _Forked(self.spec["pid"])
-            self.endpoint = Endpoint(socket.socket(fileno=self.spec["fd"]), "judge", trusted=True)
+            self.endpoint = Endpoint(socket.socket(fileno=self.spec["fd"]), "judge", trusted=True, lend=lend)
             self.starts += 1
             return
         mine, theirs = socket.socketpair()
@@ -55,7 +59,7 @@ class Worker:
                 self.spec["cmd"], stdin=theirs, stdout=out, stderr=subprocess.STDOUT, env=self.spec["env"],
                 cwd=self.spec["cwd"], start_new_session=True)
         theirs.close()
-        self.endpoint = Endpoint(mine, "judge", trusted=True)
+        self.endpoint = Endpoint(mine, "judge", trusted=True, lend=lend)
         self.starts += 1
 
     def boot(self) -> Proxy:
@@ -96,6 +100,13 @@ class Worker:
         if self.endpoint is not None:
             self.endpoint.sock.close()
         self.proc = self.endpoint = None
+
+
+def lend(obj):
+    """What the judge lends the candidate's code for `obj`: a copy of a torch module (the suite's model
+    may be its oracle too: load_state_dict, to() or apply() on the copy leave the oracle as it was), the
+    object itself otherwise (a fake clock is meant to be shared; it only moves forward)."""
+    return copy.deepcopy(obj) if isinstance(obj, torch.nn.Module) else obj
 
 
 class _Forked:

@@ -124,8 +124,13 @@ class Endpoint:
     """One side of the connection. `request` sends and serves until its answer comes; `serve`
     answers requests until the peer closes. `trusted`: the judge's side (see the module docstring)."""
 
-    def __init__(self, sock: socket.socket, side: str, *, trusted: bool) -> None:
-        self.sock, self.side, self.trusted = sock, side, trusted
+    def __init__(self, sock: socket.socket, side: str, *, trusted: bool, lend=None) -> None:
+        """`lend(obj)`: what the judge lends for `obj` (a copy, so the candidate's code cannot change the
+        judge's own); asked once per object for each call the judge makes, nested call backs included."""
+        self.sock, self.side, self.trusted, self.lend = sock, side, trusted, lend
+        self._lent: dict[int, int] = {}  # id(original) -> export id of what was lent for it, this call
+        self._lent_keep: list[Any] = []  # the originals, alive while their ids are keys above
+        self._depth = 0
         self.peer = "worker" if side == "judge" else "judge"
         self._exports: dict[int, Any] = {}
         self._export_ids: dict[int, int] = {}  # id(obj) -> export id (the table keeps obj alive)
@@ -142,6 +147,18 @@ class Endpoint:
             return obj._ref
         if self.trusted and isinstance(obj, types.ModuleType):
             raise TypeError("a module cannot be lent to the candidate's code")
+        if self.lend is not None and id(obj) not in self._export_ids:
+            if id(obj) not in self._lent:
+                lent = self.lend(obj)
+                if lent is obj:
+                    return self._register(obj)
+                self._lent_keep.append(obj)
+                self._lent[id(obj)] = self._register(lent).id
+            ident = self._lent[id(obj)]
+            return wire.Ref(self.side, ident, type(self._exports[ident]).__name__)
+        return self._register(obj)
+
+    def _register(self, obj: Any) -> wire.Ref:
         key = id(obj)
         if key not in self._export_ids:
             ident = next(self._ids)
@@ -184,6 +201,16 @@ class Endpoint:
         if self.broken:
             raise BoundaryError(self.broken)
         seq = next(self._seq)
+        if self._depth == 0:  # a new call from the top: what is lent now is lent afresh
+            self._lent.clear()
+            self._lent_keep.clear()
+        self._depth += 1
+        try:
+            return self._request(seq, op, ref, args)
+        finally:
+            self._depth -= 1
+
+    def _request(self, seq: int, op: str, ref: wire.Ref, args: tuple):
         text, buffers = wire.encode({"q": seq, "op": op, "ref": ref, "args": list(args)}, self._export)
         try:  # (an argument that cannot be sent raised above: nothing went out, the connection is sound)
             wire.send(self.sock, text, buffers)

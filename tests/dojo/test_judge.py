@@ -217,3 +217,21 @@ def test_the_judge_lends_only_public_attributes_read_only():
         judge._export(os)  # a module is never lent
     a.close()
     b.close()
+
+
+def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
+    """load_state_dict on the model the judge lends changes a copy: the suite's own model (its oracle) is
+    untouched, and each new call from the judge lends a fresh copy"""
+    from dojo.grading import judge
+
+    a, b = socket.socketpair()
+    endpoint = remote.Endpoint(a, "judge", trusted=True, lend=judge.lend)
+    model = torch.nn.Linear(2, 2)
+    before = model.weight.detach().clone()
+    lent = endpoint._resolve(endpoint._export(model))
+    assert lent is not model and endpoint._resolve(endpoint._export(model)) is lent  # one copy within a call
+    load = endpoint._resolve(endpoint._export(endpoint._do("getattr", lent, ["load_state_dict"])))
+    endpoint._do("call", load, [[{"weight": torch.zeros(2, 2), "bias": torch.zeros(2)}], {}])
+    assert torch.equal(model.weight, before), "the candidate's load_state_dict reached the suite's model"
+    a.close()
+    b.close()
