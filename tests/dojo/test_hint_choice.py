@@ -39,3 +39,16 @@ def test_hint_follows_the_last_check(dojo):
     assert "Hint 2 of 2" in out.stdout and "str.split()" in out.stdout and "Helps:" not in out.stdout
     out = dojo("hint", "toy", "--next")
     assert "Hint 1 of 2" in out.stdout
+
+
+def test_every_helps_name_is_a_test_of_its_suite():
+    """each name on a kata's Helps lines is a test function of that kata's suite"""
+    import ast
+
+    from dojo import catalog
+
+    for kata in catalog.load():
+        tests = {n.name for n in ast.parse(kata.suite.read_text()).body if isinstance(n, ast.FunctionDef)}
+        for number, names in enumerate(kata.hint_helps(), 1):
+            unknown = set(names) - tests
+            assert not unknown, f"{kata.slug} hint {number} helps with unknown tests: {sorted(unknown)}"
