@@ -123,8 +123,7 @@ def test_example_grouped_query_heads_share_kv_heads(kata):
 @pytest.mark.points(2)
 def test_grouped_query_head_mapping(kata):
     """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
-    q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)
-    close(kata.attention(q, k, v), oracle(q, k, v), "Hq=6, Hkv=2: heads 0-2 read kv head 0, heads 3-5 kv head 1")
+    q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)  # only the mapping: the values themselves are the plain case's
     expanded = kata.attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
     close(kata.attention(q, k, v), expanded, "Hkv=2 should equal Hkv=6 with each kv head copied to its 3 query heads")
 
