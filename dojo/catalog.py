@@ -20,6 +20,7 @@ import tomllib
 from dojo import targets
 
 
+HELPS = re.compile(r"^Helps:[ \t]*([^\n]*)\n?", re.MULTILINE)  # a hint's line naming the tests it helps with
 SHARED_PAGES = ("CONFIG.md",)  # katas/<page>: shared by several prompts, linked as ](../<page>)
 
 
@@ -85,7 +86,16 @@ class Kata:
         return text
 
     def hints(self) -> list[str]:
-        """The hints in order, from "## Hint 1" ... "## Hint N" in HINTS.md (empty list when none)."""
+        """The hints in order, from "## Hint 1" ... "## Hint N" in HINTS.md (empty list when none),
+        without their "Helps:" lines (see hint_helps)."""
+        return [HELPS.sub("", body) for body in self._hint_sections()]
+
+    def hint_helps(self) -> list[list[str]]:
+        """Per hint, the tests it helps with: its "Helps: test_a, test_b" line (empty when it has none)."""
+        return [[name.strip() for m in HELPS.finditer(body) for name in m.group(1).split(",") if name.strip()]
+                for body in self._hint_sections()]
+
+    def _hint_sections(self) -> list[str]:
         path = self.folder / "HINTS.md"
         if not path.is_file():
             return []

@@ -71,6 +71,7 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("hint", help="the next hint you have not seen")
     p.add_argument("slug", nargs="?")
     p.add_argument("--all", action="store_true", help="show every hint seen so far")
+    p.add_argument("--next", action="store_true", help="the next unseen hint in HINTS.md's order, whatever fails")
     p.set_defaults(func=practice.cmd_hint)
     p = sub.add_parser("watch", help="re-grade on every save of your workspace file")
     _grading_args(p)

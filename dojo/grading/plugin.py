@@ -13,7 +13,8 @@ Under `dojo grade` the same records, and an `end` record with pytest's exit stat
 the signed results channel (dojo.grading.channel) that the grader named in DOJO_CHANNEL: no path that the
 code under test could read in sys.argv and rewrite.
 `--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
-A failure's text is dojo.grading.failures'.
+A failure's text is dojo.grading.failures', prefixed by dojo.grading.causes when a basic test that a
+`@pytest.mark.builds_on(...)` test names already failed.
 A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
 lock (setup to teardown, not counted in its time limit; in a grading the parent holds it and freezes
 the other gradings, dojo.grading.machine_lock, else dojo.testing.timing_lock) and may end
@@ -37,7 +38,7 @@ import pytest
 from dojo import targets, testing
 import sys
 
-from dojo.grading import channel, machine_lock
+from dojo.grading import causes, channel, machine_lock
 from dojo.grading.failures import TestTimeout, case_label, failure_message
 
 
@@ -64,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
     machine_lock.connect()  # likewise: the grader's timing lock service, when it gave one
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
+    config.addinivalue_line(
+        "markers", "builds_on(*tests): basic tests whose failure explains this one's (dojo.grading.causes)")
     config.addinivalue_line(
         "markers", "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive")
     config.addinivalue_line(
@@ -219,6 +222,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             raised = type(call.excinfo.value).__name__ if call.excinfo else "a skip"
             message = f"{message}\n(raised {raised}: a skipped test counts as failed)".lstrip()
             report.outcome, report.longrepr = "failed", message
+        message = causes.explain(item, property_of(item), verdict == "failed", message)
         report.dojo_row = {
             **describe(item),
             "outcome": verdict,

@@ -2,6 +2,6 @@
 
 workspace (the learner's copies), history and schema (the SQLite progress database), check (grade,
 write results.json, record), rerun (--rerun-inconclusive), commands (`dojo list`, `start`, `check`,
-`hint` ...), report and prose (what the terminal shows). May import: dojo.grading and the base;
+`hint` ...; hints picks which), report and prose (what the terminal shows). May import: dojo.grading and the base;
 never interview, notebook, tools or cli.
 """

@@ -21,6 +21,7 @@ from rich.table import Table
 from dojo import ROOT, catalog
 from dojo.errors import UsageError
 from dojo.practice import check, history, prose, report, workspace
+from dojo.practice import hints as hint_choice
 
 
 def _slug_or_current(slug: str | None) -> str:
@@ -208,11 +209,11 @@ def cmd_hint(args) -> int:
         for n in seen:
             _print_hint(out, n, len(hints), hints[n - 1])
         return 0
-    unseen = [n for n in range(1, len(hints) + 1) if n not in seen]
-    if not unseen:
+    failing = [] if args.next else hint_choice.failing_tests(workspace.results_file(slug))
+    n = hint_choice.choose(kata.hint_helps(), set(seen), failing)
+    if n is None:
         out.print(f"You have seen all {len(hints)} hints for {slug}; `dojo hint {slug} --all` shows them again.")
         return 0
-    n = unseen[0]
     history.record_hint(slug, n)
     _print_hint(out, n, len(hints), hints[n - 1])
     return 0

@@ -126,7 +126,16 @@ def test_example_grouped_query_heads_share_kv_heads(kata):
 # ---------------------------------------------------------------- attention
 
 @pytest.mark.points(2)
+def test_grouped_query_head_mapping(kata):
+    """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
+    q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)  # only the mapping: the values themselves are the plain case's
+    expanded = kata.attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
+    close(kata.attention(q, k, v), expanded, "Hkv=2 should equal Hkv=6 with each kv head copied to its 3 query heads")
+
+
+@pytest.mark.points(2)
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.builds_on("test_grouped_query_head_mapping")
 def test_equals_oracle_on_random_shapes(kata, seed):
     """Equals softmax(q k^T / sqrt(D)) v on random shapes."""
     g = torch.Generator().manual_seed(seed)
@@ -154,6 +163,7 @@ def test_causal_mask_rule(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (2, 5), (1, 6)])
+@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping")
 def test_causal_hides_exactly_the_future(kata, tq, tk):
     """Causal attention equals the oracle, also with Tq < Tk (the queries are the last Tq positions)."""
     q, k, v = qkv(2, 2, 1, tq, tk, 8, seed=tq * 10 + tk)
@@ -161,6 +171,7 @@ def test_causal_hides_exactly_the_future(kata, tq, tk):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_causal_mask_rule")
 def test_causal_future_keys_change_nothing(kata):
     """Under causal, changing key/value j changes only queries at positions >= j."""
     q, k, v = qkv(1, 2, 2, 3, 5, 8)  # queries sit at positions 2, 3, 4
@@ -174,6 +185,7 @@ def test_causal_future_keys_change_nothing(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_grouped_query_head_mapping", "test_causal_hides_exactly_the_future")
 def test_padding_equals_oracle(kata):
     """Padded keys (key_padding_mask False) get zero weight, alone and with causal."""
     q, k, v = qkv(2, 4, 2, 3, 6, 8, seed=3)
@@ -185,6 +197,7 @@ def test_padding_equals_oracle(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_padding_equals_oracle")
 def test_appending_padded_keys_changes_nothing(kata):
     """Padding invariance: appending padded keys changes no output."""
     q, k, v = qkv(2, 2, 2, 3, 4, 8, seed=4)
@@ -196,6 +209,7 @@ def test_appending_padded_keys_changes_nothing(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_padding_equals_oracle", "test_causal_hides_exactly_the_future")
 def test_fully_masked_rows_give_zeros(kata):
     """A query that can see no key gets zeros, never NaN: all padding, causal with Tq > Tk, masks."""
     q, k, v = qkv(2, 2, 2, 3, 2, 4, seed=5)
@@ -209,15 +223,6 @@ def test_fully_masked_rows_give_zeros(kata):
         got = kata.attention(q, k, v, **kwargs)
         assert not got.isnan().any(), f"{what}: output has NaN where a query sees no key"
         close(got, oracle(q, k, v, **kwargs), what)
-
-
-@pytest.mark.points(2)
-def test_grouped_query_head_mapping(kata):
-    """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
-    q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)
-    close(kata.attention(q, k, v), oracle(q, k, v), "Hq=6, Hkv=2: heads 0-2 read kv head 0, heads 3-5 kv head 1")
-    expanded = kata.attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
-    close(kata.attention(q, k, v), expanded, "Hkv=2 should equal Hkv=6 with each kv head copied to its 3 query heads")
 
 
 @pytest.mark.points(1)
@@ -239,6 +244,7 @@ def test_stable_with_large_scores(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype, tol", [(torch.float16, 3e-3), (torch.bfloat16, 2e-2)], ids=["fp16", "bf16"])
+@pytest.mark.builds_on("test_stable_with_large_scores", "test_causal_hides_exactly_the_future")
 def test_half_precision_close_to_fp32(kata, dtype, tol):
     """fp16 / bf16: output in the input dtype, close to fp32 attention on the same rounded inputs."""
     q, k, v = qkv(1, 2, 2, 3, 6, 16, seed=9)
@@ -259,6 +265,7 @@ def test_fp32_stays_fp32(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_grouped_query_head_mapping", "test_equals_oracle_on_random_shapes")
 def test_float_mask_is_added_to_scaled_scores(kata):
     """A float attn_mask with finite values is added to the scaled scores."""
     q, k, v = qkv(2, 4, 2, 3, 5, 8, seed=10)
@@ -267,6 +274,7 @@ def test_float_mask_is_added_to_scaled_scores(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_causal_hides_exactly_the_future")
 def test_bool_attn_mask(kata):
     """A bool attn_mask hides the keys where it is False, combined with causal."""
     q, k, v = qkv(1, 2, 2, 3, 3, 8, seed=12)
@@ -276,6 +284,7 @@ def test_bool_attn_mask(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_padding_equals_oracle", "test_causal_hides_exactly_the_future")
 def test_equals_torch_sdpa(kata):
     """Equals torch's scaled_dot_product_attention where both are defined."""
     q, k, v = qkv(2, 4, 4, 4, 4, 8, seed=13)
@@ -323,6 +332,7 @@ def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle")
 def test_module_equals_torch_multihead_attention(kata, bias):
     """MultiHeadAttention equals nn.MultiheadAttention after copying weights (causal + padding)."""
     torch.manual_seed(14)
@@ -338,6 +348,7 @@ def test_module_equals_torch_multihead_attention(kata, bias):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_cross_attention_lengths", "test_padding_equals_oracle")
 def test_module_cross_attention_with_d_context(kata):
     """Cross-attention: queries from x, keys and values from a context of another length and width."""
     torch.manual_seed(16)
@@ -351,6 +362,7 @@ def test_module_cross_attention_with_d_context(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_grouped_query_head_mapping", "test_causal_hides_exactly_the_future")
 def test_module_grouped_query(kata):
     """With n_kv_heads < n_heads, k_proj and v_proj are narrower and the heads are shared."""
     torch.manual_seed(19)

@@ -123,7 +123,7 @@ def raises(exc_type, fn, what: str) -> str:
 @pytest.mark.example
 @pytest.mark.points(2)
 def test_readme_training_example(kata):
-    """training merges the most frequent pair, overlaps counted, ties to the smallest pair"""
+    """training merges the most frequent pair, overlaps counted, ties to the smallest pair; encode replays the merges"""
     tok = trained(kata, "aaabdaaabac", threshold=2)
     want = {(97, 97): 256, (97, 98): 257, (256, 257): 258}
     assert dict(tok.merges) == want, f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
@@ -135,7 +135,7 @@ def test_readme_training_example(kata):
 
 @pytest.mark.example
 def test_readme_overlap_example(kata):
-    """'aaaaa' holds the pair (a, a) four times, and a merge replaces it left to right"""
+    """'aaaaa' holds the pair (a, a) four times, and a merge (in training and encode) replaces it left to right"""
     tok = trained(kata, "aaaaa", threshold=4)
     assert tok.merges == {(97, 97): 256}, f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
     got = tok.encode("aaaaa")
@@ -144,7 +144,7 @@ def test_readme_overlap_example(kata):
 
 @pytest.mark.example
 def test_readme_pattern_example(kata):
-    """with a split pattern, pairs never cross a chunk boundary"""
+    """with a split pattern, pairs never cross a chunk boundary, in training and in encode"""
     tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
     want = {(97, 98): 256, (32, 256): 257}
     assert tok.merges == want, f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"

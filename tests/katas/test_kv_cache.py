@@ -109,6 +109,7 @@ def test_update_returns_all_positions(kata, seed):
                         f"want the {want_k[layer].shape[2]} positions written so far, in order")
 
 
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_length_moves_after_last_layer(kata):
     """length moves on only once every layer has written the new positions"""
     cache = kata.KVCache(3, 1, 1, 2, 8)
@@ -121,6 +122,7 @@ def test_length_moves_after_last_layer(kata):
         assert cache.length == before + t, f"after all 3 layers wrote {t} after {before}: length {cache.length}, want {before + t}"
 
 
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_layer_cannot_run_ahead(kata):
     """a layer writing twice before the others caught up is a ValueError"""
     cache = kata.KVCache(2, 1, 1, 2, 8)
@@ -131,6 +133,7 @@ def test_layer_cannot_run_ahead(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.candidate_process  # buffer addresses exist only in the process that holds the buffers
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_update_writes_in_place(kata):
     """update returns views of buffers allocated once: their storage never moves"""
     n_layers = 2
@@ -164,6 +167,7 @@ def test_bytes_needed_formula(kata, dtype):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_reorder_reaches_every_layer(kata):
     """reorder(index) makes row i of every layer's keys and values the old row index[i]"""
     n_layers, batch = 3, 3
@@ -183,6 +187,7 @@ def test_reorder_reaches_every_layer(kata):
         assert close(got_v, want_v), f"after reorder([2, 0, 0]), layer {layer} values: rows not reordered (or new step lost)"
 
 
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_reorder_rejects_bad_index(kata):
     """reorder rejects an index of the wrong shape, dtype or range with ValueError"""
     cache = kata.KVCache(1, 2, 1, 2, 4)
@@ -192,6 +197,7 @@ def test_reorder_rejects_bad_index(kata):
     raises(ValueError, lambda: cache.reorder(torch.tensor([0.0, 1.0])), "reorder with a float index")
 
 
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_truncate_rejects_bad_length(kata):
     """truncate accepts 0..length and rejects anything else with ValueError"""
     cache = kata.KVCache(1, 1, 1, 2, 8)
@@ -204,21 +210,20 @@ def test_truncate_rejects_bad_length(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_update_returns_all_positions")
 def test_cache_full(kata):
     """writing past max_len raises CacheFullError (a ValueError) naming the lengths; a full cache works"""
     assert issubclass(kata.CacheFullError, ValueError), "CacheFullError must subclass ValueError"
     cache = kata.KVCache(2, 1, 1, 2, 5)
     for t in [3, 1, 1]:  # fills all 5 positions exactly
         for layer in range(2):
-            cache.update(layer, *kv(1, 1, t, 2, seed=layer))
+            k_all, _ = cache.update(layer, *kv(1, 1, t, 2, seed=layer))
     assert cache.length == 5, f"prefill 3 + 2 decode steps with max_len 5: length {cache.length}, want 5"
+    assert k_all.shape[2] == 5, f"the write that fills max_len 5 returned {k_all.shape[2]} positions, want 5"
     msg = raises(kata.CacheFullError, lambda: cache.update(0, *kv(1, 1, 1, 2, seed=9)),
                  "a 6th position with max_len 5")
     assert "5" in msg, f"CacheFullError should name max_len 5; message: {msg!r}"
     assert cache.length == 5, f"a refused write changed length from 5 to {cache.length}"
-    cache.truncate(4)
-    k_all, _ = cache.update(0, *kv(1, 1, 1, 2, seed=3))
-    assert k_all.shape[2] == 5, f"after the refused write, truncate(4) and one step: {k_all.shape[2]} positions, want 5"
     empty = kata.KVCache(1, 1, 1, 2, 5)
     msg = raises(kata.CacheFullError, lambda: empty.update(0, *kv(1, 1, 6, 2, seed=0)), "a prefill of 6 with max_len 5")
     assert "6" in msg and "5" in msg, f"CacheFullError should name 6 and max_len 5; message: {msg!r}"
@@ -259,6 +264,7 @@ def test_rejects_bad_updates(kata):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_length_moves_after_last_layer")
 def test_decode_matches_recompute(kata, model, seed):
     """prefill plus N decode steps gives the same logits as a full recompute at every step"""
     ids = token_ids(2, 10, seed)
@@ -274,6 +280,7 @@ def test_decode_matches_recompute(kata, model, seed):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_length_moves_after_last_layer")
 def test_chunked_prefill_matches_one_prefill(kata, model):
     """prefill in chunks [3, 1, 4, 2] gives the logits of one prefill of all 10 tokens"""
     ids = token_ids(2, 11, seed=3)
@@ -317,6 +324,7 @@ def test_stores_kv_heads(kata, model):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_reorder_reaches_every_layer", "test_decode_matches_recompute")
 def test_reorder_matches_reordered_batch(kata, model):
     """after reorder(index), decoding equals a fresh run on the reordered rows (beam search)"""
     ids = token_ids(3, 6, seed=4)
@@ -332,6 +340,7 @@ def test_reorder_matches_reordered_batch(kata, model):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_truncate_rejects_bad_length", "test_decode_matches_recompute")
 def test_truncate_then_redecode(kata, model):
     """truncate(n) then decoding new tokens equals a fresh run on the first n tokens plus the new ones"""
     ids = token_ids(2, 9, seed=5)
@@ -353,6 +362,7 @@ def test_truncate_then_redecode(kata, model):
     assert close(got, want[:, :4]), f"truncate(0) then prefill differs from a fresh run by {max_diff(got, want[:, :4]):.2e}"
 
 
+@pytest.mark.builds_on("test_cache_full")
 def test_model_refuses_overflow(kata, model):
     """a prefill past the cache's max_len raises CacheFullError"""
     cache = model.new_cache(1, 6)
@@ -361,6 +371,7 @@ def test_model_refuses_overflow(kata, model):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_decode_matches_recompute")
 def test_left_padded_batch_matches_rows_alone(kata, model):
     """a left-padded batch, prefilled and decoded, gives each row the logits it gets alone"""
     a, b = token_ids(1, 3, seed=7)[0], token_ids(1, 6, seed=8)[0]

@@ -29,6 +29,7 @@ def test_count_words_example(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_count_words_example")
 def test_count_words_whitespace(kata):
     """count_words splits on any run of whitespace"""
     got = kata.count_words("a  b\n")
