@@ -18,6 +18,7 @@ import ast
 import errno
 import fcntl
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -37,8 +38,9 @@ LOCK_WAIT_S = 45.0  # longest a timing test waits for another one before it give
 def banned_uses(path: Path, names: set[str]) -> list[str]:
     """Every import or attribute/name use in the file at `path` that mentions one of `names`.
 
-    Matches module imports (`import tiktoken`, `from tokenizers import X`), imported names and
-    attribute access (`F.scaled_dot_product_attention`). Returns readable "line N: ..." entries. The file
+    Matches module imports (`import tiktoken`, `from tokenizers import X`), imported names,
+    attribute access (`F.scaled_dot_product_attention`) and strings that name one, built from constants
+    or not (`getattr(F, "scaled_dot_product" + "_attention")`, `import_module("gguf.quants")`). Returns readable "line N: ..." entries. The file
     is decoded as Python decodes it (its coding cookie, dojo.source); bytes Python would refuse are an entry.
     Raises SyntaxError when the decoded text does not parse.
     """
@@ -48,6 +50,7 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
         return [f"line {exc.line}: cannot be read as Python source ({exc})"]
     tree = ast.parse(text, filename=str(path))
     found = []
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings: text, not names
     for node in ast.walk(tree):
         hits: list[str] = []
         if isinstance(node, ast.Import):
@@ -61,10 +64,31 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
             hits = [node.attr]
         elif isinstance(node, ast.Name) and node.id in names:
             hits = [node.id]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
-            hits = [node.value]  # importlib.import_module("tiktoken") and friends
+        else:  # a string naming one, however it is built: importlib.import_module("gg" + "uf.quants")
+            text = _folded(node) if id(node) not in prose else None
+            if text is not None and re.fullmatch(r"[\w.]+", text) and (text in names or set(text.split(".")) & names):
+                hits = [text]
         found += [f"line {node.lineno}: {h}" for h in hits]
     return sorted(set(found))
+
+
+def _folded(node: ast.AST, depth: int = 0) -> str | None:
+    """The string an expression of constants builds ("ex" + "ec", f"{'gg'}uf", "".join(["a", "b"])), or None."""
+    if depth > 50:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left, depth + 1), _folded(node.right, depth + 1)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = [_folded(v.value if isinstance(v, ast.FormattedValue) else v, depth + 1) for v in node.values]
+        return None if None in parts else "".join(parts)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
+        sep, parts = _folded(node.func.value, depth + 1), [_folded(e, depth + 1) for e in node.args[0].elts]
+        return None if sep is None or None in parts else sep.join(parts)
+    return None
 
 
 def raised(exc: BaseException) -> str:

@@ -114,13 +114,14 @@ def grade(
             deferred = run.deferred
             if deferred and not error:
                 left = max(10.0, timeout - (time.time() - started))
-                (mine, error), more = run.suite(graded, left, only=[t["name"] for t in deferred], box=box)
+                audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
+                (mine, error), more = run.suite(graded, left, only=[t["name"] for t in deferred], box=box, extra=audit)
                 output += more
                 tests = _merged(tests, mine, deferred)
                 error = error or _unexpected(mine, deferred)
-            findings += _audit_findings(run.refused, path.name)
         else:
             (tests, error), output = run.suite(graded, timeout, only=only, box=box)
+        findings += _audit_findings(run.refused, path.name)
         notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
         if sandboxed:
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
@@ -166,11 +167,14 @@ class _Run:
             returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
                                               hold_s=self.test_timeout)
             output = child.tail(log)
-            records = receiver.records() if box is None and "--judge" in extra else None
+            try:
+                records = receiver.records()
+            except channel.ChannelError:
+                records = []  # read_results says so
             result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
-        if records is not None:
+        if "--judge" in extra:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
-            self.refused = next((r["audit"] for r in records if "audit" in r), [])
+        self.refused += next((r["audit"] for r in records if "audit" in r), [])
         return result, output
 
 
@@ -230,11 +234,15 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
     return folder
 
 
+def _importable(slug: str) -> str:
+    """The reference modules the candidate's code may import, as the audit hook takes them."""
+    return ",".join(f"solutions.{m}" for m in view.importable(slug))
+
+
 def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
     """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
     file = str(folder / "submission" / f"{slug}.py")
-    allowed = ",".join(f"solutions.{m}" for m in view.importable(slug))
-    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", allowed]
+    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", _importable(slug)]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]

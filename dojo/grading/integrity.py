@@ -63,6 +63,12 @@ def scan(path: Path, slug: str) -> list[str]:
     return [f"{path.name}:{line}: {what}" for line, what in sorted(set(scanner.found + found))]
 
 
+def _type_of(node: ast.AST) -> bool:
+    """`type(x)` or `x.__class__`: a class reached through an object."""
+    return ((isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+             and len(node.args) == 1) or (isinstance(node, ast.Attribute) and node.attr == "__class__"))
+
+
 class _Scanner(ast.NodeVisitor):
     def __init__(self, allowed: set[str]) -> None:
         self.allowed = allowed
@@ -129,6 +135,8 @@ class _Scanner(ast.NodeVisitor):
             owner = self.dotted(node.value)
             if owner and not owner.startswith(PATCHABLE):
                 self.flag(node, f"patches {owner}.{node.attr} (code the grader or a library relies on)")
+            elif _type_of(node.value):  # type(torch.empty(0)).data_ptr = ...: a class reached through an object
+                self.flag(node, f"patches the class of an object ({node.attr}), not one this file defines")
         dotted = self.dotted(node)
         if dotted:
             self.check_name(node, dotted)

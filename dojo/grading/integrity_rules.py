@@ -109,7 +109,7 @@ COMPUTED = ("importlib.import_module", "__import__")  # fine with a constant nam
 SENSITIVE = {n.split(".")[0] for n in (*NAMES, *MODULES)} | set(PROJECT)  # getattr(os, name) is a finding
 PATH_TEXT = re.compile(
     r"(?:^|[/\\.\s'\"])(?:solutions|dojo)(?:[/\\]|\.\w|$)|tests[/\\]|\bmutants\b|\btest_\w+\.py\b|site-packages"
-    r"|\.pth\b|/proc/(?:self|thread-self|\d)|DOJO_|^(?:tests|katas|mutants|conftest\.py)$",
+    r"|\.pth\b|/proc/(?:self|thread-self|\d)|DOJO_|PYTEST_CURRENT_TEST|^(?:tests|katas|mutants|conftest\.py)$",
 )
 
 # last parts of flagged dotted names ("system", "_getframe", "fork"): text built from pieces that ends so is a finding

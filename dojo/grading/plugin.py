@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dojo-test-timeout", type=float, default=None, metavar="S", help="fail any test that runs past S seconds"
     )
+    group.addoption("--audit-allowed", default=None, metavar="MODULES",
+                    help="install the audit hook (dojo.grading.audit) before the implementation is imported; "
+                         "MODULES: comma-separated reference modules it may import")
     group.addoption("--judge", action="store_true",
                     help="judge mode: the implementation runs in the worker named by $DOJO_JUDGE_WORKER, never here; "
                          "tests marked candidate_process (and machine) are deferred")
@@ -118,6 +121,7 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
             from dojo.grading import judge  # only here: it imports torch, which a toy suite never needs
 
             return judge.kata_module(f"dojo_target_{slug}")
+        _audit(request.config, kata_path)
         return targets.load_module(kata_path, f"dojo_target_{slug}")
     except SystemExit as exc:
         pytest.fail(f"{kata_path.name} called sys.exit({exc.code}) while being imported", pytrace=False)
@@ -129,6 +133,21 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
 
             pytest.fail(f"{kata_path.name} could not be imported: {judge.describe_failure(exc)}", pytrace=False)
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
+
+
+_refused: list[dict] = []  # the audit hook's refusals in this process (--audit-allowed)
+
+
+def _audit(config: pytest.Config, path: Path) -> None:
+    """With --audit-allowed, the audit hook watches the implementation from before its import (once: a
+    hook cannot be removed). Its refusals are sent as an `audit` record at the end."""
+    allowed = config.getoption("--audit-allowed")
+    if allowed is None or _refused or getattr(_audit, "installed", False):
+        return
+    from dojo.grading import audit
+
+    audit.install({str(path)}, _refused.append, allowed=[a for a in allowed.split(",") if a])
+    _audit.installed = True
 
 
 def property_of(item: pytest.Item) -> str:
@@ -314,6 +333,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     judge = sys.modules.get("dojo.grading.judge")
     if session.config.getoption("--judge") and judge is not None and judge.started():
         _emit({"audit": judge.audit_findings()})
+    elif _refused:
+        _emit({"audit": list(_refused)})
     if _sender is not None:
         _sender.send({"end": {"exitstatus": int(exitstatus), "examples_only": bool(session.config.getoption("--examples-only"))}})
     path = session.config.getoption("--dojo-results")

@@ -29,6 +29,7 @@ token stream cannot see through (code rewritten statement by statement into othe
 
 from __future__ import annotations
 
+import ast
 import builtins
 import io
 import keyword
@@ -58,20 +59,46 @@ class Stream:
 
 
 def tokens(source: str) -> list[str]:
-    """The normalised token stream of `source` (empty when it does not tokenize)."""
+    """The normalised token stream of `source` (empty when it does not tokenize). Calls of the file's own
+    pass-through functions (`def _i(v): return v`, `_i = lambda v: v`) are read as their argument: wrapping
+    every other name in one would otherwise break every long run."""
     out: list[str] = []
     statement: list[str] = []
+    skip = _pass_throughs(source)
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
                 if not _no_op(statement):
                     out += statement
                 statement = []
+            elif tok.type == tokenize.NAME and tok.string in skip:
+                continue
             elif tok.type not in LAYOUT:
                 statement += _normal(tok, statement[-1] if statement else "")
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     return out
+
+
+def _pass_throughs(source: str) -> set[str]:
+    """Names of the file's functions that return their first argument unchanged."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        fn, name = None, None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+            fn, name = (body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None), node.name
+            args = node.args
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and isinstance(node.value, ast.Lambda)):
+            fn, name, args = node.value.body, node.targets[0].id, node.value.args
+        if fn is not None and isinstance(fn, ast.Name) and args.args and fn.id == args.args[0].arg:
+            found.add(name)
+    return found
 
 
 def _no_op(statement: list[str]) -> bool:

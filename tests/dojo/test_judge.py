@@ -235,3 +235,15 @@ def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
     assert torch.equal(model.weight, before), "the candidate's load_state_dict reached the suite's model"
     a.close()
     b.close()
+
+
+def test_banned_names_built_from_pieces_are_found(tmp_path):
+    """a banned kernel or library named by a string built from constants is a banned use; prose is not"""
+    from dojo.testing import banned_uses
+
+    path = tmp_path / "k.py"
+    path.write_text('"""Checked against gguf.quants, not using it."""\nimport importlib\nimport torch\n'
+                    'f = getattr(torch.nn.functional, "scaled_dot_product" + "_attention")\n'
+                    'q = importlib.import_module(f"{\'gg\'}uf.quants")\n')
+    found = banned_uses(path, {"scaled_dot_product_attention", "gguf"})
+    assert found == ["line 4: scaled_dot_product_attention", "line 5: gguf.quants"], found

@@ -163,3 +163,25 @@ def test_grade_reports_pairs_and_reference_copies(dojo, tmp_path):
     assert [c["submission"] for c in doc["similar"]["reference"]] == [str(folders["D"])]
     assert "near-identical" in out.stdout and doc["similar"]["threshold"] == similarity.THRESHOLD
     assert all(s["sandboxed"] in (True, False) and "integrity" in s for s in doc["submissions"])
+
+
+def test_names_wrapped_in_a_pass_through_function_do_not_hide_a_copy():
+    """the reference with every other name read through `def _i(v): return v` is still near-identical"""
+    import ast
+
+    class Wrap(ast.NodeTransformer):
+        count = 0
+
+        def visit_Name(self, node):
+            self.count += 1
+            if isinstance(node.ctx, ast.Load) and self.count % 2:
+                return ast.Call(ast.Name("_i", ast.Load()), [node], [])
+            return node
+
+    for slug in ("kv_cache", "attention", "bpe"):
+        kata = catalog.get(slug)
+        tree = Wrap().visit(ast.parse(kata.reference.read_text()))
+        wrapped = "def _i(v):\n    return v\n\n" + ast.unparse(ast.fix_missing_locations(tree))
+        stub = kata.stub.read_text()
+        score = similarity.similarity(similarity.stream(wrapped, stub), similarity.stream(kata.reference.read_text(), stub))
+        assert score is not None and score >= similarity.THRESHOLD, (slug, score)
