@@ -220,12 +220,7 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
     folder = tmp / "worker"
     (folder / "submission").mkdir(parents=True)
     shutil.copyfile(path, folder / "submission" / path.name)
-    solutions = targets.solutions_dir()
-    if solutions.is_dir():
-        (folder / "solutions").mkdir()
-        for name in ["__init__", *view.reference_modules(kata.slug)]:
-            if (solutions / f"{name}.py").is_file():
-                shutil.copyfile(solutions / f"{name}.py", folder / "solutions" / f"{name}.py")
+    _reference_view(folder, kata)
     runner = Path(dojo.__file__).resolve().parent
     for rel in ["__init__.py", "grading/__init__.py", *(f"{m.replace('.', '/')}.py" for m in WORKER_MODULES)]:
         (folder / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -263,15 +258,11 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
     it, the reference modules of dojo.grading.view (never the kata's own), and the plugin with the dojo
     modules it and the suite import.
     Readable by every uid: the sandbox may run the child as another one."""
-    suites, solutions = targets.suites_dir(), targets.solutions_dir()
+    suites = targets.suites_dir()
     (tmp / "tests" / "katas").mkdir(parents=True)
     for src in [kata.suite, *sorted(suites.glob("conftest.py"))]:
         shutil.copyfile(src, tmp / "tests" / "katas" / src.name)
-    if solutions.is_dir():
-        (tmp / "solutions").mkdir()
-        for name in ["__init__", *view.reference_modules(kata.slug)]:
-            if (solutions / f"{name}.py").is_file():
-                shutil.copyfile(solutions / f"{name}.py", tmp / "solutions" / f"{name}.py")
+    _reference_view(tmp, kata)
     runner = Path(dojo.__file__).resolve().parent
     for name in view.runner_modules(kata.slug):  # "grading.plugin": grading/plugin.py, and each __init__.py above it
         parts = name.split(".")
@@ -280,6 +271,16 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
             (tmp / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(runner / rel, tmp / "dojo" / rel)
     _readable(tmp)
+
+
+def _reference_view(folder: Path, kata: catalog.Kata) -> None:
+    """folder/solutions/: the reference modules of dojo.grading.view for `kata` (never its own)."""
+    solutions = targets.solutions_dir()
+    if solutions.is_dir():
+        (folder / "solutions").mkdir()
+        for name in ["__init__", *view.reference_modules(kata.slug)]:
+            if (solutions / f"{name}.py").is_file():
+                shutil.copyfile(solutions / f"{name}.py", folder / "solutions" / f"{name}.py")
 
 
 def _into_view(path: Path, tmp: Path) -> Path:

@@ -90,3 +90,18 @@ def toy_env(dojo, monkeypatch):
     monkeypatch.setenv("DOJO_WORKSPACE", dojo.env["DOJO_WORKSPACE"])
     dojo.workspace.mkdir(parents=True, exist_ok=True)
     return dojo
+
+
+@pytest.fixture
+def toy(dojo, monkeypatch):
+    """The toy catalog for in-process sandboxed gradings (test_sandbox, test_judge): skipped with the reason
+    where bwrap cannot run, failed instead under DOJO_REQUIRE_SANDBOX=1 (.ci/run)."""
+    from dojo.grading import sandbox
+
+    why = sandbox.unavailable()
+    if why:
+        if os.environ.get("DOJO_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"DOJO_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {why}")
+        pytest.skip(f"no sandbox on this machine: {why}")
+    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
+    return dojo

@@ -20,18 +20,6 @@ import dojo as dojo_package
 from dojo.grading import grade, sandbox
 
 
-@pytest.fixture
-def toy(dojo, monkeypatch):
-    """The toy catalog for in-process gradings, and a sandbox that works (or the reason it does not)."""
-    why = sandbox.unavailable()
-    if why:
-        if os.environ.get("DOJO_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"DOJO_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {why}")
-        pytest.skip(f"no sandbox on this machine: {why}")
-    monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
-    return dojo
-
-
 def submit(toy, source: str, **kw) -> grade.GradeResult:
     """Grade `source` as a take-home toy.py, sandboxed."""
     folder = toy.toy.parent / "submission"
