@@ -103,6 +103,7 @@ class Terminal:
         self.socket = f"dojo-tour-{os.getpid()}"
         self.name = "tour"
         self.env, self.rcfile, self.cwd = env, rcfile, cwd
+        self.path = ""  # the server's socket file, once open
 
     def tmux(self, *args: str, check: bool = True) -> str:
         done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env)
@@ -115,9 +116,13 @@ class Terminal:
         self.tmux("-f", "/dev/null", "new-session", "-d", "-s", self.name, "-x", str(WIDTH), "-y", str(HEIGHT),
                   "-c", str(self.cwd), shell)
         self.tmux("set-option", "-g", "history-limit", "50000")
+        self.path = self.tmux("display-message", "-p", "#{socket_path}").strip()
 
     def close(self) -> None:
+        """Kill the tour's tmux server, and remove its socket file (tmux leaves it)."""
         self.tmux("kill-server", check=False)
+        if self.path:
+            Path(self.path).unlink(missing_ok=True)
 
     def type(self, text: str) -> None:
         self.tmux("send-keys", "-t", self.name, "-l", text)
