@@ -9,7 +9,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
+.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,11 @@ practice: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
+
+# A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
+# submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
+tour: $(STAMP)
+	$(PY) -m dojo.tools.tour $(if $(KATA),--kata $(KATA))
 
 check-katas: $(STAMP)
 	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)

@@ -1,0 +1,51 @@
+"""dojo.tools.tour's reading of a captured tmux pane (the tour itself runs tmux: `make tour`)."""
+
+from __future__ import annotations
+
+from dojo.tools import tour
+
+PANE = """$ step dojo check kv_cache
+TOUR-BEGIN 3
+kv_cache · KV cache for autoregressive decoding
+  FAIL  0/2 pt  update returns every position cached so far   \n\
+Score 0/42 points · 0/26 tests passing · 5.9 s
+TOUR-EXIT:1
+$ step dojo hint kv_cache
+TOUR-BEGIN 4
+Hint 2 of 5
+"""
+
+
+def test_a_step_is_read_between_its_begin_and_exit_lines():
+    assert tour.exit_status(PANE, 3) == 1
+    text = tour.step_text(PANE, 3)
+    assert text.splitlines()[0].startswith("kv_cache") and text.endswith("5.9 s")
+    assert "TOUR-" not in text and "  \n" not in text  # no markers, no trailing spaces
+
+
+def test_a_step_still_running_or_not_begun_has_no_status():
+    assert tour.exit_status(PANE, 4) is None and tour.step_text(PANE, 4) == "Hint 2 of 5"
+    assert tour.exit_status(PANE, 5) is None and tour.step_text(PANE, 5) == ""
+
+
+def test_phrases_match_across_wrapped_lines_and_report_what_is_missing():
+    screen = tour.step_text(PANE, 3)
+    assert tour.missing(screen, (r"Score 0/\d+ points", r"\bFAIL\b", "Keep going")) == ["Keep going"]
+    assert tour.missing("Score 0/42\n   points", (r"Score 0/42 points",)) == []
+    assert tour.present(screen, (r"\bFAIL\b", r"\bpass\b")) == [r"\bFAIL\b"]
+
+
+def test_a_prompt_is_answered_once_each_time_it_waits():
+    ask = "Which points did you cover?"
+    screen = f"Question 1\n{ask} (1-4): 1\nQuestion 2\n{ask} (1-5): \n\n"
+    assert tour.waiting_at(screen, ask, answered=1)
+    assert not tour.waiting_at(screen, ask, answered=2)
+    assert not tour.waiting_at(screen + "Scorecard: kv_cache\n", ask, answered=1)
+
+
+def test_the_tour_walks_the_loop_in_order_on_a_real_kata(tmp_path):
+    steps = tour.steps("kv_cache", tmp_path)
+    commands = [s.command.split()[:2] for s in steps]
+    assert commands[1:4] == [["dojo", "start"], ["dojo", "check"], ["dojo", "hint"]]
+    assert ["dojo", "submit"] in commands and commands[-1] == ["dojo", "history"]
+    assert steps[2].status == 1  # the untouched stub fails
