@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dojo
@@ -108,14 +109,23 @@ def grade(
         if judged:
             worker = _worker_folder(tmp, kata, path)
             spec = _worker_spec(tmp, worker, slug, memory_limit, box)
-            # the judge process holds no candidate code: no sandbox needed, its worker has one
-            (tests, error), output = run.suite(path, timeout, only=only, extra=["--judge"],
-                                               env={judge.ENV: json.dumps(spec)})
+            audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                # the judge process holds no candidate code: no sandbox needed, its worker has one
+                judging = pool.submit(run.suite, path, timeout, only=only, extra=["--judge"],
+                                      env={judge.ENV: json.dumps(spec)})
+                # beside it, the tests only the candidate's process can measure (selected by their markers
+                # here; the judge's list of them decides below which outcomes count)
+                apart = None if only or not _has_apart_tests(kata) else pool.submit(
+                    run.suite, graded, timeout, box=box, extra=[*audit, "-m", "candidate_process or machine"])
+                (tests, error), output = judging.result()
+                mine_result = apart.result() if apart is not None else None
             deferred = run.deferred
             if deferred and not error:
-                left = max(10.0, timeout - (time.time() - started))
-                audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
-                (mine, error), more = run.suite(graded, left, only=[t["name"] for t in deferred], box=box, extra=audit)
+                if mine_result is None:  # a re-run of some tests, or markers the scan did not see: now, alone
+                    left = max(10.0, timeout - (time.time() - started))
+                    mine_result = run.suite(graded, left, only=[t["name"] for t in deferred], box=box, extra=audit)
+                (mine, error), more = mine_result
                 output += more
                 tests = _merged(tests, mine, deferred)
                 error = error or _unexpected(mine, deferred)
@@ -143,6 +153,7 @@ class _Run:
     def __init__(self, tmp: Path, kata: catalog.Kata, examples_only: bool, test_timeout: float, memory: int):
         self.tmp, self.kata, self.examples_only = tmp, kata, examples_only
         self.test_timeout, self.memory = test_timeout, memory
+        self.ini = _write_ini(tmp)  # once: two runs may start at the same moment
         self.deferred: list[dict] = []
         self.refused: list = []  # the worker's audit findings, as the judge's plugin read them
         self.count = 0
@@ -153,7 +164,7 @@ class _Run:
         suite = str(self.tmp / "tests" / "katas" / self.kata.suite.name)
         cmd = [
             sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
-            "-c", str(_write_ini(self.tmp)), "--rootdir", str(self.tmp),
+            "-c", str(self.ini), "--rootdir", str(self.tmp),
             "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
             f"--target={graded}", f"--dojo-test-timeout={self.test_timeout:g}", *extra,
         ] + (["--examples-only"] if self.examples_only else [])
@@ -162,7 +173,7 @@ class _Run:
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
             **(env or {}),
         }
-        log = self.tmp / f"output-{self.count}.txt"
+        log = self.tmp / f"output-{self.count}-{'judge' if '--judge' in extra else 'apart'}.txt"
         with channel.Receiver() as receiver:
             returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
                                               hold_s=self.test_timeout)
@@ -176,6 +187,15 @@ class _Run:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
         self.refused += next((r["audit"] for r in records if "audit" in r), [])
         return result, output
+
+
+def _has_apart_tests(kata: catalog.Kata) -> bool:
+    """Whether the suite marks any test as measured in the candidate's process (a cheap look at its text)."""
+    try:
+        text = kata.suite.read_text()
+    except OSError:
+        return False
+    return "mark.candidate_process" in text or "mark.machine" in text
 
 
 def _merged(judged: list[TestResult], mine: list[TestResult], deferred: list[dict]) -> list[TestResult]:

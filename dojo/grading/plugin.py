@@ -65,6 +65,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     global _sender
     _sender = _sender or channel.Sender.from_env()  # before any candidate code is imported
+    if config.getoption("--judge", default=False):
+        from dojo.grading import judge
+
+        judge.worker().boot()  # the worker starts now and imports its libraries while the suite is collected
     machine_lock.connect()  # likewise: the grader's timing lock service, when it gave one
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
