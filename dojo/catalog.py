@@ -88,7 +88,7 @@ class Kata:
     def hints(self) -> list[str]:
         """The hints in order, from "## Hint 1" ... "## Hint N" in HINTS.md (empty list when none),
         without their "Helps:" lines (see hint_helps)."""
-        return [HELPS.sub("", body) for body in self._hint_sections()]
+        return [HELPS.sub("", body).strip() for body in self._hint_sections()]
 
     def hint_helps(self) -> list[list[str]]:
         """Per hint, the tests it helps with: its "Helps: test_a, test_b" line (empty when it has none)."""

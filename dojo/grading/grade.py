@@ -108,7 +108,7 @@ def grade(
         run = _Run(tmp, kata, examples_only, test_timeout, memory_limit)
         if judged:
             worker = _worker_folder(tmp, kata, path)
-            spec = _worker_spec(tmp, worker, slug, memory_limit, box)
+            spec = _worker_spec(tmp, worker, slug, path.name, memory_limit, box)
             audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
@@ -254,9 +254,9 @@ def _importable(slug: str) -> str:
     return ",".join(f"solutions.{m}" for m in view.importable(slug))
 
 
-def _worker_spec(tmp: Path, folder: Path, slug: str, memory: int, box) -> dict:
+def _worker_spec(tmp: Path, folder: Path, slug: str, name: str, memory: int, box) -> dict:
     """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
-    file = str(folder / "submission" / f"{slug}.py")
+    file = str(folder / "submission" / name)  # (a notebook's extracted code has its own name)
     tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", _importable(slug)]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
