@@ -92,14 +92,17 @@ def _cmdline(proc: Path) -> bytes:
 
 
 def test_a_fork_loop_stops_at_the_cap(toy):
-    """forking 300 sleepers stops at the process cap"""
-    result = submit(toy, (
+    """forking 300 sleepers stops at the process cap (in-process, where no audit hook refuses the fork);
+    in judge mode the worker's audit hook refuses the first fork"""
+    source = (
         "import os, time\nforked = 0\ntry:\n    for _ in range(300):\n        if os.fork() == 0:\n"
         "            time.sleep(5)\n            os._exit(0)\n        forked += 1\nexcept OSError:\n    pass\n"
         "def add(a, b):\n    return -forked\n" + STUBS
-    ))
-    forked = -int(got(result, "add(2, 3) is 5"))
+    )
+    forked = -int(got(submit(toy, source, judged=False), "add(2, 3) is 5"))
     assert 0 < forked < min(300, sandbox.process_limit()), f"forked {forked} of 300 (cap {sandbox.process_limit()})"
+    judged = submit(toy, source)
+    assert judged.points == 0 and any("os.fork" in f for f in judged.integrity), judged.integrity
 
 
 def test_no_network_repository_or_home(toy, tmp_path):
@@ -169,7 +172,8 @@ def test_real_katas_hide_their_reference_and_its_twin(toy, monkeypatch):
     for slug in ("bpe", "attention"):
         result = grade.grade(slug, str(folder), sandboxed=True)
         assert result.sandboxed and result.points == 0, f"{slug}: {result.points}/{result.total}"
-        assert "ModuleNotFoundError" in result.tests[0].message and result.integrity
+        message = result.tests[0].message  # judge mode refuses the import; without the audit hook it is not found
+        assert ("ModuleNotFoundError" in message or "refused" in message) and result.integrity, message
 
 
 def test_the_timing_lock_is_not_in_the_sandbox(toy, monkeypatch, tmp_path):
@@ -199,8 +203,11 @@ def test_grade_summary_says_not_sandboxed_and_lists_findings(dojo, tmp_path):
 
 def test_a_crash_inside_reads_as_it_does_outside(toy):
     """a segfault in the sandbox is named as one (bwrap's 128 + signal is read back as the signal)"""
-    result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS)
+    result = submit(toy, "import faulthandler\ndef add(a, b):\n    faulthandler._sigsegv()\n" + STUBS)
     failed = next(t for t in result.tests if t.property == "add(2, 3) is 5")
     assert result.status == "fail" and "segmentation fault" in failed.message, failed.message
+    result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS)
+    failed = next(t for t in result.tests if t.property == "add(2, 3) is 5")  # judge mode's audit hook
+    assert "ctypes.string_at" in failed.message and "refused" in failed.message, failed.message
     result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS, judged=False)
     assert result.status == "fail" and "segmentation fault" in result.error, result.error
