@@ -104,7 +104,7 @@ def test_interview_scorecard_shows_inconclusive(noisy):
     assert started.returncode == 0, started.stdout + started.stderr
     noisy.write(noisy.reference.read_text())
     env["DOJO_FAKE_NOW"] = "1800000060"
-    out = subprocess.run([sys.executable, "-m", "dojo", "submit"], env=env, input="a\n1\nb\n1\n",
+    out = subprocess.run([sys.executable, "-m", "dojo", "submit"], env=env, input="a\n.\n1\nb\n.\n1\n",
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Tests passed:    4/4 (1 timing tests inconclusive on a busy machine: not counted)" in out.stdout
