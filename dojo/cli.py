@@ -25,7 +25,7 @@ from dojo.grading import grade
 from dojo.interview import takehome
 from dojo.practice import commands as practice, history, report
 
-PLUGINS = ("dojo.tools.demo", "dojo.tools.roofline", "dojo.interview.flow", "dojo.notebook.commands", "dojo.notebook.lab", "dojo.tools.bench")
+PLUGINS = ("dojo.tools.demo", "dojo.tools.serve", "dojo.tools.roofline", "dojo.interview.flow", "dojo.notebook.commands", "dojo.notebook.lab", "dojo.tools.bench")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,8 @@ from starlette.routing import Route
 
 from solutions.engine import SamplingParams
 
+MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
+
 # parameters a client may send that this server does not implement, and the value that means "unused"
 UNSUPPORTED = {"n": 1, "stop": None, "logprobs": None, "top_logprobs": None, "tools": None,
                "functions": None, "tool_choice": None, "best_of": 1, "echo": False, "suffix": None,
@@ -72,7 +74,7 @@ class TextDelta:
         return new
 
 
-def build_app(engine, tokenizer, model_id: str) -> Starlette:
+def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     """The ASGI app serving `engine` (solutions.engine.Engine) as `model_id`."""
     eos, vocab = tokenizer.eos_token_id, engine.model.config.vocab_size
     created = int(time.time())
@@ -174,7 +176,8 @@ def running(app, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yields its base URL (port 0: any free
     port) and always shuts it down on leaving. Raises RuntimeError if it does not start in 30 s."""
     sock = bind(host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     try:

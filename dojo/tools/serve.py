@@ -1,0 +1,59 @@
+"""`dojo serve`: the reference inference system as an OpenAI-compatible HTTP server.
+
+Loads SmolLM2 as `dojo demo` does (same weights modes, same start-up cache), starts the engine
+(solutions.engine) and serves it with uvicorn (solutions.server) on 127.0.0.1 unless `--host`
+says otherwise; prints the base URL and the model id, then serves until Ctrl-C. Any OpenAI
+client works against it: `OpenAI(base_url=URL + "/v1", api_key="unused")`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dojo.practice import report
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from dojo.tools.demo import Parts, load_model
+    from solutions.engine import Engine
+    from solutions.server import MODEL_ID, bind, build_app, url_of
+    from solutions.weight_modes import check_mode, default_mode
+
+    out = report.console()
+    mode = check_mode(args.weights or default_mode())
+    try:
+        sock = bind(args.host, args.port)  # before the slow load: a taken port fails at once
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    loaded = load_model(Parts(), mode, lambda s: None)
+    engine = Engine(loaded.model, [loaded.tokenizer.eos_token_id], max_batch=args.max_batch)
+    engine.start()
+    url = url_of(sock)
+    out.print(f"serving {MODEL_ID} ({mode} weights) at {url}/v1  (Ctrl-C stops)", markup=False)
+    out.print(f"  try: curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
+              f"'{{\"model\": \"{MODEL_ID}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'",
+              markup=False)
+    try:
+        config = uvicorn.Config(build_app(engine, loaded.tokenizer), log_level=args.log_level,
+                                lifespan="off", timeout_graceful_shutdown=2)
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn has shut down, then re-raises the Ctrl-C it caught
+        out.print("stopped", markup=False)
+    finally:
+        engine.close()
+        sock.close()
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve SmolLM2 over an OpenAI-compatible HTTP API")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    p.add_argument("--weights", default=None, metavar="MODE",
+                   help="fp32, bf16 or int4 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
+    p.add_argument("--max-batch", type=int, default=16, metavar="N", help="requests decoded together at most")
+    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                   help="uvicorn's log level (info: one line per request)")
+    p.set_defaults(func=run)

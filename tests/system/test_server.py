@@ -1,0 +1,189 @@
+"""`dojo serve` on SmolLM2: the official `openai` client and curl against the real server.
+
+One engine and one server (uvicorn on an ephemeral port of 127.0.0.1, always shut down) serve the
+whole module, on the session's fp32 model. Greedy answers must equal what `dojo demo` prints for
+the same question (its chat template and `generate`), streamed chunks must arrive in order and add
+up to that answer, concurrent clients must each get their own answer, bad requests get OpenAI's
+error shape with a 4xx, and a client that disconnects mid-stream frees its cache. Few new tokens
+each, to keep it quick.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+import torch
+
+from solutions.engine import Engine
+from solutions.generate import generate
+from solutions.server import MODEL_ID, TextDelta, build_app, running
+
+NEW = 12  # new tokens per request: enough to tell answers apart
+
+
+@pytest.fixture(scope="module")
+def server(smollm2, smollm2_tokenizer):
+    engine = Engine(smollm2, [smollm2_tokenizer.eos_token_id])
+    engine.start()
+    try:
+        with running(build_app(engine, smollm2_tokenizer)) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+            yield SimpleNamespace(url=url, engine=engine, client=client)
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def demo_answer(smollm2, smollm2_tokenizer):
+    """What `dojo demo` answers (greedy, its chat template and the reference generate): token ids."""
+    def answer(question: str, max_new_tokens: int = NEW) -> list[int]:
+        tok = smollm2_tokenizer
+        prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+        with torch.inference_mode():
+            result = generate(smollm2, [prompt], max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id)
+        return result.tokens[0]
+    return answer
+
+
+def text_of(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode([t for t in ids if t != tokenizer.eos_token_id])
+
+
+def chat(server, question: str, **kwargs):
+    """The server's chat answer to `question`: greedy and NEW tokens unless kwargs say otherwise."""
+    kwargs = {"max_tokens": NEW, "temperature": 0} | kwargs
+    return server.client.chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": question}], **kwargs)
+
+
+def wait_idle(engine, seconds: float = 20.0):
+    """The engine's stats once nothing runs or waits (or after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while (stats := engine.stats()).running or stats.waiting:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return stats
+
+
+def test_models_and_health_list_the_model(server):
+    """/v1/models lists the served model's id, and /health answers ok."""
+    assert [m.id for m in server.client.models.list().data] == [MODEL_ID]
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_greedy_chat_equals_the_demo(server, demo_answer, smollm2_tokenizer):
+    """A greedy chat completion is `dojo demo`'s answer to the same question, with usage counted."""
+    question = "What is the capital of France?"
+    want = demo_answer(question)
+    got = chat(server, question)
+    assert got.choices[0].message.content == text_of(smollm2_tokenizer, want), \
+        f"greedy answer to {question!r} differs from dojo demo's"
+    assert got.choices[0].finish_reason == ("stop" if want[-1] == smollm2_tokenizer.eos_token_id else "length")
+    assert got.usage.completion_tokens == len(want)
+
+
+def test_stream_chunks_arrive_in_order(server, demo_answer, smollm2_tokenizer):
+    """Streamed chunks: the role first, then the answer's text pieces in order, then a finish reason
+    and the usage; one id throughout."""
+    question = "Name three colors."
+    want = demo_answer(question)
+    pieces = TextDelta(smollm2_tokenizer)
+    want_pieces = [p for t in want if t != smollm2_tokenizer.eos_token_id and (p := pieces.add(t))]
+    chunks = list(chat(server, question, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    got_pieces = [c.choices[0].delta.content for c in chunks[1:] if c.choices and c.choices[0].delta.content]
+    assert got_pieces == want_pieces, "the streamed pieces are not the answer's pieces in order"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+    assert chunks[-1].usage.completion_tokens == len(want)
+    assert len({c.id for c in chunks}) == 1, "chunks of one answer carry different ids"
+
+
+def test_curl_streams_server_sent_events(server, smollm2_tokenizer):
+    """curl -N on /v1/completions: `data:` events whose text adds up to the non-streamed answer, then [DONE]."""
+    body = {"model": MODEL_ID, "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
+    whole = server.client.completions.create(**body).choices[0].text
+    out = subprocess.run(["curl", "-sN", "--max-time", "60", f"{server.url}/v1/completions",
+                          "-H", "Content-Type: application/json", "-d", json.dumps(body | {"stream": True})],
+                         capture_output=True, text=True, timeout=90)
+    events = [line.removeprefix("data: ") for line in out.stdout.splitlines() if line.startswith("data: ")]
+    assert events and events[-1] == "[DONE]", f"the stream does not end with [DONE]: {out.stdout[-300:]!r}"
+    assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == whole
+
+
+def test_concurrent_clients_each_get_their_own_answer(server, demo_answer, smollm2_tokenizer):
+    """Four clients at once, four questions: each gets its own greedy answer, decoded in one batch."""
+    questions = ["What is 2 + 2?", "Name a fruit.", "What is the capital of Italy?", "Say hello."]
+    answers: dict[int, str] = {}
+    start = threading.Barrier(len(questions))
+
+    def ask(i: int) -> None:
+        start.wait()
+        answers[i] = chat(server, questions[i]).choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(questions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for i, q in enumerate(questions):
+        assert answers.get(i) == text_of(smollm2_tokenizer, demo_answer(q)), \
+            f"client {i} ({q!r}) did not get its own greedy answer"
+    assert server.engine.stats().max_batch_seen > 1, "concurrent requests never shared a decode step"
+
+
+def test_seeded_sampling_repeats(server):
+    """Sampling with a seed gives the same text twice."""
+    first, second = (chat(server, "Tell me a story.", temperature=1.0, seed=7).choices[0].message.content
+                     for _ in range(2))
+    assert first == second
+
+
+@pytest.mark.parametrize("case", ["unknown model", "max_tokens over the context", "malformed JSON",
+                                  "prompt over the context", "unsupported n"])
+def test_bad_requests_get_openai_errors(server, case):
+    """Each bad request gets a 4xx with OpenAI's error shape and a message naming the problem."""
+    context = server.engine.context
+    ok = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    path, body, status, words = {
+        "unknown model": ("chat/completions", ok | {"model": "gpt-4"}, 404, "gpt-4"),
+        "max_tokens over the context": ("chat/completions", ok | {"max_tokens": context + 1}, 400, "context length"),
+        "malformed JSON": ("chat/completions", '{"model": ', 400, "JSON"),
+        "prompt over the context": ("completions", {"model": MODEL_ID, "prompt": [1] * (context + 1)}, 400,
+                                    "context length"),
+        "unsupported n": ("chat/completions", ok | {"n": 2}, 400, "n=2"),
+    }[case]
+    content = body if isinstance(body, str) else json.dumps(body)
+    r = httpx.post(f"{server.url}/v1/{path}", content=content, headers={"Content-Type": "application/json"})
+    assert r.status_code == status, f"{case}: status {r.status_code}, want {status}"
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and words in error["message"], error
+
+
+def test_the_openai_client_raises_on_an_unknown_model(server):
+    """The official client turns the 404 into NotFoundError, with our message."""
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        server.client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "Hi"}])
+
+
+def test_a_client_that_disconnects_frees_its_cache(server):
+    """Closing a stream after two chunks cancels the request: the engine holds nothing soon after."""
+    wait_idle(server.engine)
+    steps = server.engine.stats().steps
+    body = {"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+        events = 0
+        for line in r.iter_lines():
+            events += line.startswith("data: ")
+            if events == 2:
+                break
+    stats = wait_idle(server.engine)
+    assert stats.running == 0 and stats.cached_tokens == 0, f"after the client left: {stats}"
+    assert stats.steps - steps < 1000, "the engine decoded on long after the client left"
