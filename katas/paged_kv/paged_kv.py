@@ -114,6 +114,12 @@ class PagedKVCache:
         """Blocks off the free list (a block shared by several sequences counts once)."""
         raise NotImplementedError
 
+    def blocks_needed(self, seq_id: int, new_tokens: int) -> int:
+        """Blocks appending `new_tokens` positions would take from the pool (without taking them): the
+        missing ones past the table's end, plus 1 if the block the first new position falls in is shared.
+        Raises ValueError for an unknown sequence."""
+        raise NotImplementedError
+
     def view(self, seq_ids: list[int]) -> PagedView:
         """The batch view over these sequences, row i = seq_ids[i].
 

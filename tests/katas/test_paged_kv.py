@@ -32,7 +32,7 @@ SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
 # --------------------------------------------------------------------------- helpers
 
 @pytest.fixture(scope="module")
-def model():
+def model(one_thread):
     """The reference tiny Llama (2 layers, 4 query heads, 2 KV heads, head_dim 16)."""
     return tiny_model(seed=0)
 
@@ -187,6 +187,8 @@ def test_readme_fork_example(kata):
     assert cache.blocks_in_use == 2, f"fork copied blocks: blocks_in_use {cache.blocks_in_use}, want 2"
     counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
     assert counts == [2, 2], f"after fork, the shared blocks' refcounts are {counts}, want [2, 2]"
+    need = (cache.blocks_needed(1, 1), cache.blocks_needed(1, 3))
+    assert need == (1, 2), f"6 tokens in blocks of 4, forked: blocks_needed for 1 and 3 more tokens {need}, want (1, 2)"
     step = torch.full((1, 1, 2), 100.0)
     cache.update(1, 0, step, -step)
     assert cache.blocks_in_use == 3, (
@@ -471,6 +473,10 @@ def test_random_operations_match_oracle(kata, ops):
         history = "; ".join(done + [f"{op}({s}{', ' + str(t) if op == 'append' else ''})"])
         if op == "append":
             written = [kv(1, t, 2, seed=100 * i + layer) for layer in range(n_layers)]
+            need = cache.blocks_needed(s, t)
+            assert need == oracle.needed(s, t), (
+                f"blocks of {bs}, {history}: blocks_needed({s}, {t}) is {need}, want {oracle.needed(s, t)} "
+                f"({oracle.tokens(s)} tokens in {len(oracle.blocks[s])} blocks)")
             if oracle.needed(s, t) > num_blocks - oracle.in_use():
                 raises(kata.OutOfBlocksError, lambda s=s, w=written: cache.update(s, 0, *w[0]),
                        f"{history} with {num_blocks - oracle.in_use()} blocks free")
