@@ -1,17 +1,23 @@
-"""The serving engine: many requests, one model thread, one batched decode step for all of them.
+"""The serving engine: continuous batching of many requests on one model thread.
 
-A request goes in as prompt token ids and sampling parameters; its tokens come back as an async
-stream (`Engine.generate`), so an asyncio server can await them while the model runs in its own
-thread. Each iteration of the engine loop admits one waiting request (prefills its whole prompt
-into a cache of its own and samples its first token), then runs one decode step over every
-running request at once: the weights are read once per step, not once per request, which is why
-concurrent requests cost little more than one. Rows of the decode batch hold different lengths:
-`RaggedBatch` gathers each request's cache into a right-padded batch with a mask that hides the
-padding. A request leaves when it samples an end token, reaches max_tokens or is cancelled (its
-stream closed: the client went away), and its cache is dropped at once.
+A request goes in as prompt token ids and sampling parameters (`Engine.submit`); its tokens come
+back as an async stream, so an asyncio server awaits them while the model runs in its own thread.
+The engine loop is the scheduler kata's (solutions.scheduler) step / complete cycle on the paged
+KV cache kata's blocks (solutions.paged_kv), the two sharing one block budget:
+1. `scheduler.step()` plans the pass: one decode for every running request, then prefill chunks of
+   newer prompts up to the step's token budget (chunked prefill: a long prompt never stalls the
+   decodes for more than one chunk), preempting the newest request if blocks run out;
+2. the engine runs each prefill chunk into its request's block table, then one batched decode step
+   over every decoding request (a `PagedView`: rows of different lengths, left-padded and masked),
+   so the weights are read once per step however many requests decode;
+3. each request's next token is chosen with its own parameters, streamed, and reported with
+   `scheduler.complete`, which says who finished; their blocks go back to the pool at once.
+A client that goes away closes its stream: the request is aborted and its blocks freed before
+the next step. A preempted request's blocks are freed too; it is recomputed later from its prompt
+and its tokens so far, so its answer does not change.
 
-Left out: chunked prefill, preemption and a KV block budget (the scheduler and paged-KV katas),
-prefix sharing, stop strings, logprobs, more than one choice per request.
+Left out: prefilling several prompts in one pass, prefix sharing between requests (the paged
+cache can fork; nothing here finds common prefixes), stop strings, logprobs, n > 1.
 """
 
 from __future__ import annotations
@@ -19,16 +25,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor
 
 from solutions.generate import _filtered_probs
-
-FIRST_CACHE_TOKENS = 256  # positions a request's cache holds beyond its prompt at first; it doubles when full
+from solutions.paged_kv import PagedKVCache
+from solutions.scheduler import Scheduler, SchedulerConfig
 
 
 @dataclass
@@ -50,50 +57,82 @@ class SamplingParams:
 
 
 @dataclass
-class Sequence:
-    """One request inside the engine: its prompt, the tokens so far and its own cache."""
+class EngineConfig:
+    """The KV pool (num_blocks blocks of block_size positions) and the tokens one step may feed."""
 
+    num_blocks: int = 1024  # 16,384 positions of SmolLM2's fp32 keys and values: 0.75 GB
+    block_size: int = 16
+    max_tokens_per_step: int = 256  # decodes plus prefill chunks in one step
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"EngineConfig.{f.name} must be a positive int, got {value!r}")
+
+
+@dataclass
+class EngineStats:
+    pending: int  # requests submitted and not finished (waiting or running)
+    blocks_in_use: int  # KV blocks held in the paged cache
+    steps: int  # forward steps run so far
+    max_batch_seen: int  # the most requests one decode step has served
+
+
+@dataclass(eq=False)
+class _Request:
     id: int
     prompt: list[int]
     params: SamplingParams
     emit: Callable[[object], None]  # hands a token id, None (done) or an exception to the stream
     generator: torch.Generator | None = None  # sampling only
-    cache: object = None
-    tokens: list[int] = field(default_factory=list)
+    in_cache: bool = False
     cancelled: bool = False
-
-    @property
-    def length(self) -> int:
-        """Positions in its cache: the prompt and every token fed back so far."""
-        return self.cache.length
+    arrival: float = field(default_factory=time.perf_counter)
 
 
-@dataclass
-class EngineStats:
-    waiting: int
-    running: int
-    cached_tokens: int  # positions held by running requests' caches
-    steps: int  # decode steps run so far
-    max_batch_seen: int  # the largest decode batch so far
+class TokenStream:
+    """A request's new token ids as an async iterator (its end token, if it samples one, comes last).
+
+    `aclose()` (a client gone) cancels the request: the engine drops it and frees its blocks.
+    Iterating raises RuntimeError if the engine stops first.
+    """
+
+    def __init__(self, engine: Engine, request: _Request, queue: asyncio.Queue):
+        self._engine, self._request, self._queue = engine, request, queue
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> int:
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        self._engine._cancel(self._request)
 
 
 class Engine:
-    """Serves `model` (the model protocol of solutions.model) to concurrent requests.
+    """Serves `model` (solutions.model's protocol) to concurrent requests; `eos_token_id` ends one.
 
-    `eos_token_ids` end a request (the token is streamed, then the stream ends). `max_batch`
-    bounds the decode batch; further requests wait their turn (first come, first served).
-    Call `start()` before `generate`, and `close()` at the end.
+    Call `start()` before `submit`, and `close()` at the end.
     """
 
-    def __init__(self, model, eos_token_ids: list[int], *, max_batch: int = 16):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.model, self.eos, self.max_batch = model, set(eos_token_ids), max_batch
-        self.context = model.config.max_seq_len
+    def __init__(self, model, eos_token_id: int, config: EngineConfig | None = None):
+        self.model, self.eos = model, eos_token_id
+        self.config = config = config or EngineConfig()
+        c = model.config
+        self.cache = PagedKVCache(c.n_layers, c.n_kv_heads, c.head_dim, config.num_blocks, config.block_size,
+                                  dtype=model.norm.dtype, device=model.norm.device)
+        self.scheduler = Scheduler(SchedulerConfig(config.max_tokens_per_step, config.num_blocks, config.block_size))
+        self.context = min(c.max_seq_len, config.num_blocks * config.block_size)  # positions one request may use
         self._ids = itertools.count()
-        self._inbox: deque[Sequence] = deque()
-        self._waiting: deque[Sequence] = deque()
-        self._running: list[Sequence] = []
+        self._requests: dict[int, _Request] = {}  # pending, engine thread only
+        self._inbox: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
@@ -103,7 +142,7 @@ class Engine:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the loop; requests still open end with a RuntimeError in their streams."""
+        """Stop the loop; streams still open end with RuntimeError."""
         with self._wake:
             self._closing = True
             self._wake.notify()
@@ -112,168 +151,126 @@ class Engine:
 
     def stats(self) -> EngineStats:
         with self._wake:
-            running = list(self._running)
-            waiting = len(self._waiting) + len(self._inbox)
-        return EngineStats(waiting, len(running), sum(s.length for s in running if s.cache is not None),
-                           self._steps, self._max_batch_seen)
+            pending = len(self._requests) + len(self._inbox)
+        return EngineStats(pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen)
 
-    async def generate(self, prompt: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        """The new token ids for `prompt`, as the model chooses them (an end token comes last).
+    def submit(self, prompt: list[int], params: SamplingParams) -> TokenStream:
+        """Queue a request; call from the event loop that will read the stream.
 
-        Closing the iterator early (a client that disconnects) cancels the request and frees its
-        cache. Raises ValueError for an empty prompt, a token outside the vocabulary or a prompt
-        plus max_tokens past the model's context, and RuntimeError if the engine is closed.
+        Raises ValueError for an empty prompt, a token outside the vocabulary, or a prompt plus
+        max_tokens past `context` (the model's context, or the KV pool if smaller), and
+        RuntimeError if the engine is closed.
         """
         vocab = self.model.config.vocab_size
         if not prompt or any(not 0 <= t < vocab for t in prompt):
             raise ValueError(f"the prompt must be a non-empty list of token ids in [0, {vocab})")
         if len(prompt) + params.max_tokens > self.context:
             raise ValueError(f"{len(prompt)} prompt tokens + max_tokens {params.max_tokens} exceed the "
-                             f"model's context of {self.context} tokens")
+                             f"context of {self.context} tokens")
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
-        seq = Sequence(next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item))
+        request = _Request(next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item))
         if params.temperature > 0:
-            seq.generator = torch.Generator()
+            request.generator = torch.Generator()
             if params.seed is None:
-                seq.generator.seed()
+                request.generator.seed()
             else:
-                seq.generator.manual_seed(params.seed)
+                request.generator.manual_seed(params.seed)
         with self._wake:
             if self._closing:
                 raise RuntimeError("the engine is closed")
-            self._inbox.append(seq)
+            self._inbox.append(request)
             self._wake.notify()
-        try:
-            while (item := await queue.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            seq.cancelled = True  # a no-op once it has finished; otherwise the loop drops it next step
-            with self._wake:
-                self._wake.notify()
+        return TokenStream(self, request, queue)
+
+    def _cancel(self, request: _Request) -> None:
+        with self._wake:
+            request.cancelled = True  # a no-op once it has finished; else dropped before the next step
+            self._wake.notify()
 
     # ------------------------------------------------------------------ the model thread
 
     def _loop(self) -> None:
         try:
             with torch.inference_mode():
-                while self._next_batch():
-                    self._admit()
-                    if self._running:
-                        self._decode()
+                while self._take_requests():
+                    if self._requests:
+                        self._step()
         except BaseException as exc:  # the model failed: every open stream hears it, none hangs
-            for seq in list(self._running) + list(self._waiting) + list(self._inbox):
-                seq.emit(RuntimeError(f"the engine stopped: {type(exc).__name__}: {exc}"))
+            self._end_all(RuntimeError(f"the engine stopped: {type(exc).__name__}: {exc}"))
             raise
-        for seq in list(self._running) + list(self._waiting) + list(self._inbox):
-            seq.emit(RuntimeError("the engine was closed"))
+        self._end_all(RuntimeError("the engine was closed"))
 
-    def _next_batch(self) -> bool:
-        """Wait for work; take new requests in and drop cancelled ones. False once closing."""
+    def _take_requests(self) -> bool:
+        """Wait for work; hand new requests to the scheduler, drop cancelled ones. False once closing."""
         with self._wake:
-            while not self._closing and not (self._inbox or self._waiting or self._running):
+            while not self._closing and not (self._inbox or self._requests):
                 self._wake.wait()
             if self._closing:
                 return False
-            self._waiting.extend(self._inbox)
-            self._inbox.clear()
-            self._waiting = deque(s for s in self._waiting if not s.cancelled)
-            for seq in self._running:
-                if seq.cancelled:
-                    seq.cache = None  # a client that went away: its memory goes back now
-            self._running = [s for s in self._running if not s.cancelled]
+            new, self._inbox = list(self._inbox), deque()
+            for request in new:
+                self._requests[request.id] = request
+            gone = [r for r in self._requests.values() if r.cancelled]
+        for request in new:
+            self.scheduler.add(str(request.id), request.prompt, request.params.max_tokens, request.arrival, self.eos)
+        for request in gone:
+            self.scheduler.abort(str(request.id))
+            self._retire(request)
         return True
 
-    def _admit(self) -> None:
-        """Prefill the first waiting request if the batch has room, and sample its first token."""
-        if not self._waiting or len(self._running) >= self.max_batch:
-            return
-        seq = self._waiting[0]
-        seq.cache = self.model.new_cache(1, min(self.context, len(seq.prompt) + FIRST_CACHE_TOKENS))
-        logits = self.model.prefill(torch.tensor([seq.prompt]), seq.cache)[:, -1]  # (1, V)
-        with self._wake:
-            self._waiting.popleft()
-            self._running.append(seq)
-        self._finish_step([seq], self._choose([seq], logits))
-
-    def _decode(self) -> None:
-        """One decode step for every running request that has a token to feed back."""
-        batch = [s for s in self._running if s.tokens]
-        for seq in batch:
-            if seq.length == seq.cache.max_len:
-                seq.cache = _grown(self.model, seq.cache, min(self.context, 2 * seq.cache.max_len))
-        ids = torch.tensor([s.tokens[-1] for s in batch])  # (B,)
-        if len(batch) == 1:
-            logits = self.model.decode_step(ids, batch[0].cache)  # (1, V)
-        else:
-            view = RaggedBatch([s.cache for s in batch])
-            logits = self.model.decode_step(ids, view, view.attention_mask())  # (B, V)
+    def _step(self) -> None:
+        """Run one plan of the scheduler: prefill chunks, one batched decode, then report the tokens."""
+        plan = self.scheduler.step()
+        for rid in plan.preempted:
+            self._free_blocks(self._requests[int(rid)])
+        sampling: list[tuple[_Request, Tensor]] = []  # (request, its logits (V,))
+        for chunk in plan.prefills:
+            request = self._requests[int(chunk.request_id)]
+            if not request.in_cache:
+                self.cache.add_sequence(request.id)
+                request.in_cache = True
+            logits = self.model.prefill(torch.tensor([chunk.ids]), self.cache.view([request.id]))  # (1, T, V)
+            if chunk.sample:
+                sampling.append((request, logits[0, -1]))
+        if plan.decodes:
+            batch = [self._requests[int(c.request_id)] for c in plan.decodes]
+            view = self.cache.view([r.id for r in batch])
+            mask = view.attention_mask() if len(batch) > 1 else None  # (B, length + 1): rows differ in length
+            logits = self.model.decode_step(torch.tensor([c.ids[0] for c in plan.decodes]), view, mask)  # (B, V)
+            sampling += zip(batch, logits)
+            self._max_batch_seen = max(self._max_batch_seen, len(batch))
         self._steps += 1
-        self._max_batch_seen = max(self._max_batch_seen, len(batch))
-        self._finish_step(batch, self._choose(batch, logits))
+        chosen = {str(r.id): _choose(r.params, r.generator, row) for r, row in sampling}
+        finished = self.scheduler.complete(chosen, time.perf_counter())
+        for request, _ in sampling:
+            request.emit(chosen[str(request.id)])
+        for done in finished:
+            request = self._requests[int(done.request_id)]
+            request.emit(None)
+            self._retire(request)
 
-    def _choose(self, batch: list[Sequence], logits: Tensor) -> list[int]:
-        """Each row's next token under its own parameters: argmax, or a draw from its generator."""
-        chosen = logits.argmax(dim=-1).tolist()  # (B,)
-        for row, seq in enumerate(batch):
-            p = seq.params
-            if p.temperature > 0:
-                probs = _filtered_probs(logits[row:row + 1], p.temperature, None, p.top_p)  # (1, V)
-                chosen[row] = int(torch.multinomial(probs, 1, generator=seq.generator))
-        return chosen
+    def _free_blocks(self, request: _Request) -> None:
+        if request.in_cache:
+            self.cache.free(request.id)
+            request.in_cache = False
 
-    def _finish_step(self, batch: list[Sequence], chosen: list[int]) -> None:
-        """Stream each chosen token; retire the requests that ended."""
-        done = []
-        for seq, token in zip(batch, chosen):
-            seq.tokens.append(token)
-            seq.emit(token)
-            if token in self.eos or len(seq.tokens) == seq.params.max_tokens:
-                seq.emit(None)
-                done.append(seq)
-        if done:
-            with self._wake:
-                self._running = [s for s in self._running if s not in done]
-            for seq in done:
-                seq.cache = None  # its memory goes back now, not when the stream is collected
+    def _retire(self, request: _Request) -> None:
+        self._free_blocks(request)
+        with self._wake:
+            self._requests.pop(request.id, None)
+
+    def _end_all(self, error: Exception) -> None:
+        with self._wake:
+            for request in list(self._requests.values()) + list(self._inbox):
+                request.emit(error)
 
 
-class RaggedBatch:
-    """A decode batch over per-request caches of different lengths, in the model's cache protocol.
-
-    `length` is the longest row's; `update` appends each row's new key and value to its own cache
-    and returns them right-padded with zeros to (B, H_kv, length + 1, D). `attention_mask()` marks
-    each row's real positions (its cache and the new token), so padding is never attended to and
-    each row's new token gets position = its own cached length (the model counts the mask).
-    """
-
-    def __init__(self, caches: list):
-        self.caches = caches
-        self.lengths = [c.length for c in caches]
-        self.length = max(self.lengths)
-
-    def attention_mask(self) -> Tensor:
-        cols = torch.arange(self.length + 1)  # (T,)
-        return cols[None, :] <= torch.tensor(self.lengths)[:, None]  # (B, length + 1)
-
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        B, H, _, D = k.shape  # (B, H_kv, 1, D)
-        keys = k.new_zeros(B, H, self.length + 1, D)  # zeros: a padded value times weight 0 stays 0
-        values = v.new_zeros(B, H, self.length + 1, D)
-        for row, cache in enumerate(self.caches):
-            ck, cv = cache.update(layer, k[row:row + 1], v[row:row + 1])  # (1, H_kv, L_row + 1, D)
-            keys[row, :, :ck.shape[2]] = ck[0]
-            values[row, :, :cv.shape[2]] = cv[0]
-        return keys, values
-
-
-def _grown(model, cache, max_len: int):
-    """A cache of `max_len` positions holding `cache`'s (the old one's storage is then dropped)."""
-    new = model.new_cache(1, max_len)
-    for layer in range(cache.n_layers):
-        new.update(layer, cache.k[layer][:, :, :cache.length], cache.v[layer][:, :, :cache.length])
-    return new
+def _choose(params: SamplingParams, generator: torch.Generator | None, logits: Tensor) -> int:
+    """The next token from one row's logits (V,): argmax, or a draw under temperature and top-p."""
+    if params.temperature == 0:
+        return int(logits.argmax())
+    probs = _filtered_probs(logits[None], params.temperature, None, params.top_p)  # (1, V)
+    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item) -> None:

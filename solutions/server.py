@@ -114,7 +114,7 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
             raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
         kind = "chatcmpl" if chat else "cmpl"
         head = {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model_id}
-        tokens = engine.generate(prompt, params)
+        tokens = engine.submit(prompt, params)
         if stream:
             usage = (body.get("stream_options") or {}).get("include_usage", False)
             return StreamingResponse(_events(tokens, head, chat, len(prompt), usage),

@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dojo.tools.demo import Parts, load_model
-    from solutions.engine import Engine
+    from solutions.engine import Engine, EngineConfig
     from solutions.server import MODEL_ID, bind, build_app, url_of
     from solutions.weight_modes import check_mode, default_mode
 
@@ -27,8 +27,9 @@ def run(args: argparse.Namespace) -> int:
         sock = bind(args.host, args.port)  # before the slow load: a taken port fails at once
     except OSError as exc:
         raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    config = EngineConfig() if args.kv_blocks is None else EngineConfig(num_blocks=args.kv_blocks)
     loaded = load_model(Parts(), mode, lambda s: None)
-    engine = Engine(loaded.model, [loaded.tokenizer.eos_token_id], max_batch=args.max_batch)
+    engine = Engine(loaded.model, loaded.tokenizer.eos_token_id, config)
     engine.start()
     url = url_of(sock)
     out.print(f"serving {MODEL_ID} ({mode} weights) at {url}/v1  (Ctrl-C stops)", markup=False)
@@ -53,7 +54,9 @@ def register(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
     p.add_argument("--weights", default=None, metavar="MODE",
                    help="fp32, bf16 or int4 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
-    p.add_argument("--max-batch", type=int, default=16, metavar="N", help="requests decoded together at most")
+    p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
+                   help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
+                        "with fewer, fewer requests run at once")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                    help="uvicorn's log level (info: one line per request)")
     p.set_defaults(func=run)

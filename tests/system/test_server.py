@@ -30,7 +30,7 @@ NEW = 12  # new tokens per request: enough to tell answers apart
 
 @pytest.fixture(scope="module")
 def server(smollm2, smollm2_tokenizer):
-    engine = Engine(smollm2, [smollm2_tokenizer.eos_token_id])
+    engine = Engine(smollm2, smollm2_tokenizer.eos_token_id)
     engine.start()
     try:
         with running(build_app(engine, smollm2_tokenizer)) as url:
@@ -66,7 +66,7 @@ def chat(server, question: str, **kwargs):
 def wait_idle(engine, seconds: float = 20.0):
     """The engine's stats once nothing runs or waits (or after `seconds`)."""
     deadline = time.monotonic() + seconds
-    while (stats := engine.stats()).running or stats.waiting:
+    while (stats := engine.stats()).pending:
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -185,5 +185,5 @@ def test_a_client_that_disconnects_frees_its_cache(server):
             if events == 2:
                 break
     stats = wait_idle(server.engine)
-    assert stats.running == 0 and stats.cached_tokens == 0, f"after the client left: {stats}"
+    assert stats.pending == 0 and stats.blocks_in_use == 0, f"after the client left: {stats}"
     assert stats.steps - steps < 1000, "the engine decoded on long after the client left"
