@@ -7,9 +7,10 @@ KV cache kata's blocks (solutions.paged_kv), the two sharing one block budget:
 1. `scheduler.step()` plans the pass: one decode for every running request, then prefill chunks of
    newer prompts up to the step's token budget (chunked prefill: a long prompt never stalls the
    decodes for more than one chunk), preempting the newest request if blocks run out;
-2. the engine runs each prefill chunk into its request's block table, then one batched decode step
-   over every decoding request (a `PagedView`: rows of different lengths, left-padded and masked),
-   so the weights are read once per step however many requests decode;
+2. the engine runs each prefill chunk into its request's block table (a `PagedView` of one row),
+   then one batched decode step over every decoding request (solutions.paged_decode's
+   `DecodeView`: rows of different lengths, left-padded and masked), so the weights are read once
+   per step however many requests decode;
 3. each request's next token is chosen with its own parameters, streamed, and reported with
    `scheduler.complete`, which says who finished; their blocks go back to the pool at once.
 A client that goes away closes its stream: the request is aborted and its blocks freed before
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor
 
 from solutions.generate import _filtered_probs
+from solutions.paged_decode import DecodeView
 from solutions.paged_kv import PagedKVCache
 from solutions.scheduler import Scheduler, SchedulerConfig
 
@@ -77,6 +79,7 @@ class EngineStats:
     blocks_in_use: int  # KV blocks held in the paged cache
     steps: int  # forward steps run so far
     max_batch_seen: int  # the most requests one decode step has served
+    preemptions: int  # requests whose blocks were taken back, to be recomputed
 
 
 @dataclass(eq=False)
@@ -136,7 +139,7 @@ class Engine:
         self._wake = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
-        self._steps = self._max_batch_seen = 0
+        self._steps = self._max_batch_seen = self._preemptions = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -152,7 +155,7 @@ class Engine:
     def stats(self) -> EngineStats:
         with self._wake:
             pending = len(self._requests) + len(self._inbox)
-        return EngineStats(pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen)
+        return EngineStats(pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen, self._preemptions)
 
     def submit(self, prompt: list[int], params: SamplingParams) -> TokenStream:
         """Queue a request; call from the event loop that will read the stream.
@@ -223,6 +226,7 @@ class Engine:
         plan = self.scheduler.step()
         for rid in plan.preempted:
             self._free_blocks(self._requests[int(rid)])
+            self._preemptions += 1
         sampling: list[tuple[_Request, Tensor]] = []  # (request, its logits (V,))
         for chunk in plan.prefills:
             request = self._requests[int(chunk.request_id)]
@@ -234,7 +238,7 @@ class Engine:
                 sampling.append((request, logits[0, -1]))
         if plan.decodes:
             batch = [self._requests[int(c.request_id)] for c in plan.decodes]
-            view = self.cache.view([r.id for r in batch])
+            view = DecodeView(self.cache, [r.id for r in batch])
             mask = view.attention_mask() if len(batch) > 1 else None  # (B, length + 1): rows differ in length
             logits = self.model.decode_step(torch.tensor([c.ids[0] for c in plan.decodes]), view, mask)  # (B, V)
             sampling += zip(batch, logits)
@@ -246,8 +250,8 @@ class Engine:
             request.emit(chosen[str(request.id)])
         for done in finished:
             request = self._requests[int(done.request_id)]
+            self._retire(request)  # before the stream ends: a client that reads its end finds the blocks free
             request.emit(None)
-            self._retire(request)
 
     def _free_blocks(self, request: _Request) -> None:
         if request.in_cache:

@@ -4,6 +4,7 @@
   roofline's prediction from this machine's measured ceilings, with the compute crossover marked.
 - `latency`: time to first token and time per output token against prompt length
   (solutions.latency.measure_latency), beside predict_ttft / predict_tpot.
+- `serve`: tokens/s, TTFT and TPOT of `dojo serve` against concurrent clients (dojo.tools.serve_bench).
 
 The model is SmolLM2-shaped with random weights (the same FLOPs and bytes as the real one, nothing
 to load); `--layers` and `--vocab` shrink it for quick runs. Plots go under the workspace, in
@@ -16,6 +17,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+
+from dojo.tools import serve_bench
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,7 @@ def register(subparsers) -> None:
                    help="prompt lengths, comma-separated (default 16,64,256,512)")
     p.add_argument("--new-tokens", type=int, default=8, help="tokens generated per request (default 8)")
     p.set_defaults(func=_run(run_latency))
+    serve_bench.register(what, _int_list)
 
 
 def _run(bench):
