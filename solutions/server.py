@@ -11,7 +11,8 @@ Sampling follows OpenAI's parameters: `temperature` (0: greedy; default 1), `top
 `max_tokens` (`max_completion_tokens` for chat; default: the rest of the context).
 Bad requests get OpenAI's error shape `{"error": {"message", "type", "param", "code"}}` with a 4xx:
 malformed JSON (400), an unknown model (404), a prompt or max_tokens past the context (400), a
-parameter this server does not implement (400, naming it). A client that disconnects mid-stream
+parameter this server does not implement (400, naming it); a failure inside gets the same shape
+with a 500 (`server_error`). A client that disconnects mid-stream
 closes its token stream, which cancels the request in the engine and frees its cache.
 
 Left out: n > 1, stop strings, logprobs, tools and function calls, penalties, images, several
@@ -165,10 +166,14 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     async def refused(request: Request, exc: APIError) -> Response:
         return exc.response()
 
+    async def failed(request: Request, exc: Exception) -> Response:  # the engine stopped, or a bug
+        return APIError(500, f"{type(exc).__name__}: {exc}", kind="server_error").response()
+
     routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{model:path}", model),
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found, APIError: refused})
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found, APIError: refused,
+                                                             Exception: failed})
 
 
 @contextmanager
