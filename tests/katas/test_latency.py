@@ -54,7 +54,8 @@ def test_predict_ttft_long_prompt_is_compute_bound(kata):
     want = 155_826_782_208 / PEAK  # prefill FLOPs of 512 tokens; its 586 MB take only 0.049 s
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_ttft(SmolLM2, 512, 1.5e11, 1.2e10) = {got:.6g} s, want {want:.6g} s "
-        "(155.8 GFLOP / 1.5e11 FLOP/s: prefill of a long prompt is compute-bound)")
+        "(155.8 GFLOP / 1.5e11 FLOP/s: prefill of a long prompt is compute-bound; the time is the larger of "
+        "compute time and memory time, not their sum)")
 
 
 @pytest.mark.example
@@ -248,7 +249,9 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
     want = model.prefill(ids, model.new_cache(2, 32))
     cache = model.new_cache(2, 32)
     got = kata.chunked_prefill(model, ids, cache, chunk)
-    assert tuple(got.shape) == (2, 13, 256), f"chunked_prefill(13 tokens, chunk={chunk}) logits {tuple(got.shape)}"
+    assert tuple(got.shape) == (2, 13, 256), (
+        f"chunked_prefill(13 tokens, chunk={chunk}) returned logits {tuple(got.shape)}, want (2, 13, 256): one row "
+        "per prompt token, the last partial chunk included")
     assert max_diff(got, want) <= TOL, (
         f"chunked_prefill(13 tokens, chunk={chunk}) differs from one prefill by {max_diff(got, want):.3g}: "
         "each chunk must attend to the positions cached before it")

@@ -84,8 +84,9 @@ def test_decode_reads_every_weight_once(kata):
     want = (DECODE_B1_FLOPS, DECODE_B1_BYTES)
     assert got == want, (
         f"phase_cost(SmolLM2, 'decode', batch=1, context_len=0) = (flops, bytes) {got}, want {want}: "
-        f"{PARAMS:,} weights x 4 bytes (the LM head reads the whole tied embedding) + one 576-float "
-        f"row + K and V of one position written and read; 2 FLOPs per matmul weight + attention")
+        f"{PARAMS:,} weights x 4 bytes (the LM head reads the whole tied embedding: {49152 * 576 * 4:,} bytes) + "
+        f"one 576-float row ({ROW:,}) + K and V of one position written and read ({2 * KV_PER_POSITION:,}); "
+        "2 FLOPs per matmul weight + attention")
 
 
 @pytest.mark.points(2)
