@@ -178,11 +178,8 @@ class _Run:
             returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
                                               hold_s=self.test_timeout)
             output = child.tail(log)
-            try:
-                records = receiver.records()
-            except channel.ChannelError:
-                records = []  # read_results says so
-            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+            tests, error, records = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+            result = tests, error
         if "--judge" in extra:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
         self.refused += next((r["audit"] for r in records if "audit" in r), [])
