@@ -330,9 +330,27 @@ def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
     ours.load_state_dict({name: w.detach().clone() for name, w in state.items()})
 
 
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_padding_equals_oracle")
+def test_module_keeps_positions_apart(kata):
+    """MultiHeadAttention splits heads within each position: a padded position's input changes no other output."""
+    ours = kata.MultiHeadAttention(16, 4)
+    x = rand(1, 5, 16, seed=21)
+    other = x.clone()
+    other[:, 2] += 1.0
+    padding = torch.tensor([[True, True, False, True, True]])  # position 2 is padding
+    with torch.no_grad():
+        a, b = ours(x, key_padding_mask=padding), ours(other, key_padding_mask=padding)
+    changed = [t for t in (0, 1, 3, 4) if not torch.allclose(a[0, t], b[0, t], atol=1e-6)]
+    assert not changed, (f"d_model 16, 4 heads, position 2 padded: changing its input changed the outputs at positions "
+                         f"{changed}; each head holds Dh features of every position: (B, T, d) -> (B, T, H, Dh) -> "
+                         "(B, H, T, Dh), not (B, T, d) viewed as (B, H, T, Dh)")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle")
+@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle",
+                       "test_module_keeps_positions_apart")
 def test_module_equals_torch_multihead_attention(kata, bias):
     """MultiHeadAttention equals nn.MultiheadAttention after copying weights (causal + padding)."""
     torch.manual_seed(14)
