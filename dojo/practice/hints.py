@@ -3,7 +3,8 @@
 Each hint in HINTS.md may name the tests it helps with ("Helps: test_a, test_b", see
 dojo.catalog). The last check's results (workspace/results/<slug>.json) list the tests in the
 suite's order, basic to composite, so the first failing test that some unseen hint helps with picks
-it. Without results, failures or a matching hint, hints come in HINTS.md's order (`--next`).
+it, and `dojo hint` names that test's property. Without results, failures or a matching hint, hints
+come in HINTS.md's order (`--next`).
 
 Left out: weighing points or how many tests a hint helps with; the suite's order already says which
 property to fix first.
@@ -28,11 +29,6 @@ def failures(results: Path) -> list[tuple[str, str]]:
         if isinstance(t, dict) and t.get("status") in ("fail", "skip", "error"):
             found.setdefault(re.sub(r"\[.*\]$", "", str(t.get("name", ""))), str(t.get("property") or t.get("name", "")))
     return list(found.items())
-
-
-def failing_tests(results: Path) -> list[str]:
-    """Function names of the failed tests in the last check, in the suite's order (none if unreadable)."""
-    return [name for name, _ in failures(results)]
 
 
 def pick(helps: list[list[str]], seen: set[int], failing: list[str]) -> tuple[int | None, str | None]:

@@ -33,9 +33,8 @@ def test_failing_tests_in_suite_order_without_parameters(tmp_path):
     path = tmp_path / "toy.json"
     path.write_text(json.dumps({"tests": [{"name": "test_a[1]", "status": "pass"}, {"name": "test_b[x]", "status": "fail"},
                                           {"name": "test_a[2]", "status": "fail"}, {"name": "test_b[y]", "status": "fail"}]}))
-    assert hints.failing_tests(path) == ["test_b", "test_a"]
     assert hints.failures(path) == [("test_b", "test_b[x]"), ("test_a", "test_a[2]")]  # no property: the name
-    assert hints.failing_tests(tmp_path / "missing.json") == []
+    assert hints.failures(tmp_path / "missing.json") == []
 
 
 def test_hint_follows_the_last_check(dojo):
