@@ -58,6 +58,15 @@ def kv(batch: int, heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tenso
 # --------------------------------------------------------------------------- README examples
 
 @pytest.mark.example
+def test_readme_bytes_example(kata):
+    """bytes_needed: SmolLM2 holds 46,080 bytes of fp32 keys and values per token"""
+    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 1, torch.float32)
+    assert got == 46_080, f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
+    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 8192, torch.float16)
+    assert got == 188_743_680, f"bytes_needed(30, 1, 3, 64, 8192 positions, fp16): got {got}, want 188743680"
+
+
+@pytest.mark.example
 @pytest.mark.points(2)
 def test_readme_example(kata):
     """update returns every position cached so far; length moves on after the last layer writes"""
@@ -75,15 +84,6 @@ def test_readme_example(kata):
     assert torch.equal(k_all[:, :, :3], k) and torch.equal(k_all[:, :, 3:], step), (
         "decode step: keys must be the 3 cached positions followed by the new one")
     assert torch.equal(v_all[:, :, 3:], -step), "decode step: the new value must follow the cached ones"
-
-
-@pytest.mark.example
-def test_readme_bytes_example(kata):
-    """bytes_needed: SmolLM2 holds 46,080 bytes of fp32 keys and values per token"""
-    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 1, torch.float32)
-    assert got == 46_080, f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
-    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 8192, torch.float16)
-    assert got == 188_743_680, f"bytes_needed(30, 1, 3, 64, 8192 positions, fp16): got {got}, want 188743680"
 
 
 # --------------------------------------------------------------------------- the cache alone
