@@ -161,9 +161,21 @@ def test_causal_mask_rule(kata):
             f"causal_mask({tq}, {tk}): got {got.int().tolist()}, want {want.int().tolist()}"
 
 
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_causal_mask_rule")
+def test_visible_weights_sum_to_one(kata):
+    """Under a mask, each query's weights over the keys it sees sum to 1: with every value 1, every output is 1."""
+    q, k, v = qkv(2, 4, 2, 3, 5, 8, seed=30)
+    got = kata.attention(q, k, torch.ones_like(v), causal=True)
+    lo, hi = float(got.min()), float(got.max())
+    assert abs(lo - 1) <= 1e-5 and abs(hi - 1) <= 1e-5, (
+        f"causal, Tq=3, Tk=5, every value 1: outputs range {lo:.4g}..{hi:.4g}, want all 1: hide the masked keys "
+        "before the softmax, so the weights of the visible keys sum to 1")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (2, 5), (1, 6)])
-@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping")
+@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping", "test_visible_weights_sum_to_one")
 def test_causal_hides_exactly_the_future(kata, tq, tk):
     """Causal attention equals the oracle, also with Tq < Tk (the queries are the last Tq positions)."""
     q, k, v = qkv(2, 2, 1, tq, tk, 8, seed=tq * 10 + tk)
