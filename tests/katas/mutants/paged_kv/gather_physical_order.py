@@ -1,11 +1,11 @@
-"""gather reads the sequence's blocks in physical (sorted) order instead of block-table order.
+"""gather reads the sequence's slots in physical (sorted) order instead of block-table order.
 
 Mutant of solutions/paged_kv.py for the paged_kv kata: one realistic bug, the rest unchanged.
 """
 
 EDITS = [
     (
-        "        table = torch.tensor(seq.table, dtype=torch.long, device=self._blocks.device)",
-        "        table = torch.tensor(sorted(seq.table), dtype=torch.long, device=self._blocks.device)",
+        "        slots = self._slot_ids(seqs, lengths)  # (B, width)",
+        "        slots = self._slot_ids(seqs, lengths).sort(dim=1).values  # (B, width)",
     ),
 ]
