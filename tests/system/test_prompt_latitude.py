@@ -44,6 +44,18 @@ VARIANTS = {
         " logp.view(B, nb * V).flip(-1).sort(dim=-1, descending=True, stable=True))\n"
         "        cand = nb * V - 1 - cand",
     )]),
+    # paged_kv README: which free block `allocate` returns is the cache's choice (here the lowest id).
+    "paged_kv allocates the lowest free block": ("paged_kv", [(
+        "        block = self._free.pop()\n",
+        "        block = min(self._free)\n        self._free.remove(block)\n",
+    )]),
+    # paged_kv README: forking in the middle of a forward pass is the cache's choice (here allowed).
+    "paged_kv forks between layers": ("paged_kv", [(
+        """        if max(parent.lens) != parent.tokens:
+            raise ValueError(f"cannot fork sequence {parent_id} between the layers of a forward pass")
+""",
+        "",
+    )]),
     # mixed_precision README: the optimizer's param_groups give the same list as the trainable parameters.
     "mixed_precision unscales the optimizer's parameters": ("mixed_precision", [(
         "    finite = scaler.unscale_(params)",
