@@ -62,14 +62,18 @@ REFERENCES = """
     m["int4"].dequantize_q4_1(m["int4"].quantize_q4_1(w), w.shape)
     scaler = m["mixed_precision"].DynamicLossScaler()
     scaler.scale_loss(torch.tensor(1.0))
+    for temperature in (0.0, 1.0):
+        m["speculative"].speculative_generate(model, tiny_model(1), [1, 2, 3], max_new_tokens=5, k=2,
+                                              temperature=temperature, seed=0)
+    m["speculative"].expected_speedup(0.8, 4, 0.1)
     print(json.dumps({"found": found}))
 """
 
 
 def test_every_reference_as_the_candidate_gets_no_finding_and_works():
-    """the nine references, imported and called with the hook watching their files: no refusal, no finding"""
+    """the ten references, imported and called with the hook watching their files: no refusal, no finding"""
     slugs = [k.slug for k in catalog.load() if k.has_suite]
-    assert len(slugs) == 9
+    assert len(slugs) == 10
     result = run(REFERENCES.replace("SLUGS", repr(slugs)))
     assert result["found"] == []
 
