@@ -231,9 +231,11 @@ def run(args: argparse.Namespace) -> int:
 
 def speculative_line(chosen: Plan, result) -> str:
     """How the drafts fared: accepted of drafted, and target passes for the tokens."""
+    n, passes = len(result.tokens), result.rounds
     return (f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
-            f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {result.rounds} {chosen.mode} passes for "
-            f"{len(result.tokens)} tokens; the text is {chosen.mode}'s greedy text")
+            f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
+            f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
+            f"greedy text")
 
 
 def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:

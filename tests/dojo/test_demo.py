@@ -106,6 +106,16 @@ def test_plan_speculative_for_greedy_by_default():
             demo.plan(full(speculative=True, **clash))
 
 
+def test_speculative_line_says_how_the_drafts_fared():
+    """The speculative report: drafts accepted of drafted, target passes for the tokens, whose text it is"""
+    from solutions.speculative import SpeculativeResult
+
+    line = demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult(list(range(9)), 8, 6, 3))
+    assert line == ("speculative: fp32 verified int4's drafts (k=4): 6 of 8 accepted (75%), 3 fp32 passes for "
+                    "9 tokens; the text is fp32's greedy text"), line
+    assert "1 fp32 pass for 1 token;" in demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult([5], 0, 0, 1))
+
+
 def test_stream_holds_back_split_characters():
     """Streaming prints text only once a multi-byte character is complete, and never the EOS"""
     pieces = {1: b"caf", 2: b"\xc3", 3: b"\xa9!"}
