@@ -228,12 +228,13 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # ---- judge mode's worker --------------------------------------------------------------------------
 
-WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit")
+# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judge.build)
+WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit", "toymodel")
 
 
 def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
-    """What the worker may see: the candidate's file, the reference view and the wire's modules. Never
-    the suite, the plugin or the channel."""
+    """What the worker may see: the candidate's file, the reference view, the wire's modules and the toy
+    model. Never the suite, the plugin or the channel."""
     folder = tmp / "worker"
     (folder / "submission").mkdir(parents=True)
     shutil.copyfile(path, folder / "submission" / path.name)

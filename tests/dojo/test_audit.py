@@ -68,6 +68,10 @@ REFERENCES = """
     paged.fork(0, 1)
     view = paged.view([0, 1])
     model.decode_step(torch.tensor([4, 5]), view, view.attention_mask(1))
+    for temperature in (0.0, 1.0):
+        m["speculative"].speculative_generate(model, tiny_model(1), [1, 2, 3], max_new_tokens=5, k=2,
+                                              temperature=temperature, seed=0)
+    m["speculative"].expected_speedup(0.8, 4, 0.1)
     print(json.dumps({"found": found}))
 """
 
