@@ -340,6 +340,11 @@ def describe(budget: int, num_blocks: int, bs: int, reqs: list[Req]) -> str:
     return f"{budget} tokens a step, {num_blocks} blocks of {bs}: " + ", ".join(map(str, reqs))
 
 
+def smoke(kata) -> None:
+    """One small fixed workload first, so a scheduler that fails outright fails fast (before hypothesis searches)."""
+    Engine(kata, 4, 8, 2).run([Req("a", (1, 2, 3, 4, 5), 3), Req("b", (6, 7), 2, at=1)])
+
+
 # --------------------------------------------------------------------------- README examples
 
 @pytest.mark.example
@@ -406,17 +411,22 @@ def test_readme_example_preemption(kata):
 # --------------------------------------------------------------------------- the tokens
 
 @pytest.mark.points(3)
-@SETTINGS
-@given(work=workloads())
-def test_every_request_gets_its_solo_tokens(kata, work):
+def test_every_request_gets_its_solo_tokens(kata):
     """Every request gets exactly the tokens it would get alone, however it was chunked, batched or preempted"""
-    budget, num_blocks, bs, reqs = work
-    engine = Engine(kata, budget, num_blocks, bs)
-    engine.run(reqs)
-    for r in reqs:
-        want = solo(list(r.prompt), r.max_new, r.stop)
-        got = list(engine.done[r.id][0])
-        assert got == want, f"{describe(*work)}: {r.id} got {got}, alone it gets {want}"
+    smoke(kata)
+
+    @SETTINGS
+    @given(work=workloads())
+    def check(work):
+        budget, num_blocks, bs, reqs = work
+        engine = Engine(kata, budget, num_blocks, bs)
+        engine.run(reqs)
+        for r in reqs:
+            want = solo(list(r.prompt), r.max_new, r.stop)
+            got = list(engine.done[r.id][0])
+            assert got == want, f"{describe(*work)}: {r.id} got {got}, alone it gets {want}"
+
+    check()
 
 
 @pytest.mark.points(2)
@@ -469,12 +479,17 @@ def test_stop_token_ends_a_request(kata):
 # --------------------------------------------------------------------------- budgets
 
 @pytest.mark.points(2)
-@SETTINGS
-@given(work=workloads())
-def test_no_step_exceeds_its_budgets(kata, work):
+def test_no_step_exceeds_its_budgets(kata):
     """No step plans more tokens than its budget, the requests never hold more blocks than the cache, and free_blocks says what is left"""
-    budget, num_blocks, bs, reqs = work
-    Engine(kata, budget, num_blocks, bs, check_free=True).run(reqs)
+    smoke(kata)
+
+    @SETTINGS
+    @given(work=workloads())
+    def check(work):
+        budget, num_blocks, bs, reqs = work
+        Engine(kata, budget, num_blocks, bs, check_free=True).run(reqs)
+
+    check()
 
 
 @pytest.mark.points(2)
@@ -497,42 +512,52 @@ def test_decodes_are_not_stalled_by_a_long_prompt(kata):
 # --------------------------------------------------------------------------- the policy
 
 @pytest.mark.points(3)
-@SETTINGS
-@given(work=workloads())
-def test_plans_follow_the_policy(kata, work):
+def test_plans_follow_the_policy(kata):
     """Every step plans what the README's policy plans: decodes oldest first, preempting the newest, then chunks in add order"""
-    budget, num_blocks, bs, reqs = work
-    engine, policy = Engine(kata, budget, num_blocks, bs), Policy(budget, num_blocks, bs)
-    queue = list(reqs)
-    for s in range(10 * sum(len(r.prompt) + r.max_new for r in reqs) + 20):
-        while queue and queue[0].at <= s:
-            policy.add(queue[0])
-            engine.add(queue.pop(0))
-        if not queue and not engine.live:
-            return
-        want = policy.step()
-        got = engine.step()
-        norm = lambda p: (sorted(p[0]), sorted(p[1]), sorted(p[2]))  # noqa: E731 (order inside a list is free)
-        if norm(got) != norm(want):
-            pytest.fail(f"{describe(*work)}; step {s}: the policy plans prefills {show(want[0])}, decodes {show(want[1])}, "
-                        f"preempts {want[2]}; yours plans prefills {show(got[0])}, decodes {show(got[1])}, preempts "
-                        f"{got[2]} (before it: {engine.where()})", pytrace=False)
-        policy.complete({rid: engine.tracks[rid].out[-1] for rid, *_, sample in got[0] + got[1] if sample})
-    pytest.fail(f"{describe(*work)}: still pending after many steps", pytrace=False)
+    smoke(kata)
+
+    @SETTINGS
+    @given(work=workloads())
+    def check(work):
+        budget, num_blocks, bs, reqs = work
+        engine, policy = Engine(kata, budget, num_blocks, bs), Policy(budget, num_blocks, bs)
+        queue = list(reqs)
+        for s in range(10 * sum(len(r.prompt) + r.max_new for r in reqs) + 20):
+            while queue and queue[0].at <= s:
+                policy.add(queue[0])
+                engine.add(queue.pop(0))
+            if not queue and not engine.live:
+                return
+            want = policy.step()
+            got = engine.step()
+            norm = lambda p: (sorted(p[0]), sorted(p[1]), sorted(p[2]))  # noqa: E731 (order inside a list is free)
+            if norm(got) != norm(want):
+                pytest.fail(f"{describe(*work)}; step {s}: the policy plans prefills {show(want[0])}, decodes {show(want[1])}, "
+                            f"preempts {want[2]}; yours plans prefills {show(got[0])}, decodes {show(got[1])}, preempts "
+                            f"{got[2]} (before it: {engine.where()})", pytrace=False)
+            policy.complete({rid: engine.tracks[rid].out[-1] for rid, *_, sample in got[0] + got[1] if sample})
+        pytest.fail(f"{describe(*work)}: still pending after many steps", pytrace=False)
+
+    check()
 
 
 @pytest.mark.points(1)
-@SETTINGS
-@given(work=workloads())
-def test_admission_is_first_come_first_served(kata, work):
+def test_admission_is_first_come_first_served(kata):
     """Requests are admitted (first scheduled) in the order they were added"""
-    budget, num_blocks, bs, reqs = work
-    engine = Engine(kata, budget, num_blocks, bs)
-    engine.run(reqs)
-    firsts = [(engine.tracks[r.id].first_step, r.id) for r in reqs]
-    for (a_step, a), (b_step, b) in zip(firsts, firsts[1:]):
-        assert a_step <= b_step, (f"{describe(*work)}: {b} was first scheduled at step {b_step}, before {a} (added "
-                                  f"earlier) at step {a_step}")
+    smoke(kata)
+
+    @SETTINGS
+    @given(work=workloads())
+    def check(work):
+        budget, num_blocks, bs, reqs = work
+        engine = Engine(kata, budget, num_blocks, bs)
+        engine.run(reqs)
+        firsts = [(engine.tracks[r.id].first_step, r.id) for r in reqs]
+        for (a_step, a), (b_step, b) in zip(firsts, firsts[1:]):
+            assert a_step <= b_step, (f"{describe(*work)}: {b} was first scheduled at step {b_step}, before {a} (added "
+                                      f"earlier) at step {a_step}")
+
+    check()
 
 
 @pytest.mark.points(2)
