@@ -301,6 +301,14 @@ class Engine:
             self.running = [r for r in self.running if r != rid]
             t.fed = []
 
+    def drain(self, limit: int = 200) -> None:
+        """Step until nothing is pending; fails past `limit` steps."""
+        for _ in range(limit):
+            if not self.live:
+                return
+            self.step()
+        self.fail(f"after {limit} more steps {sorted(self.live)} are still pending: starved, or no progress")
+
     def run(self, workload: list[Req], max_steps: int | None = None, aborts: dict[int, list[str]] | None = None) -> None:
         """Every request of `workload` added before its step, until nothing is pending; fails past max_steps."""
         limit = max_steps or 10 * sum(len(r.prompt) + r.max_new for r in workload) + max(r.at for r in workload) + 10
@@ -461,8 +469,7 @@ def test_recompute_feeds_the_prompt_and_the_generated_tokens(kata):
             break
     assert preempted_at is not None, (f"4 blocks of 2: a (2 + 6 tokens) and b (2 + 4) cannot both keep their cache; "
                                       f"nobody was preempted ({engine.where()})")
-    while engine.live:
-        engine.step()
+    engine.drain()
     assert list(engine.done["b"][0]) == solo([3, 4], 4, None), "b's tokens after its recompute differ from its solo ones"
 
 
@@ -623,8 +630,7 @@ def test_abort_drops_a_request(kata):
     engine.step()
     engine.abort("a")
     assert engine.sched.pending == 1, f"after aborting a of 2 pending requests: pending {engine.sched.pending}"
-    while engine.live:
-        engine.step()  # the engine fails on any plan that names a
+    engine.drain()  # the engine fails on any plan that names a
     assert list(engine.done["b"][0]) == solo([4, 5, 6, 7, 8], 3, None)
     expect_value_error(lambda: engine.sched.abort("a"), "abort('a') again, after it was aborted")
 
