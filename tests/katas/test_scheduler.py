@@ -640,7 +640,7 @@ def test_ttft_counts_queueing_and_every_chunk(kata):
     """TTFT runs from arrival (queueing and every prefill chunk included) to the first token; TPOT over the rest"""
     engine = Engine(kata, 4, 16, 2)
     engine.run([Req("a", (1, 2, 3, 4, 5, 6), 3), Req("b", (7, 8, 9, 1, 2, 3, 4, 5, 6, 7), 4), Req("c", (2,), 1, at=1)])
-    # the engine checked each Finished against its stamps; spell out one: b queued behind a and took 3 chunks
+    # the engine checked each Finished against its stamps; spell out one: b queued behind a, its prompt in chunks
     t = engine.tracks["b"]
     assert engine.done["b"][1] == pytest.approx(t.stamps[0] - t.arrival) and len(t.stamps) == 4
 
