@@ -248,7 +248,8 @@ class Engine:
                           f"(its tokens: prompt {list(t.req.prompt)} + generated {t.out})")
             if sample != (start + len(fed) == len(t.tokens)):
                 self.fail(f"step {s}: the chunk of {rid!r} ends at position {start + len(fed)} of its "
-                          f"{len(t.tokens)} tokens, but sample={sample}: exactly a chunk that reaches the end samples")
+                          f"{len(t.tokens)} tokens (prompt {list(t.req.prompt)} + generated {t.out}), but sample={sample}: "
+                          "exactly a chunk that reaches the end samples")
             t.fed += list(fed)
             if t.first_step is None:
                 t.first_step = s
@@ -337,11 +338,11 @@ def workloads(draw, max_requests: int = 6):
     for i in range(draw(st.integers(1, max_requests))):
         p = draw(st.integers(1, 12))
         prompt = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=p, max_size=p)))
-        reqs.append(Req(f"r{i}", prompt, draw(st.integers(1, 6)), draw(st.integers(0, 6)),
+        reqs.append(Req(f"r{i}", prompt, draw(st.integers(1, 8)), draw(st.integers(0, 6)),
                         draw(st.sampled_from([None, STOP]))))
     reqs.sort(key=lambda r: r.at)  # add order is arrival order
     need = max(blocks(len(r.prompt) + r.max_new - 1, bs) for r in reqs)
-    return budget, need + draw(st.integers(0, 5)), bs, reqs
+    return budget, need + draw(st.integers(0, 3)), bs, reqs
 
 
 def describe(budget: int, num_blocks: int, bs: int, reqs: list[Req]) -> str:
