@@ -72,6 +72,10 @@ REFERENCES = """
         m["speculative"].speculative_generate(model, tiny_model(1), [1, 2, 3], max_new_tokens=5, k=2,
                                               temperature=temperature, seed=0)
     m["speculative"].expected_speedup(0.8, 4, 0.1)
+    sched = m["scheduler"].Scheduler(m["scheduler"].SchedulerConfig(4, 4, 2))
+    sched.add("a", [1, 2, 3], 2, 0.0)
+    sched.step()
+    assert sched.complete({"a": 5}, 1.0) == []
     print(json.dumps({"found": found}))
 """
 

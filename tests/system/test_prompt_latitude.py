@@ -61,6 +61,17 @@ VARIANTS = {
         "    finite = scaler.unscale_(params)",
         '    finite = scaler.unscale_([p for group in optimizer.param_groups for p in group["params"]])',
     )]),
+    # scheduler README: the order of the chunks inside prefills, decodes and preempted is free, and add may
+    # refuse an arrival earlier than the previous one.
+    "scheduler lists in reverse, arrivals checked": ("scheduler", [(
+        "        self._plan = StepPlan(prefills, decodes, preempted)\n",
+        "        self._plan = StepPlan(prefills[::-1], decodes[::-1], preempted[::-1])\n",
+    ), (
+        "        if request_id in self._requests:\n            raise ValueError(f\"request {request_id!r} is already pending\")\n",
+        "        if request_id in self._requests:\n            raise ValueError(f\"request {request_id!r} is already pending\")\n"
+        "        if arrival < getattr(self, '_last_arrival', arrival):\n            raise ValueError('arrivals go back in time')\n"
+        "        self._last_arrival = arrival\n",
+    )]),
 }
 
 
