@@ -1,7 +1,7 @@
 """The row groups of `make bench`: each runs one benchmark module and turns its results into Rows.
 
 The measuring lives in the benchmark modules (bpe_bench, decode_bench, int4_bench,
-generate_bench); here are only the sizes (full or --quick), the goals from the issues, and the
+generate_bench, speculative_bench); here are only the sizes (full or --quick), the goals from the issues, and the
 conversion to Rows, whose ratio always reads "> 1: ours is better". Two groups are measured here:
 grading latency (`dojo check` on the reference, a subprocess per kata) and llama.cpp (only with
 --peers, when llama-cpp-python imports). SmolLM2 and HF's copy load once, in `Context.models`;
@@ -24,6 +24,7 @@ SIZES = {
     "int4": ({"tokens": 8, "repeats": 3}, {"tokens": 4, "repeats": 1}),
     "modes": ({"tokens": 32, "repeats": 3, "answer": 24}, {"tokens": 4, "repeats": 1, "answer": 4}),
     "generate": ({"tokens": 16, "repeats": 3, "recompute_tokens": 256}, {"tokens": 4, "repeats": 1, "recompute_tokens": 16}),
+    "speculative": ({"tokens": 32, "repeats": 3, "k": 4}, {"tokens": 8, "repeats": 1, "k": 4}),
     "llama_cpp": ({"tokens": 32, "repeats": 5}, {"tokens": 8, "repeats": 1}),
 }
 GRADING_GOAL_S = 10.0  # a kata suite runs in under 10 s on 2 cores (DESIGN.md)
@@ -181,6 +182,29 @@ def generate(ctx: Context) -> list[Row]:
     ]
 
 
+def speculative(ctx: Context) -> list[Row]:
+    """fp32 verifying `dojo demo`'s draft (int4, else bf16) against plain fp32: tok/s, acceptance, exactness."""
+    from benchmarks import speculative_bench
+    from solutions.weight_modes import int4_available
+
+    size = ctx.size("speculative")
+    models, tokenizer = ctx.modes()
+    draft = "int4" if int4_available() else "bf16"
+    chats = speculative_bench.CHATS[:2] if ctx.quick else speculative_bench.CHATS
+    r = speculative_bench.bench(models["fp32"], models[draft], tokenizer, tokens=size["tokens"],
+                                repeats=size["repeats"], k=size["k"], chats=chats)
+    what = f"SmolLM2 greedy chat answers tok/s, fp32 verifying {draft}'s drafts (k={size['k']}), {r['tokens']} tokens"
+    return [
+        Row("speculative", what, r["spec_tok_s"], "tok/s", "plain fp32", r["plain_tok_s"],
+            r["spec_tok_s"] / r["plain_tok_s"], Goal(">", 1),
+            note=f"Leviathan's model predicts {r['predicted']:.2f}x from alpha {r['acceptance']:.2f} and c "
+                 f"{r['c']:.2f} ({draft} step / fp32 step); {r['passes']} fp32 passes"),
+        Row("speculative", f"{draft} drafts accepted by fp32 (greedy)", r["acceptance"], "%",
+            goal="tokens identical to plain fp32's", met=r["identical"],
+            note=f"speculative tokens identical to plain fp32's: {'yes' if r['identical'] else 'NO'}"),
+    ]
+
+
 def grading(ctx: Context) -> list[Row]:
     """Wall time of `dojo check <slug>` on the reference: dojo.grading.grade.grade in a temporary workspace;
     then the same grading sandboxed in-process, then in judge mode (as `dojo grade` runs it), each right
@@ -278,6 +302,6 @@ def llama_cpp(ctx: Context) -> list[Row]:
 
 GROUPS: dict[str, Callable[[Context], list[Row]]] = {
     "bpe": bpe, "grading": grading, "decode": decode, "int4": int4, "modes": modes, "startup": startup,
-    "generate": generate, "llama_cpp": llama_cpp,
+    "generate": generate, "speculative": speculative, "llama_cpp": llama_cpp,
 }
 PEER_ONLY = ("llama_cpp",)

@@ -4,15 +4,19 @@ Python decodes a file by its byte-order mark or its coding cookie (`# coding: ut
 not as UTF-8: a check that reads the bytes any other way sees different code from the code that runs
 (`# coding: unicode_escape` turns the text `# \\nimport os` into a comment and then an import).
 `read_python(path)` decodes exactly as `tokenize.open` does; `cookie_finding` says when a file asks for
-an encoding other than UTF-8, which an honest solution never needs. Used by the integrity scan, the
-similarity measure and the suites' banned-use check (dojo.testing), so it stays in the base layer.
+an encoding other than UTF-8, which an honest solution never needs; `fold(node)` is the text an
+expression built from constant pieces always gives ("ex" + "ec"), for scans that look for names.
+Used by the integrity scan, the similarity measure and the suites' banned-use check (dojo.testing),
+so it stays in the base layer.
 Left out: parsing (callers choose ast or tokenize) and notebooks (their JSON is UTF-8 by definition).
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import tokenize
+from collections.abc import Mapping
 from pathlib import Path
 
 PLAIN = ("utf-8", "utf-8-sig")  # what tokenize.detect_encoding names for no cookie, a UTF-8 cookie or a BOM
@@ -57,3 +61,25 @@ def cookie_finding(encoding: str, text: str) -> tuple[int, str] | None:
     lines = text.splitlines()[:2]
     line = next((i + 1 for i, t in enumerate(lines) if "coding" in t), 1)
     return line, f"declares the source encoding {encoding!r} (PEP 263 cookie): the code that runs is not the text shown"
+
+
+def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, depth: int = 0) -> str | None:
+    """The text `node` always evaluates to when it is built from string constants only ("ex" + "ec",
+    f"{'gg'}uf", "".join(["a", "b"]), a name in `consts`, bound once to such an expression); else None."""
+    if node is None or depth > 50:
+        return None
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.Name) and consts and node.id in consts:
+        return fold(consts[node.id], consts, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = fold(node.left, consts, depth + 1), fold(node.right, consts, depth + 1)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [fold(v.value if isinstance(v, ast.FormattedValue) else v, consts, depth + 1) for v in node.values]
+        return "".join(parts) if None not in parts else None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
+        sep, parts = fold(node.func.value, consts, depth + 1), [fold(e, consts, depth + 1) for e in node.args[0].elts]
+        return sep.join(parts) if sep is not None and None not in parts else None
+    return None

@@ -65,30 +65,11 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
         elif isinstance(node, ast.Name) and node.id in names:
             hits = [node.id]
         else:  # a string naming one, however it is built: importlib.import_module("gg" + "uf.quants")
-            text = _folded(node) if id(node) not in prose else None
+            text = source.fold(node) if id(node) not in prose else None
             if text is not None and re.fullmatch(r"[\w.]+", text) and (text in names or set(text.split(".")) & names):
                 hits = [text]
         found += [f"line {node.lineno}: {h}" for h in hits]
     return sorted(set(found))
-
-
-def _folded(node: ast.AST, depth: int = 0) -> str | None:
-    """The string an expression of constants builds ("ex" + "ec", f"{'gg'}uf", "".join(["a", "b"])), or None."""
-    if depth > 50:
-        return None
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _folded(node.left, depth + 1), _folded(node.right, depth + 1)
-        return None if left is None or right is None else left + right
-    if isinstance(node, ast.JoinedStr):
-        parts = [_folded(v.value if isinstance(v, ast.FormattedValue) else v, depth + 1) for v in node.values]
-        return None if None in parts else "".join(parts)
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
-        sep, parts = _folded(node.func.value, depth + 1), [_folded(e, depth + 1) for e in node.args[0].elts]
-        return None if sep is None or None in parts else sep.join(parts)
-    return None
 
 
 def raised(exc: BaseException) -> str:

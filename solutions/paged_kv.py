@@ -1,7 +1,7 @@
 """A paged KV cache (vLLM's PagedAttention, on CPU): blocks, block tables, copy-on-write.
 
 One pool of `num_blocks` blocks of `block_size` positions holds the keys and values of every
-sequence, in every layer: storage (2, n_layers, num_blocks, block_size, H_kv, D), allocated once.
+sequence, in every layer: storage (n_layers, 2, num_blocks, block_size, H_kv, D), allocated once.
 A sequence is a block table (its blocks in logical order: position p lives at offset
 p % block_size of block table[p // block_size]) and a length per layer; it takes a block from
 the allocator's free list only when a write runs past its last block, so at most one block per
@@ -12,7 +12,8 @@ shared block copies it first (copy-on-write), so beams and common prompt prefixe
 v)`): rows of different lengths are left-padded to the longest, and `attention_mask` hides the
 padding, so one batched forward pass decodes them all with each row's own logits (what a server
 doing continuous batching needs). A view's update either appends to every row or, out of blocks,
-to none.
+to none; it writes and reads all rows with one indexed copy each (slot ids from the block tables),
+so its cost per layer does not grow with Python work per row.
 
 Left out: a fused attention kernel that reads through the block table (`gather` copies the
 blocks into a contiguous tensor for the model's attention), prefix caching by content hash,
@@ -121,9 +122,11 @@ class PagedKVCache:
         self.allocator = BlockAllocator(num_blocks)
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
         self.num_blocks, self.block_size, self.dtype = num_blocks, block_size, dtype
-        shape = (2, n_layers, num_blocks, block_size, n_kv_heads, head_dim)  # (k|v, L, blocks, bs, H_kv, D)
+        # (L, k|v, blocks, bs, H_kv, D): one layer's keys and values are one contiguous piece, fast to
+        # gather from. Block `num_blocks` is never allocated and stays zero: padding reads from it.
+        shape = (n_layers, 2, num_blocks + 1, block_size, n_kv_heads, head_dim)
         self._blocks = torch.zeros(shape, dtype=dtype, device=device)
-        self._slots = self._blocks.view(2, n_layers, num_blocks * block_size, n_kv_heads, head_dim)
+        self._slots = self._blocks.view(n_layers, 2, (num_blocks + 1) * block_size, n_kv_heads, head_dim)
         self._seqs: dict[int, _Sequence] = {}
 
     def add_sequence(self, seq_id: int) -> None:
@@ -187,39 +190,19 @@ class PagedKVCache:
         them; ValueError for an unknown sequence, a bad layer, a layer writing twice before the
         others caught up (or with another T_new), or k / v of the wrong shape or dtype.
         """
-        seq = self._seq(seq_id)
-        self._check_layer(layer)
-        H, D = self.n_kv_heads, self.head_dim
-        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.shape != v.shape:
-            raise ValueError(f"k and v must be tensors of one shape, got {_shape(k)} and {_shape(v)}")
-        if k.dim() != 3 or k.shape[0] != H or k.shape[2] != D or k.shape[1] < 1:
-            raise ValueError(f"k and v must be (kv heads {H}, T_new >= 1, head_dim {D}), got {tuple(k.shape)}")
-        if k.dtype != self.dtype or v.dtype != self.dtype:
-            raise ValueError(f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}")
-        start, end = seq.lens[layer], seq.lens[layer] + k.shape[1]
-        if start != seq.tokens:
-            raise ValueError(f"layer {layer} of sequence {seq_id} already holds {start} positions while the "
-                             f"sequence holds {seq.tokens}: every layer must write before any writes again")
-        if max(seq.lens) not in (start, end):
-            raise ValueError(f"layer {layer} writes {k.shape[1]} positions; an earlier layer of this pass wrote "
-                             f"{max(seq.lens) - start}: every layer of a pass writes the same T_new")
-        self._reserve(seq_id, seq, end - start)
-        slots = self._slot_ids(seq.table, start, end)
-        self._slots[0, layer, slots] = k.transpose(0, 1)  # (T_new, H_kv, D) into their slots
-        self._slots[1, layer, slots] = v.transpose(0, 1)
-        seq.lens[layer] = end
-        return self.gather(seq_id, layer)
+        self._seq(seq_id)
+        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 3 or v.dim() != 3:
+            raise ValueError(f"k and v must be (kv heads, T_new, head_dim) for one sequence, got {_shape(k)} and {_shape(v)}")
+        k_all, v_all = self._append([seq_id], layer, k[None], v[None])
+        return k_all[0], v_all[0]
 
     def gather(self, seq_id: int, layer: int) -> tuple[Tensor, Tensor]:
         """The layer's keys and values of the sequence, each (H_kv, n, D), n the positions that layer
-        holds, read block by block in table order. Raises ValueError for an unknown sequence or a bad layer."""
+        holds, read through the block table in its order. Raises ValueError for an unknown sequence or a bad layer."""
         seq = self._seq(seq_id)
         self._check_layer(layer)
-        n = seq.lens[layer]
-        table = torch.tensor(seq.table, dtype=torch.long, device=self._blocks.device)
-        kv = self._blocks[:, layer, table]  # (2, n_blocks, bs, H_kv, D), a copy in table order
-        kv = kv.reshape(2, -1, self.n_kv_heads, self.head_dim)[:, :n].transpose(1, 2)  # (2, H_kv, n, D)
-        return kv[0], kv[1]
+        k_all, v_all = self._read([seq], [seq.lens[layer]], layer)
+        return k_all[0], v_all[0]
 
     def view(self, seq_ids: list[int]) -> PagedView:
         """The batch view over these sequences, row i = seq_ids[i].
@@ -235,12 +218,63 @@ class PagedKVCache:
             self._seq(s)
         return PagedView(self, seq_ids)
 
-    def _reserve(self, seq_id: int, seq: _Sequence, new_tokens: int) -> None:
-        """Make the table cover `new_tokens` more positions, none of them in a shared block."""
-        need, free = self.blocks_needed(seq_id, new_tokens), self.allocator.num_free
-        if need > free:
-            raise OutOfBlocksError(f"sequence {seq_id} needs {need} more blocks for {new_tokens} new positions; "
-                                   f"{free} of {self.num_blocks} blocks are free")
+    def _append(self, seq_ids: list[int], layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append row i of k, v (B, H_kv, T_new, D) to sequence seq_ids[i] in this layer, all rows or
+        none; every row's keys and values so far, right-aligned: each (B, H_kv, width, D)."""
+        self._check_layer(layer)
+        B, H, D = len(seq_ids), self.n_kv_heads, self.head_dim
+        if k.shape != v.shape or k.dim() != 4 or k.shape[0] != B or k.shape[1] != H or k.shape[3] != D or k.shape[2] < 1:
+            raise ValueError(f"k and v must be ({B} rows, kv heads {H}, T_new >= 1, head_dim {D}), "
+                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        if k.dtype != self.dtype or v.dtype != self.dtype:
+            raise ValueError(f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}")
+        T, seqs = k.shape[2], [self._seq(s) for s in seq_ids]
+        for s, seq in zip(seq_ids, seqs):
+            if seq.lens[layer] != seq.tokens:
+                raise ValueError(f"layer {layer} of sequence {s} already holds {seq.lens[layer]} positions while "
+                                 f"the sequence holds {seq.tokens}: every layer must write before any writes again")
+            if max(seq.lens) not in (seq.tokens, seq.tokens + T):
+                raise ValueError(f"layer {layer} of sequence {s} writes {T} positions; an earlier layer of this pass "
+                                 f"wrote {max(seq.lens) - seq.tokens}: every layer of a pass writes the same T_new")
+        first = [(s, seq) for s, seq in zip(seq_ids, seqs) if max(seq.lens) == seq.tokens]  # rows starting a pass
+        need = sum(self.blocks_needed(s, T) for s, _ in first)
+        if need > self.allocator.num_free:
+            many = len(first) > 1
+            raise OutOfBlocksError(f"{'sequences' if many else 'sequence'} {', '.join(str(s) for s, _ in first)} "
+                                   f"{'need' if many else 'needs'} {need} more blocks for {T} new positions each; "
+                                   f"{self.allocator.num_free} of {self.num_blocks} blocks are free")
+        for _, seq in first:
+            self._reserve(seq, T)
+        lengths = [seq.tokens + T for seq in seqs]
+        write = self._slot_ids(seqs, lengths)[:, -T:].reshape(-1)  # (B * T,): the new positions' slots
+        self._slots[layer, 0, write] = k.transpose(1, 2).reshape(B * T, H, D)
+        self._slots[layer, 1, write] = v.transpose(1, 2).reshape(B * T, H, D)
+        for seq, n in zip(seqs, lengths):
+            seq.lens[layer] = n
+        return self._read(seqs, lengths, layer)
+
+    def _read(self, seqs: list[_Sequence], lengths: list[int], layer: int) -> tuple[Tensor, Tensor]:
+        """The first lengths[i] positions of each sequence in this layer, right-aligned after zeros:
+        keys and values, each (B, H_kv, max(lengths), D). One gather for all rows."""
+        slots = self._slot_ids(seqs, lengths)  # (B, width)
+        kv = self._slots[layer].index_select(1, slots.view(-1))  # (2, B * width, H_kv, D): a copy, in table order
+        kv = kv.view(2, *slots.shape, self.n_kv_heads, self.head_dim).transpose(2, 3)  # (2, B, H_kv, width, D)
+        return kv[0], kv[1]
+
+    def _slot_ids(self, seqs: list[_Sequence], lengths: list[int]) -> Tensor:
+        """Slot ids (block * block_size + offset) of each sequence's first lengths[i] positions, right-
+        aligned in (B, width), width = max(lengths); the padding before them reads the zero block's slots."""
+        bs, width, zero = self.block_size, max(lengths), self.num_blocks
+        most = max(len(seq.table) for seq in seqs)
+        tables = torch.tensor([seq.table + [zero] * (most - len(seq.table)) + [zero] for seq in seqs])  # (B, most + 1)
+        pos = torch.arange(width)[None] - (width - torch.tensor(lengths))[:, None]  # (B, width): < 0 on padding
+        block = torch.where(pos < 0, most, pos.clamp(min=0) // bs)  # column `most` is the zero block
+        slots = tables.gather(1, block) * bs + pos.clamp(min=0) % bs  # position p lives in block table[p // bs]
+        return slots.to(self._blocks.device)
+
+    def _reserve(self, seq: _Sequence, new_tokens: int) -> None:
+        """Make the table cover `new_tokens` more positions, none of them in a shared block (the caller
+        has checked that the pool holds the blocks this takes)."""
         first = seq.tokens // self.block_size
         if first < len(seq.table) and self.allocator.refcount(seq.table[first]) > 1:  # copy on write
             old, new = seq.table[first], self.allocator.allocate()
@@ -249,12 +283,6 @@ class PagedKVCache:
             seq.table[first] = new
         while len(seq.table) * self.block_size < seq.tokens + new_tokens:
             seq.table.append(self.allocator.allocate())
-
-    def _slot_ids(self, table: list[int], start: int, end: int) -> Tensor:
-        """Flat slot ids (block * block_size + offset) of positions start .. end - 1."""
-        pos = torch.arange(start, end)
-        blocks = torch.tensor(table, dtype=torch.long)[pos // self.block_size]
-        return (blocks * self.block_size + pos % self.block_size).to(self._blocks.device)
 
     def _seq(self, seq_id: int) -> _Sequence:
         try:
@@ -295,21 +323,8 @@ class PagedView:
         D), every row right-aligned after its left padding (zeros).
 
         Raises OutOfBlocksError before any row writes when the pool cannot supply every row's
-        blocks, and ValueError for a k or v that is not 4-D with one row per sequence (and the
-        cache's own errors).
+        blocks, and ValueError as the cache's update does (k, v must be 4-D, one row per sequence).
         """
-        B = len(self.seq_ids)
-        if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 4 or k.shape[0] != B:
-            raise ValueError(f"k and v must be (batch {B}, kv heads, T_new, head_dim), got {_shape(k)} and {_shape(v)}")
-        need = sum(self.cache.blocks_needed(s, k.shape[2]) for s in self.seq_ids)
-        if need > self.cache.allocator.num_free:
-            raise OutOfBlocksError(f"sequences {self.seq_ids} need {need} more blocks for {k.shape[2]} new positions "
-                                   f"each; {self.cache.allocator.num_free} are free")
-        rows = [self.cache.update(s, layer, k[i], v[i]) for i, s in enumerate(self.seq_ids)]
-        width = max(r[0].shape[1] for r in rows)
-        k_all = k.new_zeros(B, k.shape[1], width, k.shape[3])  # (B, H_kv, length + T_new, D)
-        v_all = torch.zeros_like(k_all)
-        for i, (rk, rv) in enumerate(rows):
-            k_all[i, :, width - rk.shape[1]:] = rk
-            v_all[i, :, width - rv.shape[1]:] = rv
-        return k_all, v_all
+        if not isinstance(k, Tensor) or not isinstance(v, Tensor):
+            raise ValueError(f"k and v must be tensors, got {_shape(k)} and {_shape(v)}")
+        return self.cache._append(self.seq_ids, layer, k, v)

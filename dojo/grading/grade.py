@@ -178,11 +178,8 @@ class _Run:
             returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
                                               hold_s=self.test_timeout)
             output = child.tail(log)
-            try:
-                records = receiver.records()
-            except channel.ChannelError:
-                records = []  # read_results says so
-            result = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+            tests, error, records = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
+            result = tests, error
         if "--judge" in extra:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
         self.refused += next((r["audit"] for r in records if "audit" in r), [])
@@ -231,12 +228,13 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # ---- judge mode's worker --------------------------------------------------------------------------
 
-WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit")
+# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judge.build)
+WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit", "toymodel")
 
 
 def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
-    """What the worker may see: the candidate's file, the reference view and the wire's modules. Never
-    the suite, the plugin or the channel."""
+    """What the worker may see: the candidate's file, the reference view, the wire's modules and the toy
+    model. Never the suite, the plugin or the channel."""
     folder = tmp / "worker"
     (folder / "submission").mkdir(parents=True)
     shutil.copyfile(path, folder / "submission" / path.name)

@@ -206,26 +206,10 @@ class _Scanner(ast.NodeVisitor):
             self.flag(node, f"writes into {owner}'s namespace, code it did not define")
 
     # ---- text: constants, and text folded from constants ("ex" + "ec") ----
-    def fold(self, node: ast.AST | None, depth: int = 0) -> str | None:
-        """The text `node` always evaluates to, when it is built from constants only; else None."""
-        if node is None or depth > 20:
-            return None
-        if isinstance(node, ast.Constant):
-            return node.value if isinstance(node.value, str) else None
-        if isinstance(node, ast.Name) and node.id in self.consts:
-            return self.fold(self.consts[node.id], depth + 1)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left, right = self.fold(node.left, depth + 1), self.fold(node.right, depth + 1)
-            return left + right if left is not None and right is not None else None
-        if isinstance(node, ast.JoinedStr):
-            parts = [self.fold(v.value if isinstance(v, ast.FormattedValue) else v, depth + 1) for v in node.values]
-            return "".join(parts) if None not in parts else None
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-                and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
-            sep = self.fold(node.func.value, depth + 1)
-            parts = [self.fold(e, depth + 1) for e in node.args[0].elts]
-            return sep.join(parts) if sep is not None and None not in parts else None
-        return None
+    def fold(self, node: ast.AST | None) -> str | None:
+        """The text `node` always evaluates to, when it is built from constants (and names bound once to
+        them) only; else None (dojo.source.fold)."""
+        return source.fold(node, self.consts)
 
     def check_folded(self, node: ast.AST) -> None:
         """Text built from constant pieces (the outermost such node) is checked as if written whole."""

@@ -1,9 +1,9 @@
 """Reading a grading's outcomes from the plugin's signed records, never from pytest's text.
 
-`read_results` gives (tests, error): a clean run has an `end` record whose exit status is the
-process's and exactly one outcome per test collected; a forged or repeated record, a missing
-outcome or a process that ended early is an error, never a pass, and `why_stopped` names how it
-ended (time limit, signal, exit) and during which test. Left out: running the child
+`read_results` gives (tests, error) and the records it read: a clean run has an `end` record whose
+exit status is the process's and exactly one outcome per test collected; a forged or repeated
+record, a missing outcome or a process that ended early is an error, never a pass, and
+`why_stopped` names how it ended (time limit, signal, exit) and during which test. Left out: running the child
 (dojo.grading.child), the records' signing (dojo.grading.channel).
 """
 
@@ -17,13 +17,19 @@ from dojo.grading.result import TestResult
 
 
 def read_results(receiver: channel.Receiver, returncode, timed_out: bool, timeout: float, output: str):
-    """(tests, error) from the plugin's signed records. A clean run has an `end` record whose exit
-    status is the process's, and exactly one outcome for every test collected; anything else is an
-    error: a forged or repeated record, a missing outcome, or a process that ended early."""
+    """(tests, error, records) from the plugin's signed records, read once (the caller reuses them;
+    none when they were tampered with). A clean run has an `end` record whose exit status is the
+    process's, and exactly one outcome for every test collected; anything else is an error: a forged
+    or repeated record, a missing outcome, or a process that ended early."""
     try:
         records = receiver.records()
     except channel.ChannelError as exc:
-        return [], f"the grading results were tampered with ({exc}): not graded"
+        return [], f"the grading results were tampered with ({exc}): not graded", []
+    return (*_outcomes(records, returncode, timed_out, timeout, output), records)
+
+
+def _outcomes(records: list[dict], returncode, timed_out: bool, timeout: float, output: str):
+    """(tests, error) from verified records (read_results' rules)."""
     collected = next((r["collected"] for r in records if "collected" in r), [])
     started = [r["start"] for r in records if "start" in r]
     rows: dict[str, dict] = {}

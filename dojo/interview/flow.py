@@ -72,9 +72,10 @@ def cmd_interview(args) -> int:
     kata = catalog.get(args.slug) if args.slug else session.pick_kata()
     s, started = session.begin(kata, minutes=args.minutes, timer=not args.no_timer)
     out.print(f"[bold]Mock interview: {kata.slug}[/bold] ({escape(kata.title)})")
-    if started.backup:
-        out.print(f"Your earlier work on {kata.slug} is backed up at {started.backup}", markup=False)
     prose.show(out, kata.readme())
+    if started.backup:  # said after the prompt, which may scroll or page past anything printed before it
+        out.print(f"The interview starts from the stub: {started.path} now holds it. Your earlier work there is "
+                  f"backed up at {started.backup} (copy it back after the interview).", markup=False)
     out.print(RULES.format(path=started.path, cost=session.HINT_COST, n=len(s.questions)), markup=False)
     out.print(_clock(s), markup=False)
     return 0

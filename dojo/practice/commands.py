@@ -209,18 +209,20 @@ def cmd_hint(args) -> int:
         for n in seen:
             _print_hint(out, n, len(hints), hints[n - 1])
         return 0
-    failing = [] if args.next else hint_choice.failing_tests(workspace.results_file(slug))
-    n = hint_choice.choose(kata.hint_helps(), set(seen), failing)
+    failing = dict([] if args.next else hint_choice.failures(workspace.results_file(slug)))
+    n, test = hint_choice.pick(kata.hint_helps(), set(seen), list(failing))
     if n is None:
         out.print(f"You have seen all {len(hints)} hints for {slug}; `dojo hint {slug} --all` shows them again.")
         return 0
     history.record_hint(slug, n)
-    _print_hint(out, n, len(hints), hints[n - 1])
+    why = (f", chosen for your first failing property '{escape(failing[test])}'; `dojo hint {slug} --next` goes in "
+           "order" if test else "")
+    _print_hint(out, n, len(hints), hints[n - 1], why)
     return 0
 
 
-def _print_hint(out, n: int, total: int, text: str) -> None:
-    out.print(f"[bold]Hint {n} of {total}[/bold]")
+def _print_hint(out, n: int, total: int, text: str, why: str = "") -> None:
+    out.print(f"[bold]Hint {n} of {total}[/bold]{why}")
     prose.show(out, text)
 
 

@@ -3,9 +3,9 @@
 `show()` renders the Markdown with rich, so headings, `code`, **bold** and lists read as such and
 never as raw `##`, backticks or `**`. On a terminal with colours, a rendering taller than the
 screen goes through the system pager (`$PAGER`, else `less`; LESS defaults to "FRX", as git sets
-it, so colours show and the text stays on screen after quitting). Anywhere else (a pipe, a file,
-NO_COLOR) it is the same rendering as plain text: no escape codes, no trailing spaces, prose
-wrapped at WIDTH columns and code blocks never wrapped.
+it, so colours show and the text stays on screen after quitting), its first line saying that q
+closes it. Anywhere else (a pipe, a file, NO_COLOR) it is the same rendering as plain text: no
+escape codes, no trailing spaces, prose wrapped at WIDTH columns and code blocks never wrapped.
 Not done: links (shown as their text) and images (their alt text).
 """
 
@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markdown import Heading, Markdown
 
 WIDTH = 100  # columns of plain text, unless a code line needs more
+PAGER_NOTE = "(paged: space or the arrows scroll, q closes)"  # the first line a paged text shows
 
 
 class _Heading(Heading):
@@ -57,6 +58,7 @@ def paged(out: Console, *renderables, height: int) -> None:
     if out.is_terminal and height > out.height:
         os.environ.setdefault("LESS", "FRX")
         with out.pager(styles=out.color_system is not None):
+            out.print(PAGER_NOTE, style="dim", markup=False, highlight=False)
             for r in renderables:
                 out.print(r, markup=False, highlight=False)
     else:

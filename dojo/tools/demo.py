@@ -1,14 +1,20 @@
 """`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
 
-It loads the model in a weights mode (`--weights fp32|bf16|int4`, default the fastest whose
-greedy answers match fp32's: solutions.weight_modes.default_mode) through the start-up cache
-(solutions.weights_cache, under the workspace: the first run parses the GGUF, with a progress
-bar, later runs map the cached files), streams the answer as it is generated, then reports
-prompt tokens, time to first token and decode tokens/s; `--verbose` adds what the cache and the
-calibration did and where the start-up time went. With `--mine`,
-the learner's passed katas (attention, kv_cache, generate) replace the reference parts; a kata
-that has not passed, or whose file fails to import, falls back to the reference, and the demo
-says which parts are whose. Everything but argument parsing and printing is importable.
+Greedy answers come, by default, from speculative decoding (solutions.speculative): fp32 weights
+verify what the int4 weights draft, so the text is fp32's greedy text token for token, and so
+HuggingFace's, faster than plain fp32 (`make bench`'s speculative rows measure both). Where torch
+lacks the int4 kernel, and for sampling and beam search, the demo runs one weights mode
+(`--weights fp32|bf16|int4`, default solutions.weight_modes.default_mode); `--weights` always
+runs that mode alone, and `--speculative` asks for speculative decoding (drafting with bf16 where
+int4 is missing). The models load through the start-up cache (solutions.weights_cache, under the
+workspace: the first run parses the GGUF, with a progress bar, later runs map the cached files);
+the answer streams as it is generated, then the demo reports prompt tokens, time to first token,
+decode tokens/s and, when speculative, the drafts accepted; `--verbose` adds what the cache and
+the calibration did and where the start-up time went. With `--mine`, the learner's passed katas
+(attention, kv_cache, generate, speculative) replace the reference parts (plain decoding unless
+`--speculative` is given); a kata that has not passed, or whose file fails to import, falls back
+to the reference, and the demo says which parts are whose. Everything but argument parsing and
+printing is importable.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up 
 
 # kata -> (the name its file defines, the Parts field it fills)
 MINE = {"attention": ("attention", "attention_fn"), "kv_cache": ("KVCache", "cache_cls"),
-        "generate": ("generate", "generate")}
+        "generate": ("generate", "generate"), "speculative": ("speculative_generate", "speculative")}
+DRAFT_K = 4  # draft tokens per round: near the best of expected_speedup for the int4 draft's measured alpha and c
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Parts:
     attention_fn: Callable | None = None  # None: the model's own default
     cache_cls: type | None = None
     generate: Callable | None = None
+    speculative: Callable | None = None
     mine: list[str] = field(default_factory=list)  # katas whose code is the learner's
     notes: list[str] = field(default_factory=list)  # why a part fell back to the reference
 
@@ -44,8 +52,9 @@ class Parts:
 def choose_parts(mine: bool) -> Parts:
     """With `mine`, load each passed kata's workspace file; otherwise (or on failure) the reference."""
     from solutions.generate import generate
+    from solutions.speculative import speculative_generate
 
-    parts = Parts(generate=generate)
+    parts = Parts(generate=generate, speculative=speculative_generate)
     if not mine:
         return parts
     for slug, (name, part) in MINE.items():
@@ -65,6 +74,38 @@ def choose_parts(mine: bool) -> Parts:
         setattr(parts, part, value)
         parts.mine.append(slug)
     return parts
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which weights run: `mode` alone, or `mode` (fp32) verifying the drafts of `draft`."""
+
+    mode: str
+    draft: str | None = None
+
+    def describe(self) -> str:
+        if self.draft is None:
+            return f"{self.mode} weights"
+        return f"speculative: {self.mode} verifies {self.draft}'s drafts, k={DRAFT_K} (token-identical to {self.mode})"
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """The weights for the options: `--weights` alone runs that mode; `--speculative`, or greedy with
+    neither it nor `--mine` nor `--weights` where torch has the int4 kernel, runs fp32 verifying int4's
+    drafts (bf16's where int4 is missing); anything else the default mode. ValueError for options
+    that clash with speculative decoding, or an unknown mode."""
+    from solutions.weight_modes import check_mode, default_mode, int4_available
+
+    greedy = not args.sample and args.beams == 1
+    if args.speculative:
+        if not greedy:
+            raise ValueError("--speculative is greedy decoding: it does not go with --sample or --beams")
+        if args.weights not in (None, "fp32"):
+            raise ValueError(f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify")
+        return Plan("fp32", "int4" if int4_available() else "bf16")
+    if args.weights is None and greedy and not args.mine and int4_available():
+        return Plan("fp32", "int4")
+    return Plan(check_mode(args.weights or default_mode()))
 
 
 def generation_kwargs(args: argparse.Namespace) -> dict:
@@ -138,10 +179,10 @@ def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from solutions.weight_modes import check_mode, default_mode, describe_mode, resident_bytes, weight_bytes
+    from solutions.weight_modes import describe_mode, resident_bytes, weight_bytes
 
     out = report.console()
-    mode = check_mode(args.weights or default_mode())  # before the slow load, as are the options
+    chosen = plan(args)  # before the slow load, as are the options
     kwargs = generation_kwargs(args)  # before the slow load, so bad options fail fast (ValueError -> exit 1)
     parts = choose_parts(args.mine)
     if args.mine:
@@ -150,11 +191,14 @@ def run(args: argparse.Namespace) -> int:
         for note in parts.notes:
             out.print(f"  {note}", markup=False)
     note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
-    loaded = load_model(parts, mode, note)
+    loaded = load_model(parts, chosen.mode, note)
     model, tokenizer = loaded.model, loaded.tokenizer
+    draft = load_model(parts, chosen.draft, note).model if chosen.draft else None
     if args.verbose:
-        out.print(f"weights: {mode} ({describe_mode(mode)}), "
-                  f"{weight_bytes(model) / 1e6:.0f} MB read per token", markup=False)
+        for mode, m in [(chosen.mode, model)] + ([(chosen.draft, draft)] if draft is not None else []):
+            out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
+                      markup=False)
+        out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:
             out.print(f"  {loaded.calibration.summary()}", markup=False)
         out.print("start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
@@ -163,17 +207,35 @@ def run(args: argparse.Namespace) -> int:
     stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
     start = time.perf_counter()
     with torch.inference_mode():
-        result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream,
-                                **kwargs)
+        if draft is not None:
+            spec = parts.speculative(model, draft, prompt, eos_token_id=tokenizer.eos_token_id, k=DRAFT_K,
+                                     on_token=lambda token: stream(0, token), **kwargs)
+            new_tokens, prefill_seconds = spec.tokens, 0.0
+            decode_seconds = time.perf_counter() - (stream.first_token_at or start)
+        else:
+            result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream,
+                                    **kwargs)
+            new_tokens, prefill_seconds, decode_seconds = result.tokens[0], result.prefill_seconds, result.decode_seconds
     out.print()
-    n_new = len(result.tokens[0])
+    n_new = len(new_tokens)
     streamed = args.beams == 1 and stream.first_token_at is not None  # beam search streams only at the end
-    ttft = stream.first_token_at - start if streamed else result.prefill_seconds
+    ttft = stream.first_token_at - start if streamed else prefill_seconds
     out.print(f"prompt tokens: {len(prompt)}   time to first token: {ttft * 1e3:.0f} ms")
-    out.print(decode_line(n_new, args.beams, result.decode_seconds), markup=False)
+    out.print(decode_line(n_new, args.beams, decode_seconds), markup=False)
+    if draft is not None:
+        out.print(speculative_line(chosen, spec), markup=False)
     if args.verbose and (peak := peak_rss_bytes()):
         out.print(f"peak RSS: {peak / 1e6:.0f} MB (weights held: {resident_bytes(model) / 1e6:.0f} MB)")
     return 0
+
+
+def speculative_line(chosen: Plan, result) -> str:
+    """How the drafts fared: accepted of drafted, and target passes for the tokens."""
+    n, passes = len(result.tokens), result.rounds
+    return (f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
+            f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
+            f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
+            f"greedy text")
 
 
 def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
@@ -199,9 +261,16 @@ def register(subparsers) -> None:
     p.add_argument("--beams", type=int, default=1, metavar="N",
                    help="beam search with N beams (answer shown at the end)")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
-    p.add_argument("--mine", action="store_true", help="use your passed katas: attention, kv_cache, generate")
+    p.add_argument("--mine", action="store_true",
+                   help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)")
+    p.add_argument("--speculative", action="store_true",
+                   help="greedy by speculative decoding: fp32 verifies int4's drafts (bf16's without the int4 "
+                        "kernel); the text is fp32's, token-identical to HuggingFace's. The default for greedy "
+                        "where torch has the int4 kernel")
     p.add_argument("--weights", default=None, metavar="MODE",
-                   help="fp32, bf16 or int4 (default: int4 where torch has its fused kernel, else fp32: "
-                        "the fastest whose greedy answers match fp32's)")
+                   help="run fp32, bf16 or int4 weights alone. Only fp32 (and speculative decoding, which "
+                        "verifies with fp32) is token-identical to HuggingFace; int4 is faster and its greedy "
+                        "text may differ after a few tokens. Default: speculative for greedy where torch has "
+                        "the int4 kernel, else int4 where it has the kernel, else fp32")
     p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
     p.set_defaults(func=run)

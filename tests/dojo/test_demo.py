@@ -87,6 +87,35 @@ def test_options_map_to_generate():
         demo.generation_kwargs(args(sample=True, beams=2))
 
 
+def test_plan_speculative_for_greedy_by_default():
+    """Greedy with no --weights runs fp32 verifying int4's drafts (where the kernel is); --weights runs a mode
+    alone; --speculative clashes with --sample, --beams and a non-fp32 --weights"""
+    from solutions.weight_modes import default_mode, int4_available
+
+    def full(**kw):
+        return args(**(dict(speculative=False, weights=None, mine=False) | kw))
+
+    draft = "int4" if int4_available() else "bf16"
+    assert demo.plan(full()) == (demo.Plan("fp32", "int4") if int4_available() else demo.Plan(default_mode()))
+    assert demo.plan(full(speculative=True)) == demo.Plan("fp32", draft)
+    assert demo.plan(full(weights="int4")) == demo.Plan("int4")
+    assert demo.plan(full(sample=True)) == demo.Plan(default_mode())
+    assert demo.plan(full(mine=True)) == demo.Plan(default_mode())
+    for clash in (dict(sample=True), dict(beams=2), dict(weights="int4")):
+        with pytest.raises(ValueError, match="--speculative"):
+            demo.plan(full(speculative=True, **clash))
+
+
+def test_speculative_line_says_how_the_drafts_fared():
+    """The speculative report: drafts accepted of drafted, target passes for the tokens, whose text it is"""
+    from solutions.speculative import SpeculativeResult
+
+    line = demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult(list(range(9)), 8, 6, 3))
+    assert line == ("speculative: fp32 verified int4's drafts (k=4): 6 of 8 accepted (75%), 3 fp32 passes for "
+                    "9 tokens; the text is fp32's greedy text"), line
+    assert "1 fp32 pass for 1 token;" in demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult([5], 0, 0, 1))
+
+
 def test_stream_holds_back_split_characters():
     """Streaming prints text only once a multi-byte character is complete, and never the EOS"""
     pieces = {1: b"caf", 2: b"\xc3", 3: b"\xa9!"}

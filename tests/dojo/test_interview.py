@@ -243,3 +243,16 @@ def test_scorecard_shows_integrity_findings(dojo):
     assert "1 finding(s)" in run(dojo, "history").stdout
     card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
     assert card["integrity"] == ["toy.py:1: imports atexit (runs code as the process ends)"]
+
+
+def test_interview_says_the_stub_replaced_earlier_work(dojo):
+    """an interview over a solved workspace file says it now holds the stub and where the earlier work went"""
+    dojo.file().parent.mkdir(parents=True, exist_ok=True)
+    solve(dojo)
+    solved = dojo.file().read_text()
+    out = run(dojo, "interview", "toy")
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stdout.split())
+    assert f"The interview starts from the stub: {dojo.file()} now holds it." in said, out.stdout
+    backup = Path(said.split("backed up at ", 1)[1].split(" ", 1)[0])
+    assert backup.read_text() == solved and "raise NotImplementedError" in dojo.file().read_text()

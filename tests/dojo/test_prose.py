@@ -105,6 +105,7 @@ def test_start_on_a_terminal_renders_and_pages_a_tall_prompt(dojo, tmp_path):
     text = visible(paged.read_text())
     assert "Implement add(a, b) and count_words(text)." in text and ">>> add(2, 3)" in text, text
     assert "\x1b[" in paged.read_text(), "the pager got no colours"
+    assert text.lstrip().startswith(prose.PAGER_NOTE) and "q closes" in prose.PAGER_NOTE, text[:200]
     assert not re.search(r"^#|`", text, re.MULTILINE), text
     assert "Edit " in visible(shown), "the lines after the prompt are missing"
 

@@ -86,7 +86,8 @@ def test_independent_solutions_are_not_flagged():
     honest: dict[str, dict[str, str]] = {}
     for path in sorted(HONEST.glob("*_?.py")):
         honest.setdefault(path.stem.rsplit("_", 1)[0], {})[path.stem] = path.read_text()
-    assert len(honest) == 9 and all(len(files) >= 2 for files in honest.values()), sorted(honest)
+    graded = {k.slug for k in catalog.load() if k.has_suite}
+    assert set(honest) == graded and all(len(files) >= 2 for files in honest.values()), sorted(honest)
     for slug, files in honest.items():
         kata = catalog.get(slug)
         doc = similarity.find({slug: {**files, "ref": kata.reference.read_text()}},

@@ -161,9 +161,21 @@ def test_causal_mask_rule(kata):
             f"causal_mask({tq}, {tk}): got {got.int().tolist()}, want {want.int().tolist()}"
 
 
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_causal_mask_rule")
+def test_visible_weights_sum_to_one(kata):
+    """Under a mask, each query's weights over the keys it sees sum to 1: with every value 1, every output is 1."""
+    q, k, v = qkv(2, 4, 2, 3, 5, 8, seed=30)
+    got = kata.attention(q, k, torch.ones_like(v), causal=True)
+    lo, hi = float(got.min()), float(got.max())
+    assert abs(lo - 1) <= 1e-5 and abs(hi - 1) <= 1e-5, (
+        f"causal, Tq=3, Tk=5, every value 1: outputs range {lo:.4g}..{hi:.4g}, want all 1: hide the masked keys "
+        "before the softmax, so the weights of the visible keys sum to 1")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (2, 5), (1, 6)])
-@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping")
+@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping", "test_visible_weights_sum_to_one")
 def test_causal_hides_exactly_the_future(kata, tq, tk):
     """Causal attention equals the oracle, also with Tq < Tk (the queries are the last Tq positions)."""
     q, k, v = qkv(2, 2, 1, tq, tk, 8, seed=tq * 10 + tk)
@@ -330,9 +342,27 @@ def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
     ours.load_state_dict({name: w.detach().clone() for name, w in state.items()})
 
 
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_padding_equals_oracle")
+def test_module_keeps_positions_apart(kata):
+    """MultiHeadAttention splits heads within each position: a padded position's input changes no other output."""
+    ours = kata.MultiHeadAttention(16, 4)
+    x = rand(1, 5, 16, seed=21)
+    other = x.clone()
+    other[:, 2] += 1.0
+    padding = torch.tensor([[True, True, False, True, True]])  # position 2 is padding
+    with torch.no_grad():
+        a, b = ours(x, key_padding_mask=padding), ours(other, key_padding_mask=padding)
+    changed = [t for t in (0, 1, 3, 4) if not torch.allclose(a[0, t], b[0, t], atol=1e-6)]
+    assert not changed, (f"d_model 16, 4 heads, position 2 padded: changing its input changed the outputs at positions "
+                         f"{changed}; each head holds Dh features of every position: (B, T, d) -> (B, T, H, Dh) -> "
+                         "(B, H, T, Dh), not (B, T, d) viewed as (B, H, T, Dh)")
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle")
+@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle",
+                       "test_module_keeps_positions_apart")
 def test_module_equals_torch_multihead_attention(kata, bias):
     """MultiHeadAttention equals nn.MultiheadAttention after copying weights (causal + padding)."""
     torch.manual_seed(14)

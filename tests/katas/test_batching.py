@@ -60,12 +60,14 @@ def test_weight_and_kv_bytes_of_smollm2(kata):
 
 @pytest.mark.example
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2")
 def test_max_batch_size_of_smollm2(kata):
     """2 GiB holds SmolLM2's fp32 weights plus 17 sequences of 2048 tokens"""
     got = kata.max_batch_size(SMOL, 2048, 2 * GIB, torch.float32)
     assert got == MAX_BATCH_2GIB, (
         f"max_batch_size(SmolLM2, 2048, 2 GiB, fp32) = {got}, want {MAX_BATCH_2GIB}: "
-        f"(2,147,483,648 - {WEIGHTS_FP32:,} weight bytes) // {KV_2048_FP32:,} bytes per sequence")
+        f"(2,147,483,648 - {WEIGHTS_FP32:,} weight bytes) // {KV_2048_FP32:,} bytes per sequence: a sequence that "
+        "does not fit whole does not fit")
 
 
 def oracle_max_batch(config: LlamaConfig, context_len: int, budget: int, dtype: torch.dtype) -> int:
@@ -89,6 +91,7 @@ CONFIGS = [
 @pytest.mark.points(2)
 @pytest.mark.parametrize("overrides", CONFIGS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2", "test_max_batch_size_of_smollm2")
 def test_max_batch_size_matches_counting(kata, overrides, dtype):
     """Any config: the most sequences whose KV cache fits beside the weights, exactly at the boundary too"""
     config = LlamaConfig.tiny(**overrides)
@@ -105,6 +108,7 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2")
 def test_budget_too_small_for_one_sequence(kata):
     """A budget that cannot hold the weights plus one sequence is a ValueError naming the numbers"""
     budget = WEIGHTS_FP32 + KV_2048_FP32 - 1
@@ -155,12 +159,22 @@ def test_crossover_of_smollm2(kata):
 
 
 @pytest.mark.points(2)
+def test_crossover_at_the_ridge_is_compute(kata):
+    """A batch whose intensity equals the ridge exactly is already compute-bound"""
+    cost = phase_cost(SMOL, "decode", 10, 1, 0)
+    peak = arithmetic_intensity(cost)  # bandwidth 1.0: the ridge is exactly batch 10's intensity
+    got = kata.crossover_batch(SMOL, peak, 1.0, 0)
+    assert got == 10, f"with the ridge set to batch 10's intensity, crossover_batch = {got}, want 10 (at the ridge = compute)"
+
+
+@pytest.mark.points(2)
 @pytest.mark.parametrize("overrides, peak, bandwidth, context_len, dtype", [
     ({}, PEAK, BANDWIDTH, 512, torch.float32),  # the KV cache drags it out to 808
     ({}, 989e12, 3.35e12, 0, torch.bfloat16),  # an H100 in bf16: 312
     ({}, 2e11, 4e10, 64, torch.float32),
     (CONFIGS[1], 1e11, 2e10, 10, torch.float32),
 ])
+@pytest.mark.builds_on("test_crossover_of_smollm2", "test_crossover_at_the_ridge_is_compute")
 def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, context_len, dtype):
     """crossover_batch is the first batch a roofline verdict calls compute-bound"""
     config = LlamaConfig.tiny(**overrides) if overrides else SMOL
@@ -172,15 +186,7 @@ def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, 
 
 
 @pytest.mark.points(2)
-def test_crossover_at_the_ridge_is_compute(kata):
-    """A batch whose intensity equals the ridge exactly is already compute-bound"""
-    cost = phase_cost(SMOL, "decode", 10, 1, 0)
-    peak = arithmetic_intensity(cost)  # bandwidth 1.0: the ridge is exactly batch 10's intensity
-    got = kata.crossover_batch(SMOL, peak, 1.0, 0)
-    assert got == 10, f"with the ridge set to batch 10's intensity, crossover_batch = {got}, want 10 (at the ridge = compute)"
-
-
-@pytest.mark.points(2)
+@pytest.mark.builds_on("test_crossover_of_smollm2")
 def test_long_context_never_crosses(kata):
     """At 2048 tokens of context SmolLM2 decode never becomes compute-bound in fp32: crossover is None"""
     got = kata.crossover_batch(SMOL, PEAK, BANDWIDTH, 2048)
@@ -237,6 +243,7 @@ def test_decode_step_time_times_one_batched_step(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_decode_step_time_times_one_batched_step")
 def test_throughput_counts_every_row(kata):
     """throughput_curve gives tokens/s per batch size: batch / step time (every row gets a token)"""
     clock = FakeClock()
@@ -325,6 +332,7 @@ def bench(kata, smollm2_layers):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_decode_step_time_times_one_batched_step")
 def test_batch_of_8_costs_at_most_3_steps(kata, bench):
     """Machine: a decode step at batch 8 costs at most 3x a step at batch 1 (the weights are read once)"""
     def claim_of(b):
@@ -338,6 +346,7 @@ def test_batch_of_8_costs_at_most_3_steps(kata, bench):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_throughput_counts_every_row", "test_crossover_matches_trying_every_batch")
 def test_throughput_rises_until_the_crossover(kata, bench):
     """Machine: below the crossover, 4x the batch gives at least 1.5x the tokens/s"""
     crossover, peak, bandwidth = bench.ceilings

@@ -118,38 +118,16 @@ def raises(exc_type, fn, what: str) -> str:
     return str(expect_raises(exc_type, fn, what))
 
 
-# --------------------------------------------------------------------------- README examples
+# --------------------------------------------------------------------------- README examples (decode, special tokens)
 
 @pytest.mark.example
-@pytest.mark.points(2)
-def test_readme_training_example(kata):
-    """training merges the most frequent pair, overlaps counted, ties to the smallest pair; encode replays the merges"""
-    tok = trained(kata, "aaabdaaabac", threshold=2)
-    want = {(97, 97): 256, (97, 98): 257, (256, 257): 258}
-    assert dict(tok.merges) == want, f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
-    assert list(tok.merges) == list(want), f"merges must be in training order: got {list(tok.merges)}"
-    got = tok.encode("aaabdaaabac")
-    assert got == [258, 100, 258, 97, 99], f"encode('aaabdaaabac') after training on it: got {got}, want [258, 100, 258, 97, 99]"
-    assert tok.vocab[258] == b"aaab", f"vocab[258] should be b'aaab' (b'aa' + b'ab'), got {tok.vocab.get(258)!r}"
-
-
-@pytest.mark.example
-def test_readme_overlap_example(kata):
-    """'aaaaa' holds the pair (a, a) four times, and a merge (in training and encode) replaces it left to right"""
-    tok = trained(kata, "aaaaa", threshold=4)
-    assert tok.merges == {(97, 97): 256}, f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
-    got = tok.encode("aaaaa")
-    assert got == [256, 256, 97], f"encode('aaaaa') with merge aa: got {got}, want [256, 256, 97] (left to right, no overlap)"
-
-
-@pytest.mark.example
-def test_readme_pattern_example(kata):
-    """with a split pattern, pairs never cross a chunk boundary, in training and in encode"""
-    tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
-    want = {(97, 98): 256, (32, 256): 257}
-    assert tok.merges == want, f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"
-    got = tok.encode("ab ab")
-    assert got == [256, 257], f"encode('ab ab'): got {got}, want [256, 257]"
+def test_readme_decode_example(kata):
+    """decode replaces invalid UTF-8 with U+FFFD and rejects unknown ids"""
+    tok = kata.BPETokenizer()
+    got = tok.decode([104, 0xFF, 105])
+    assert got == "h\ufffdi", f"decode([104, 255, 105]): got {got!r}, want 'h\\ufffdi'"
+    msg = raises(ValueError, lambda: tok.decode([104, 999]), "decode([104, 999]) on an untrained tokenizer")
+    assert "999" in msg, f"the error for an unknown id should name it (999), got {msg!r}"
 
 
 @pytest.mark.example
@@ -162,38 +140,17 @@ def test_readme_special_tokens_example(kata):
     assert got == f"hi{EOT}", f"decode([104, 105, 300]): got {got!r}, want 'hi<|endoftext|>'"
 
 
-@pytest.mark.example
-def test_readme_decode_example(kata):
-    """decode replaces invalid UTF-8 with U+FFFD and rejects unknown ids"""
-    tok = kata.BPETokenizer()
-    got = tok.decode([104, 0xFF, 105])
-    assert got == "h\ufffdi", f"decode([104, 255, 105]): got {got!r}, want 'h\\ufffdi'"
-    msg = raises(ValueError, lambda: tok.decode([104, 999]), "decode([104, 999]) on an untrained tokenizer")
-    assert "999" in msg, f"the error for an unknown id should name it (999), got {msg!r}"
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_readme_special_tokens_example")
+def test_specials_cut_out_before_the_pattern_splits(kata):
+    """special tokens are cut out of the text before the split pattern applies, so a pattern never breaks one"""
+    tok = kata.BPETokenizer(pattern=GPT2, special_tokens={EOT: 300})
+    got = tok.encode(f"a{EOT}b")
+    assert got == [97, 300, 98], (f"encode('a<|endoftext|>b') with the GPT-2 pattern and <|endoftext|> = 300: got {got}, "
+                                  "want [97, 300, 98] (the pattern alone would cut '<|', 'endoftext', '|>')")
 
 
-# --------------------------------------------------------------------------- training
-
-@pytest.mark.points(3)
-@SETTINGS
-@given(text=texts, threshold=st.integers(1, 3), use_pattern=st.booleans())
-def test_training_matches_oracle(kata, text, threshold, use_pattern):
-    """training gives the same merges, in the same order, as recounting before every merge"""
-    pattern = GPT2 if use_pattern else None
-    got = trained(kata, text, threshold=threshold, pattern=pattern).merges
-    want = oracle_train(text, threshold=threshold, pattern=pattern)
-    assert list(got.items()) == list(want.items()), (
-        f"train({text!r}, threshold={threshold}, pattern={'GPT-2' if use_pattern else None}): "
-        f"got {show(got)}, want {show(want)}")
-
-
-@pytest.mark.points(2)
-def test_overlapping_pairs_counted(kata):
-    """pair counts include overlaps: 'aaa' holds (a, a) twice"""
-    for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
-        tok = trained(kata, text, threshold=count)
-        assert (97, 97) in tok.merges, f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
-
+# --------------------------------------------------------------------------- training: one property at a time
 
 @pytest.mark.points(2)
 def test_threshold_is_inclusive(kata):
@@ -203,6 +160,14 @@ def test_threshold_is_inclusive(kata):
     assert tok.merges == {(97, 98): 256}, f"train({text!r}, threshold=3): (a, b) occurs 3 times, got {show(tok.merges)}, want {{(b'a', b'b'): 256}}"
     tok = trained(kata, text, threshold=4)
     assert tok.merges == {}, f"train({text!r}, threshold=4): no pair occurs 4 times, got {show(tok.merges)}, want {{}}"
+
+
+@pytest.mark.points(2)
+def test_overlapping_pairs_counted(kata):
+    """pair counts include overlaps: 'aaa' holds (a, a) twice"""
+    for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
+        tok = trained(kata, text, threshold=count)
+        assert (97, 97) in tok.merges, f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
 
 
 @pytest.mark.points(2)
@@ -266,6 +231,59 @@ def test_bad_training_arguments(kata):
     raises(ValueError, lambda: tok.train("aaaa", threshold=0), "train('aaaa', threshold=0)")
     raises(ValueError, lambda: tok.train("aaaa", threshold=-1), "train('aaaa', threshold=-1)")
     raises(ValueError, lambda: tok.train("aaaa", max_merges=-1), "train('aaaa', max_merges=-1)")
+
+
+# --------------------------------------------------------------------------- training as a whole (README examples, the oracle)
+
+@pytest.mark.example
+@pytest.mark.builds_on("test_overlapping_pairs_counted")
+def test_readme_overlap_example(kata):
+    """'aaaaa' holds the pair (a, a) four times, and a merge (in training and encode) replaces it left to right"""
+    tok = trained(kata, "aaaaa", threshold=4)
+    assert tok.merges == {(97, 97): 256}, f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
+    got = tok.encode("aaaaa")
+    assert got == [256, 256, 97], f"encode('aaaaa') with merge aa: got {got}, want [256, 256, 97] (left to right, no overlap)"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_threshold_is_inclusive", "test_overlapping_pairs_counted", "test_ties_go_to_smallest_pair",
+                       "test_readme_overlap_example")
+def test_readme_training_example(kata):
+    """training merges the most frequent pair, overlaps counted, ties to the smallest pair; encode replays the merges"""
+    tok = trained(kata, "aaabdaaabac", threshold=2)
+    want = {(97, 97): 256, (97, 98): 257, (256, 257): 258}
+    assert dict(tok.merges) == want, f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
+    assert list(tok.merges) == list(want), f"merges must be in training order: got {list(tok.merges)}"
+    got = tok.encode("aaabdaaabac")
+    assert got == [258, 100, 258, 97, 99], f"encode('aaabdaaabac') after training on it: got {got}, want [258, 100, 258, 97, 99]"
+    assert tok.vocab[258] == b"aaab", f"vocab[258] should be b'aaab' (b'aa' + b'ab'), got {tok.vocab.get(258)!r}"
+
+
+@pytest.mark.example
+@pytest.mark.builds_on("test_no_merges_across_chunks", "test_specials_cut_out_before_the_pattern_splits")
+def test_readme_pattern_example(kata):
+    """with a split pattern, pairs never cross a chunk boundary, in training and in encode"""
+    tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
+    want = {(97, 98): 256, (32, 256): 257}
+    assert tok.merges == want, f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"
+    got = tok.encode("ab ab")
+    assert got == [256, 257], f"encode('ab ab'): got {got}, want [256, 257]"
+
+
+@pytest.mark.points(3)
+@SETTINGS
+@given(text=texts, threshold=st.integers(1, 3), use_pattern=st.booleans())
+@pytest.mark.builds_on("test_threshold_is_inclusive", "test_overlapping_pairs_counted", "test_ties_go_to_smallest_pair",
+                       "test_no_merges_across_chunks")
+def test_training_matches_oracle(kata, text, threshold, use_pattern):
+    """training gives the same merges, in the same order, as recounting before every merge"""
+    pattern = GPT2 if use_pattern else None
+    got = trained(kata, text, threshold=threshold, pattern=pattern).merges
+    want = oracle_train(text, threshold=threshold, pattern=pattern)
+    assert list(got.items()) == list(want.items()), (
+        f"train({text!r}, threshold={threshold}, pattern={'GPT-2' if use_pattern else None}): "
+        f"got {show(got)}, want {show(want)}")
 
 
 # --------------------------------------------------------------------------- encoding and decoding

@@ -166,7 +166,7 @@ def sampling_oracle(logits: list[float], temperature, top_k, top_p) -> list[floa
 
 
 # ---------------------------------------------------------------------------------------------
-# Worked examples (README).
+# Worked examples (README): greedy here; the beam-search examples follow the beam basics.
 
 @pytest.mark.example
 @pytest.mark.points(1)
@@ -176,52 +176,6 @@ def test_example_greedy_bigram(kata):
     assert r.tokens == [[2, 3, 0]], f"greedy from [1] on the README bigram: got {r.tokens}, want [[2, 3, 0]]"
     assert r.scores[0] == pytest.approx(math.log(.5 * .4 * .9) / 3, abs=1e-4), \
         f"greedy score is sum(log p) / 3 tokens: got {r.scores[0]}, want {math.log(.18) / 3:.4f}"
-
-
-@pytest.mark.example
-@pytest.mark.points(2)
-def test_example_beam_finds_more_probable(kata):
-    """Beam search finds a more probable sequence than greedy (length_penalty=0)"""
-    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
-                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
-    assert r.tokens == [[3, 0], [2, 3, 0]], \
-        f"beam search, 2 beams, length_penalty 0 from [1]: got {r.tokens}, want [[3, 0], [2, 3, 0]]"
-    want = [math.log(.35 * .9), math.log(.5 * .4 * .9)]
-    assert r.scores == pytest.approx(want, abs=1e-4), \
-        f"beam scores are raw sum(log p): got {r.scores}, want {want}"
-
-
-@pytest.mark.example
-@pytest.mark.points(2)
-def test_example_early_stopping_false_keeps_searching(kata):
-    """early_stopping=False keeps searching after num_beams hypotheses finish"""
-    got = {}
-    for es in (True, False):
-        r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
-                          num_beams=2, length_penalty=2.0, early_stopping=es, num_return_sequences=2)
-        got[es] = r.tokens
-    want = {True: [[2, 3, 0], [3, 0]], False: [[2, 3, 0], [2, 1, 3, 0]]}
-    assert got == want, f"2 beams, length_penalty 2 from [1], by early_stopping: got {got}, want {want}"
-
-
-ES_BIGRAM = [[.03, .09, .25, .63],  # after 0 (EOS)
-             [.38, .14, .25, .23],  # after 1
-             [.10, .70, .03, .17],  # after 2
-             [.44, .42, .12, .02]]  # after 3 (no tie: the order among equal scores is not graded)
-
-
-@pytest.mark.example
-@pytest.mark.points(2)
-def test_example_early_stopping_modes(kata):
-    """early_stopping True, False and "never" stop at different points"""
-    got = {}
-    for es in (True, False, "never"):
-        got[es] = kata.generate(BigramModel(ES_BIGRAM), [[1]], max_new_tokens=5, eos_token_id=0,
-                                strategy="beam", num_beams=2, length_penalty=1.0,
-                                early_stopping=es).tokens[0]
-    want = {True: [0], False: [2, 1, 0], "never": [2, 1, 2, 1, 0]}
-    assert got == want, \
-        f"best output from [1] with 2 beams, length_penalty 1, by early_stopping: got {got}, want {want}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,18 +200,14 @@ def test_greedy_tie_takes_lowest_index(kata):
 
 @pytest.mark.points(2)
 def test_batched_equals_unbatched(kata, llama):
-    """Prompts of different lengths batched together give each prompt's solo result"""
-    for kwargs in (dict(), dict(strategy="beam", num_beams=3, num_return_sequences=2)):
-        batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, **kwargs)
-        solo_tokens, solo_scores = [], []
-        for p in PROMPTS:
-            r = kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS, **kwargs)
-            solo_tokens += r.tokens
-            solo_scores += r.scores
-        assert batched.tokens == solo_tokens, \
-            f"{kwargs or 'greedy'} on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
-        assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
-            f"{kwargs or 'greedy'}: batched scores {batched.scores}, one by one {solo_scores}"
+    """Greedy: prompts of different lengths batched together give each prompt's solo result"""
+    batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS)
+    solo = [kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS) for p in PROMPTS]
+    solo_tokens, solo_scores = [t for r in solo for t in r.tokens], [s for r in solo for s in r.scores]
+    assert batched.tokens == solo_tokens, \
+        f"greedy on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
+    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
+        f"greedy: batched scores {batched.scores}, one by one {solo_scores}"
 
 
 def first_new_token(seq: list[int]) -> int:
@@ -328,7 +278,7 @@ def test_sampling_reproducible_with_seed(kata, plain_llama):
 
 
 # ---------------------------------------------------------------------------------------------
-# Beam search.
+# Beam search: the basic properties, each checked on its own.
 
 @pytest.mark.points(1)
 def test_one_beam_equals_greedy(kata, llama):
@@ -340,64 +290,14 @@ def test_one_beam_equals_greedy(kata, llama):
         assert beam == greedy, f"num_beams=1, early_stopping={es}: got {beam}, greedy gives {greedy}"
 
 
-@pytest.mark.points(4)
-@pytest.mark.parametrize("num_beams", [2, 3])
-@pytest.mark.parametrize("early_stopping", [True, False, "never"])
-def test_beam_search_equals_plain_implementation(kata, llama, num_beams, early_stopping):
-    """Beam search equals a plain list-based beam search with the HuggingFace semantics"""
-    for length_penalty in (0.0, 1.0, 2.0, -1.0):
-        r = kata.generate(llama, PROMPTS, max_new_tokens=7, eos_token_id=EOS, strategy="beam",
-                          num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-                          num_return_sequences=num_beams)
-        for i, p in enumerate(PROMPTS):
-            want = beam_oracle(llama, p, 7, (EOS,), num_beams, length_penalty, early_stopping)
-            rows = slice(i * num_beams, (i + 1) * num_beams)
-            got_toks, got_scores = r.tokens[rows], r.scores[rows]
-            where = (f"prompt {p}, num_beams={num_beams}, length_penalty={length_penalty}, "
-                     f"early_stopping={early_stopping!r}, EOS={EOS}")
-            assert got_toks == [t for _, t in want], f"{where}: got {got_toks}, want {[t for _, t in want]}"
-            assert got_scores == pytest.approx([s for s, _ in want], abs=1e-4), \
-                f"{where}: scores {got_scores}, want {[round(s, 5) for s, _ in want]}"
-
-
-@pytest.mark.points(2)
-@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
-def test_beam_search_exhaustive_on_tiny_vocabulary(kata, length_penalty):
-    """With enough beams and early_stopping='never', beam search finds the best of all outputs"""
-    model = flat_llama(3, 4, 0.5, d_model=32, n_heads=2, n_kv_heads=1, d_ff=64)
-    prompt, max_new, V = [1, 2], 3, 4
-    outputs = [list(s) for n in range(1, max_new + 1) for s in itertools.product(range(V), repeat=n)
-               if EOS not in s[:-1] and (n == max_new or s[-1] == EOS)]
-    scored = [(sequence_logprob(model, prompt, s) / len(s) ** length_penalty, s) for s in outputs]
-    best_score, best = max(scored)
-    r = kata.generate(model, [prompt], max_new_tokens=max_new, eos_token_id=EOS, strategy="beam",
-                      num_beams=36, length_penalty=length_penalty, early_stopping="never")
-    assert r.tokens[0] == best, (f"4-token vocabulary, prompt {prompt}, length_penalty={length_penalty}: "
-                                 f"got {r.tokens[0]}, the best of all {len(outputs)} outputs is {best}")
-    assert r.scores[0] == pytest.approx(best_score, abs=1e-4), f"score {r.scores[0]}, want {best_score}"
-
-
-@pytest.mark.points(2)
-def test_beam_scores_are_length_penalised_logprobs(kata, llama):
-    """A beam's score is sum(log p) / (new tokens incl. EOS) ** length_penalty"""
-    for lp in (0.0, 1.0, 2.0, -0.5):
-        r = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam", num_beams=3,
-                          length_penalty=lp, num_return_sequences=3)
-        for row, (toks, score) in enumerate(zip(r.tokens, r.scores)):
-            want = sequence_logprob(llama, PROMPTS[row // 3], toks) / len(toks) ** lp
-            assert score == pytest.approx(want, abs=1e-4), \
-                f"length_penalty={lp}, prompt {PROMPTS[row // 3]}, output {toks}: score {score}, want {want}"
-        assert r.scores[:3] == sorted(r.scores[:3], reverse=True), f"returned best first: {r.scores[:3]}"
-
-
 @pytest.mark.points(1)
-def test_negative_length_penalty_favours_short(kata, llama):
-    """A negative length_penalty favours short outputs, a positive one long outputs"""
-    kwargs = dict(max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3)
-    short = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=-2.0, **kwargs).tokens]
-    long = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=2.0, **kwargs).tokens]
-    assert all(s <= n for s, n in zip(short, long)) and sum(short) < sum(long), \
-        f"best output lengths: length_penalty=-2 gives {short}, +2 gives {long}"
+def test_first_step_expands_one_beam(kata):
+    """Beam search starts from one live beam per prompt: the first step's beams are its best distinct tokens"""
+    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=1, eos_token_id=0, strategy="beam",
+                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
+    assert r.tokens == [[2], [3]], (f"one step of 2 beams from [1] (p = .5 for 2, .35 for 3): got {r.tokens}, want "
+                                    "[[2], [3]]; at the start only one beam is live (the others score -inf), else "
+                                    "every beam picks the same token")
 
 
 @pytest.mark.points(1)
@@ -409,16 +309,23 @@ def test_eos_outside_top_beams_does_not_finish(kata):
                                  f"finish [0], yet the output holds it: {r.tokens}")
 
 
+REFILL_BIGRAM = [[.2, .2, .2, .2, .2],  # after 0 (EOS)
+                 [.005, .03, .5, .45, .015],  # after 1
+                 [.5, .04, .03, .03, .4],  # after 2
+                 [.1, .5, .05, .05, .3],  # after 3
+                 [.9, .025, .025, .025, .025]]  # after 4
+
+
 @pytest.mark.points(1)
-def test_num_return_sequences(kata, llama):
-    """num_return_sequences returns that many distinct hypotheses per prompt, best first"""
-    r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS, strategy="beam", num_beams=4,
-                      num_return_sequences=3)
-    assert len(r.tokens) == len(r.scores) == 9, f"3 prompts x 3 sequences: got {len(r.tokens)} rows"
-    for i in range(3):
-        toks, scores = r.tokens[3 * i:3 * i + 3], r.scores[3 * i:3 * i + 3]
-        assert len({tuple(t) for t in toks}) == 3, f"prompt {PROMPTS[i]}: repeated hypotheses {toks}"
-        assert scores == sorted(scores, reverse=True), f"prompt {PROMPTS[i]}: not best first {scores}"
+def test_beam_that_ends_is_replaced(kata):
+    """A beam whose best candidate is EOS is replaced: num_beams beams keep running (rank 2 * num_beams candidates)"""
+    r = kata.generate(BigramModel(REFILL_BIGRAM), [[1]], max_new_tokens=3, eos_token_id=0, strategy="beam",
+                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
+    want = [[2, 0], [2, 4, 0]]
+    assert r.tokens == want, (
+        f"2 beams from [1], 3 new tokens, length_penalty 0: got {r.tokens}, want {want}. At step 2 the candidates are "
+        "[2, 0] (p .25), [3, 1] (.225), [2, 4] (.2): [2, 0] finishes, and [3, 1] and [2, 4] both run on "
+        "(num_beams beams without EOS remain); [2, 4, 0] (.18) then beats [3, 1, 2] (.1125)")
 
 
 class Recorder:
@@ -463,7 +370,9 @@ def test_one_batched_forward_per_step(kata, llama):
 
 
 @pytest.mark.points(2)
-def test_skipping_cache_reorder_breaks_beam_search(kata, llama):
+@pytest.mark.builds_on("test_one_batched_forward_per_step", "test_first_step_expands_one_beam",
+                       "test_eos_outside_top_beams_does_not_finish")
+def test_beams_continue_from_their_parents_cache(kata):
     """Each beam continues from its own parent's keys and values (the cache follows the beams)"""
     kept = []
 
@@ -479,11 +388,160 @@ def test_skipping_cache_reorder_breaks_beam_search(kata, llama):
     r = kata.generate(model, [prompt], max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3,
                       length_penalty=0.0, early_stopping="never", num_return_sequences=3)
     want = beam_oracle(model, prompt, 7, (EOS,), 3, 0.0, "never")
+    assert kept, "cache.reorder was never called: each beam must continue from its parent's keys and values"
     swaps = [ix for ix in kept if ix != sorted(ix)]
-    assert swaps, f"the beams never changed parents (reorder indices {kept}): the test needs a swap"
-    assert r.tokens == [t for _, t in want], \
-        f"prompt {prompt}, 3 beams: got {r.tokens}, want {[t for _, t in want]}; reorder indices were {kept}"
+    assert r.tokens == [t for _, t in want], (
+        f"prompt {prompt}, 3 beams: got {r.tokens}, want {[t for _, t in want]}; reorder indices were {kept}: "
+        "after a reorder, row i must hold the keys and values of its parent beam")
+    assert swaps, f"the beams never changed parents (reorder indices {kept}): this test needs a swap to check anything"
 
+
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_beams_continue_from_their_parents_cache")
+def test_beam_scores_are_length_penalised_logprobs(kata, llama):
+    """A beam's score is sum(log p) / (new tokens incl. EOS) ** length_penalty"""
+    for lp in (0.0, 1.0, 2.0, -0.5):
+        r = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam", num_beams=3,
+                          length_penalty=lp, num_return_sequences=3)
+        for row, (toks, score) in enumerate(zip(r.tokens, r.scores)):
+            want = sequence_logprob(llama, PROMPTS[row // 3], toks) / len(toks) ** lp
+            assert score == pytest.approx(want, abs=1e-4), \
+                f"length_penalty={lp}, prompt {PROMPTS[row // 3]}, output {toks}: score {score}, want {want}"
+        assert r.scores[:3] == sorted(r.scores[:3], reverse=True), f"returned best first: {r.scores[:3]}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_first_step_expands_one_beam")
+def test_num_return_sequences(kata, llama):
+    """num_return_sequences returns that many distinct hypotheses per prompt, best first"""
+    r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS, strategy="beam", num_beams=4,
+                      num_return_sequences=3)
+    assert len(r.tokens) == len(r.scores) == 9, f"3 prompts x 3 sequences: got {len(r.tokens)} rows"
+    for i in range(3):
+        toks, scores = r.tokens[3 * i:3 * i + 3], r.scores[3 * i:3 * i + 3]
+        assert len({tuple(t) for t in toks}) == 3, f"prompt {PROMPTS[i]}: repeated hypotheses {toks}"
+        assert scores == sorted(scores, reverse=True), f"prompt {PROMPTS[i]}: not best first {scores}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_beam_scores_are_length_penalised_logprobs")
+def test_negative_length_penalty_favours_short(kata, llama):
+    """A negative length_penalty favours short outputs, a positive one long outputs"""
+    kwargs = dict(max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3)
+    short = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=-2.0, **kwargs).tokens]
+    long = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=2.0, **kwargs).tokens]
+    assert all(s <= n for s, n in zip(short, long)) and sum(short) < sum(long), \
+        f"best output lengths: length_penalty=-2 gives {short}, +2 gives {long}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search as a whole: the README's examples, then oracles (each failure here says which basic
+# property failed first).
+
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_eos_outside_top_beams_does_not_finish")
+def test_example_beam_finds_more_probable(kata):
+    """Beam search finds a more probable sequence than greedy (length_penalty=0)"""
+    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
+                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
+    assert r.tokens == [[3, 0], [2, 3, 0]], \
+        f"beam search, 2 beams, length_penalty 0 from [1]: got {r.tokens}, want [[3, 0], [2, 3, 0]]"
+    want = [math.log(.35 * .9), math.log(.5 * .4 * .9)]
+    assert r.scores == pytest.approx(want, abs=1e-4), \
+        f"beam scores are raw sum(log p): got {r.scores}, want {want}"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+def test_example_early_stopping_false_keeps_searching(kata):
+    """early_stopping=False keeps searching after num_beams hypotheses finish"""
+    got = {}
+    for es in (True, False):
+        r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
+                          num_beams=2, length_penalty=2.0, early_stopping=es, num_return_sequences=2)
+        got[es] = r.tokens
+    want = {True: [[2, 3, 0], [3, 0]], False: [[2, 3, 0], [2, 1, 3, 0]]}
+    assert got == want, f"2 beams, length_penalty 2 from [1], by early_stopping: got {got}, want {want}"
+
+
+ES_BIGRAM = [[.03, .09, .25, .63],  # after 0 (EOS)
+             [.38, .14, .25, .23],  # after 1
+             [.10, .70, .03, .17],  # after 2
+             [.44, .42, .12, .02]]  # after 3 (no tie: the order among equal scores is not graded)
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+def test_example_early_stopping_modes(kata):
+    """early_stopping True, False and "never" stop at different points"""
+    got = {}
+    for es in (True, False, "never"):
+        got[es] = kata.generate(BigramModel(ES_BIGRAM), [[1]], max_new_tokens=5, eos_token_id=0,
+                                strategy="beam", num_beams=2, length_penalty=1.0,
+                                early_stopping=es).tokens[0]
+    want = {True: [0], False: [2, 1, 0], "never": [2, 1, 2, 1, 0]}
+    assert got == want, \
+        f"best output from [1] with 2 beams, length_penalty 1, by early_stopping: got {got}, want {want}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_batched_equals_unbatched", "test_beam_scores_are_length_penalised_logprobs")
+def test_batched_beams_equal_unbatched(kata, llama):
+    """Beam search: prompts of different lengths batched together give each prompt's solo result"""
+    kwargs = dict(strategy="beam", num_beams=3, num_return_sequences=2)
+    batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, **kwargs)
+    solo = [kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS, **kwargs) for p in PROMPTS]
+    solo_tokens, solo_scores = [t for r in solo for t in r.tokens], [s for r in solo for s in r.scores]
+    assert batched.tokens == solo_tokens, \
+        f"{kwargs} on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
+    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
+        f"{kwargs}: batched scores {batched.scores}, one by one {solo_scores}"
+
+
+@pytest.mark.points(4)
+@pytest.mark.parametrize("num_beams", [2, 3])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_eos_outside_top_beams_does_not_finish", "test_beams_continue_from_their_parents_cache", "test_beam_scores_are_length_penalised_logprobs")
+def test_beam_search_equals_plain_implementation(kata, llama, num_beams, early_stopping):
+    """Beam search equals a plain list-based beam search with the HuggingFace semantics"""
+    for length_penalty in (0.0, 1.0, 2.0, -1.0):
+        r = kata.generate(llama, PROMPTS, max_new_tokens=7, eos_token_id=EOS, strategy="beam",
+                          num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
+                          num_return_sequences=num_beams)
+        for i, p in enumerate(PROMPTS):
+            want = beam_oracle(llama, p, 7, (EOS,), num_beams, length_penalty, early_stopping)
+            rows = slice(i * num_beams, (i + 1) * num_beams)
+            got_toks, got_scores = r.tokens[rows], r.scores[rows]
+            where = (f"prompt {p}, num_beams={num_beams}, length_penalty={length_penalty}, "
+                     f"early_stopping={early_stopping!r}, EOS={EOS}")
+            assert got_toks == [t for _, t in want], f"{where}: got {got_toks}, want {[t for _, t in want]}"
+            assert got_scores == pytest.approx([s for s, _ in want], abs=1e-4), \
+                f"{where}: scores {got_scores}, want {[round(s, 5) for s, _ in want]}"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+def test_beam_search_exhaustive_on_tiny_vocabulary(kata, length_penalty):
+    """With enough beams and early_stopping='never', beam search finds the best of all outputs"""
+    model = flat_llama(3, 4, 0.5, d_model=32, n_heads=2, n_kv_heads=1, d_ff=64)
+    prompt, max_new, V = [1, 2], 3, 4
+    outputs = [list(s) for n in range(1, max_new + 1) for s in itertools.product(range(V), repeat=n)
+               if EOS not in s[:-1] and (n == max_new or s[-1] == EOS)]
+    scored = [(sequence_logprob(model, prompt, s) / len(s) ** length_penalty, s) for s in outputs]
+    best_score, best = max(scored)
+    r = kata.generate(model, [prompt], max_new_tokens=max_new, eos_token_id=EOS, strategy="beam",
+                      num_beams=36, length_penalty=length_penalty, early_stopping="never")
+    assert r.tokens[0] == best, (f"4-token vocabulary, prompt {prompt}, length_penalty={length_penalty}: "
+                                 f"got {r.tokens[0]}, the best of all {len(outputs)} outputs is {best}")
+    assert r.scores[0] == pytest.approx(best_score, abs=1e-4), f"score {r.scores[0]}, want {best_score}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming, timings and arguments.
 
 @pytest.mark.points(1)
 def test_on_token_streams(kata, llama):

@@ -122,7 +122,9 @@ def test_example_smollm2_speedup(kata):
     for context_len in (0, 8191):
         want = smollm2_decode_bytes(4, 1, context_len, 4) / smollm2_decode_bytes(0.625, 1, context_len, 4)
         got = kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, context_len)
-        assert got == pytest.approx(want, rel=1e-9), f"speed-up fp32 -> q4_1, batch 1, context {context_len}: got {got}, want {want:.4f}"
+        assert got == pytest.approx(want, rel=1e-9), (
+            f"speed-up fp32 -> q4_1, batch 1, context {context_len}: got {got}, want {want:.4f}: only the weights change "
+            f"format; the embedding row and the KV cache ({30 * (context_len + 2) * 2 * 3 * 64 * 4:,} bytes here) stay fp32")
 
 
 # ---------------------------------------------------------------- dequantization
@@ -181,7 +183,40 @@ def test_bad_block_bytes_raise(kata):
 
 # ---------------------------------------------------------------- quantization
 
+def first_bad_block(got: np.ndarray, want: np.ndarray) -> int | None:
+    """The first block (20 bytes) where two Q4_1 byte arrays differ, or None."""
+    bad = np.argwhere((got.reshape(-1, 20) != want.reshape(-1, 20)).any(axis=1))
+    return int(bad[0, 0]) if len(bad) else None
+
+
+@pytest.mark.points(1)
+def test_quantize_ties_round_up(kata):
+    """quantize_q4_1 rounds a code exactly halfway between two levels up, as llama.cpp does."""
+    w = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5].astype(np.float32)  # d = 1, min 0: codes k + 0.5 exactly
+    got = np.asarray(kata.quantize_q4_1(w))
+    assert got.shape == (20,) and got.dtype == np.uint8, f"quantize_q4_1 of 32 weights: {got.dtype} {got.shape}, want uint8 (20,)"
+    codes = [int(b) & 0x0F for b in got[4:]] + [int(b) >> 4 for b in got[4:]]
+    want = [0, 15] + [k % 15 + 1 for k in range(30)]
+    assert codes == want, (f"quantize_q4_1 of w = [0, 15, 0.5, 1.5, ..., 14.5, 0.5, ..., 14.5] (d = 1, min 0: every weight "
+                           f"after the first two is a tie k + 0.5): codes {codes}, want {want} (a tie rounds up to k + 1)")
+
+
+@pytest.mark.points(1)
+def test_quantize_codes_use_fp32_scale(kata):
+    """quantize_q4_1 computes the codes from the fp32 min and d = (max - min) / 15; fp16 is only how they are stored."""
+    rng = np.random.default_rng(8)
+    for scale in (1e-3, 50.0):
+        w = (rng.standard_normal((64, 128)) * scale).astype(np.float32)
+        got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
+        assert got.shape == want.shape, f"quantize_q4_1 of (64, 128): shape {got.shape}, want {want.shape}"
+        blk = first_bad_block(got, want)
+        assert blk is None, (f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: got "
+                             f"{got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()} (the codes "
+                             "use the fp32 min and d, not their fp16 roundings)")
+
+
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_example_quantize_one_block", "test_quantize_ties_round_up", "test_quantize_codes_use_fp32_scale")
 def test_quantize_q4_1_matches_gguf(kata):
     """quantize_q4_1 is bit-exact against gguf.quants.quantize: ties round up, constant blocks get d = 0."""
     rng = np.random.default_rng(8)
@@ -192,8 +227,8 @@ def test_quantize_q4_1_matches_gguf(kata):
         w[2, :32] = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5] * scale  # exact ties: d = scale, codes k + 0.5 round up
         got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
         assert got.shape == want.shape, f"quantize_q4_1 of (8, 128): shape {got.shape}, want {want.shape}"
-        if not np.array_equal(got, want):
-            blk = int(np.argwhere(got.reshape(-1, 20) != want.reshape(-1, 20)).min(axis=0)[0])
+        blk = first_bad_block(got, want)
+        if blk is not None:
             pytest.fail(f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: "
                         f"got {got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()}")
 

@@ -58,6 +58,15 @@ def kv(batch: int, heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tenso
 # --------------------------------------------------------------------------- README examples
 
 @pytest.mark.example
+def test_readme_bytes_example(kata):
+    """bytes_needed: SmolLM2 holds 46,080 bytes of fp32 keys and values per token"""
+    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 1, torch.float32)
+    assert got == 46_080, f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
+    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 8192, torch.float16)
+    assert got == 188_743_680, f"bytes_needed(30, 1, 3, 64, 8192 positions, fp16): got {got}, want 188743680"
+
+
+@pytest.mark.example
 @pytest.mark.points(2)
 def test_readme_example(kata):
     """update returns every position cached so far; length moves on after the last layer writes"""
@@ -77,15 +86,6 @@ def test_readme_example(kata):
     assert torch.equal(v_all[:, :, 3:], -step), "decode step: the new value must follow the cached ones"
 
 
-@pytest.mark.example
-def test_readme_bytes_example(kata):
-    """bytes_needed: SmolLM2 holds 46,080 bytes of fp32 keys and values per token"""
-    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 1, torch.float32)
-    assert got == 46_080, f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
-    got = kata.KVCache.bytes_needed(30, 1, 3, 64, 8192, torch.float16)
-    assert got == 188_743_680, f"bytes_needed(30, 1, 3, 64, 8192 positions, fp16): got {got}, want 188743680"
-
-
 # --------------------------------------------------------------------------- the cache alone
 
 @pytest.mark.points(2)
@@ -93,7 +93,7 @@ def test_readme_bytes_example(kata):
 def test_update_returns_all_positions(kata, seed):
     """update returns this layer's keys and values so far, in order, for any chunk sizes"""
     g = torch.Generator().manual_seed(100 + seed)
-    n_layers, batch, heads, dim, max_len = 3, 2, 2, 4, 12
+    n_layers, batch, heads, dim, max_len = 3, 2, 2, 4, 16  # 5 chunks of 1..3: never full (test_cache_full checks that)
     chunks = [int(torch.randint(1, 4, (), generator=g)) for _ in range(5)]
     cache = kata.KVCache(n_layers, batch, heads, dim, max_len)
     want_k = [torch.empty(batch, heads, 0, dim) for _ in range(n_layers)]
@@ -150,7 +150,9 @@ def test_update_writes_in_place(kata):
     for (layer, name), ptrs in seen.items():
         assert len(ptrs) == 1, (f"layer {layer} {name}: update returned tensors at {len(ptrs)} different addresses over "
                                 "a prefill and 4 decode steps; want views of one preallocated buffer (no concatenation)")
-    assert cache.nbytes == nbytes, f"nbytes changed from {nbytes} to {cache.nbytes} while decoding: allocate once"
+    assert cache.nbytes == nbytes, (
+        f"nbytes changed from {nbytes} to {cache.nbytes} while decoding: allocate the buffers once, when the cache is "
+        "made, sized from its own n_kv_heads, head_dim and max_len (not from the first k written)")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
@@ -205,6 +207,7 @@ def test_truncate_rejects_bad_length(kata):
     raises(ValueError, lambda: cache.truncate(5), "truncate(5) with 4 positions cached")
     raises(ValueError, lambda: cache.truncate(-1), "truncate(-1)")
     cache.truncate(4)
+    assert cache.length == 4, f"truncate(4) with 4 cached: length {cache.length}, want 4 (truncate(n) keeps the first n)"
     cache.truncate(1)
     assert cache.length == 1, f"truncate(1): length {cache.length}, want 1"
 

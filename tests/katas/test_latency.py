@@ -54,7 +54,8 @@ def test_predict_ttft_long_prompt_is_compute_bound(kata):
     want = 155_826_782_208 / PEAK  # prefill FLOPs of 512 tokens; its 586 MB take only 0.049 s
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_ttft(SmolLM2, 512, 1.5e11, 1.2e10) = {got:.6g} s, want {want:.6g} s "
-        "(155.8 GFLOP / 1.5e11 FLOP/s: prefill of a long prompt is compute-bound)")
+        "(155.8 GFLOP / 1.5e11 FLOP/s: prefill of a long prompt is compute-bound; the time is the larger of "
+        "compute time and memory time, not their sum)")
 
 
 @pytest.mark.example
@@ -69,6 +70,7 @@ def test_predict_tpot_is_the_weight_read(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_predict_tpot_is_the_weight_read")
 def test_predict_tpot_reads_the_kv_cache(kata):
     """predict_tpot grows with the context: each step also reads K and V of every cached position"""
     got = kata.predict_tpot(SMOL, 512, PEAK, BANDWIDTH)
@@ -85,6 +87,7 @@ def test_predict_tpot_reads_the_kv_cache(kata):
     (300, 2e10, 5e9),
     (64, 1e12, 1e12),
 ])
+@pytest.mark.builds_on("test_predict_ttft_long_prompt_is_compute_bound")
 def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
     """predict_ttft = max(FLOPs / peak, bytes / bandwidth) of the prefill: the slower resource sets the pace"""
     got = kata.predict_ttft(SMOL, prompt_len, peak, bandwidth)
@@ -96,6 +99,7 @@ def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("context_len, peak, bandwidth", [(100, 2e9, 1e11), (7, PEAK, BANDWIDTH)])
+@pytest.mark.builds_on("test_predict_tpot_reads_the_kv_cache")
 def test_predict_tpot_is_the_slower_ceiling(kata, context_len, peak, bandwidth):
     """predict_tpot = max(FLOPs / peak, bytes / bandwidth) of one decode step, also on a slow-compute machine"""
     config = LlamaConfig.tiny()
@@ -248,7 +252,9 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
     want = model.prefill(ids, model.new_cache(2, 32))
     cache = model.new_cache(2, 32)
     got = kata.chunked_prefill(model, ids, cache, chunk)
-    assert tuple(got.shape) == (2, 13, 256), f"chunked_prefill(13 tokens, chunk={chunk}) logits {tuple(got.shape)}"
+    assert tuple(got.shape) == (2, 13, 256), (
+        f"chunked_prefill(13 tokens, chunk={chunk}) returned logits {tuple(got.shape)}, want (2, 13, 256): one row "
+        "per prompt token, the last partial chunk included")
     assert max_diff(got, want) <= TOL, (
         f"chunked_prefill(13 tokens, chunk={chunk}) differs from one prefill by {max_diff(got, want):.3g}: "
         "each chunk must attend to the positions cached before it")
@@ -270,6 +276,7 @@ def test_chunked_prefill_bounds_each_step(kata, T, chunk):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_chunked_prefill_equals_one_shot")
 def test_chunked_prefill_appends_to_a_filled_cache(kata):
     """Chunks appended after cached positions match one prefill, and decoding afterwards is unchanged"""
     model = tiny_model(seed=2)
@@ -288,6 +295,7 @@ def test_chunked_prefill_appends_to_a_filled_cache(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_chunked_prefill_equals_one_shot", "test_chunked_prefill_appends_to_a_filled_cache")
 def test_chunked_prefill_with_left_padding(kata):
     """A left-padded batch: each chunk gets the attention mask of everything cached plus itself"""
     model = tiny_model(seed=4)
@@ -373,6 +381,7 @@ def bench(kata, smollm2_layers):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_ttft_is_prefill_and_tpot_is_one_decode_step")
 def test_ttft_grows_with_the_prompt_while_tpot_stays_flat(kata, bench):
     """Machine: TTFT grows with prompt length (192 vs 16 tokens: >= 2.5x) while TPOT stays nearly flat (<= 1.5x)"""
     def growth(b, side: str) -> tuple[float, float]:  # b: the whole bench, or one round of it
@@ -385,6 +394,9 @@ def test_ttft_grows_with_the_prompt_while_tpot_stays_flat(kata, bench):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_predict_ttft_is_the_slower_ceiling",
+                       "test_predict_tpot_is_the_slower_ceiling",
+                       "test_ttft_is_prefill_and_tpot_is_one_decode_step")
 def test_predictions_within_a_factor_of_two(kata, bench, smollm2_layers):
     """Machine: predict_ttft (long prompt) and predict_tpot from measured ceilings are within 2x of measure_latency"""
     config = smollm2_layers.config

@@ -100,6 +100,7 @@ def test_example_scale_and_unscale(kata):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype, init_scale", [(torch.bfloat16, None), (torch.float16, 2.0**10)])
+@pytest.mark.builds_on("test_example_scale_and_unscale")
 def test_one_step_matches_fp32(kata, dtype, init_scale):
     """One autocast step moves the weights as an fp32 step does, within low-precision tolerance."""
     start, oracle, model, batch = tiny_model(0).train(), tiny_model(0).train(), trained_model(0), toy_batch(0)
@@ -113,6 +114,7 @@ def test_one_step_matches_fp32(kata, dtype, init_scale):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_scale_and_unscale")
 def test_fp32_gradients_are_unscaled_exactly(kata):
     """With a power-of-two scale, the gradients the optimizer sees equal the unscaled fp32 ones (up to the
     rounding of another summation order in the loss: 1e-6, far below any scale left in)."""
@@ -140,6 +142,7 @@ def test_master_weights_stay_fp32(kata):
 # ---------------------------------------------------------------- overflow and growth
 
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_example_scaler_policy", "test_example_scale_and_unscale")
 def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
     """An fp16 step whose gradients overflow changes no weight, halves the scale and resets the count."""
     found = banned_uses(kata_path, {"GradScaler", "_amp_update_scale_", "_amp_foreach_non_finite_check_and_unscale_"})
@@ -157,6 +160,7 @@ def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_scale_and_unscale")
 def test_nan_gradients_are_skipped(kata):
     """A NaN gradient (not only inf) skips the step and halves the scale."""
     start, model = tiny_model(4).train(), trained_model(4)
@@ -171,6 +175,7 @@ def test_nan_gradients_are_skipped(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_scaler_policy")
 def test_scale_grows_after_n_good_steps(kata):
     """The scale doubles on exactly the growth_interval-th good train_step, and not before."""
     model = trained_model(5)
@@ -188,6 +193,9 @@ def test_scale_grows_after_n_good_steps(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.builds_on("test_one_step_matches_fp32",
+                       "test_master_weights_stay_fp32",
+                       "test_overflowing_step_is_skipped_and_scale_halves")
 def test_loss_falls_over_50_steps(kata, dtype):
     """Fifty mixed-precision Adam steps on one batch of a toy task cut the loss by more than half."""
     model, batch = trained_model(6), toy_batch(6, batch=2, length=8)

@@ -345,19 +345,20 @@ def test_length_moves_after_last_layer(kata):
 def test_gather_follows_block_table_order(kata):
     """gather reads the blocks in block-table order, whatever their physical order"""
     cache = kata.PagedKVCache(1, 1, 2, num_blocks=4, block_size=2)
+    written = {}
     for s in range(4):  # one block each: the pool is full
         cache.add_sequence(s)
-        append(cache, s, 1, 1, seed=s)
-    owner = {cache.block_table(s)[0]: s for s in range(4)}
-    x = sorted(owner)
-    for b in [x[1], x[3], x[0], x[2]]:  # free in an order that is not sorted, forwards or backwards
-        cache.free(owner[b])
-    cache.add_sequence(9)
-    ((k, v),) = append(cache, 9, 1, 8, seed=9)
-    table = cache.block_table(9)
-    got_k, got_v = cache.gather(9, 0)
-    assert close(got_k, k) and close(got_v, v), (
-        f"8 positions in blocks {table} (logical order): gather does not return them in order")
+        written[s] = append(cache, s, 1, 1, seed=s)[0]
+    keep = max(range(4), key=lambda s: cache.block_table(s)[0])  # the sequence holding the highest block id
+    for s in range(4):
+        if s != keep:
+            cache.free(s)
+    ((k, v),) = append(cache, keep, 1, 6, seed=9)  # 3 more blocks, each with a lower id than its first
+    table = cache.block_table(keep)
+    got_k, got_v = cache.gather(keep, 0)
+    want_k, want_v = torch.cat([written[keep][0], k], dim=1), torch.cat([written[keep][1], v], dim=1)
+    assert close(got_k, want_k) and close(got_v, want_v), (
+        f"7 positions in blocks {table} (logical order, not sorted): gather does not return them in order")
 
 
 @pytest.mark.points(2)

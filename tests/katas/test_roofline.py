@@ -76,19 +76,34 @@ def cost_of(kata, *args, **kwargs) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- counting
 
+@pytest.mark.points(1)
+def test_each_cached_position_adds_its_kv_bytes(kata):
+    """Each cached position adds its K and V to a decode step's bytes: 46,080 per position for SmolLM2 in fp32"""
+    empty = cost_of(kata, SMOL, "decode", batch=1, seq_len=1, context_len=0)
+    full = cost_of(kata, SMOL, "decode", batch=1, seq_len=1, context_len=512)
+    got, want = (full[0] - empty[0], full[1] - empty[1]), (512 * ATTN_FLOPS_PER_PAIR, 512 * KV_PER_POSITION)
+    assert got == want, (
+        f"phase_cost(SmolLM2, 'decode') at context_len=512 minus at 0 = (flops, bytes) {got}, want {want}: every "
+        "cached position's K and V (30 layers x 2 x 3 KV heads x 64 x 4 bytes) are read again, and each query "
+        "head scores one more key")
+
+
 @pytest.mark.example
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_each_cached_position_adds_its_kv_bytes")
 def test_decode_reads_every_weight_once(kata):
     """Decode at batch 1 reads every weight once: 538 MB of SmolLM2 in fp32, plus one embedding row and the KV cache"""
     got = cost_of(kata, SMOL, "decode", batch=1, seq_len=1, context_len=0, dtype=torch.float32)
     want = (DECODE_B1_FLOPS, DECODE_B1_BYTES)
     assert got == want, (
         f"phase_cost(SmolLM2, 'decode', batch=1, context_len=0) = (flops, bytes) {got}, want {want}: "
-        f"{PARAMS:,} weights x 4 bytes (the LM head reads the whole tied embedding) + one 576-float "
-        f"row + K and V of one position written and read; 2 FLOPs per matmul weight + attention")
+        f"{PARAMS:,} weights x 4 bytes (the LM head reads the whole tied embedding: {49152 * 576 * 4:,} bytes) + "
+        f"one 576-float row ({ROW:,}) + K and V of one position written and read ({2 * KV_PER_POSITION:,}); "
+        "2 FLOPs per matmul weight + attention")
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_each_cached_position_adds_its_kv_bytes", "test_decode_reads_every_weight_once")
 def test_decode_counts_kv_cache_reads(kata):
     """A decode step reads K and V of every cached position: 46,080 bytes per position for SmolLM2"""
     got = cost_of(kata, SMOL, "decode", batch=1, seq_len=1, context_len=512)
@@ -100,6 +115,7 @@ def test_decode_counts_kv_cache_reads(kata):
 
 @pytest.mark.example
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_decode_reads_every_weight_once")
 def test_prefill_512_cost(kata):
     """Prefill of 512 tokens: 2 FLOPs per weight per token plus every query-key pair; weights read once"""
     got = cost_of(kata, SMOL, "prefill", batch=1, seq_len=512, context_len=0)
@@ -108,6 +124,7 @@ def test_prefill_512_cost(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_decode_reads_every_weight_once")
 def test_batch_shares_the_weight_read(kata):
     """A batch of 8 decodes reads the weights once and does 8 times the FLOPs"""
     got = cost_of(kata, SMOL, "decode", batch=8, seq_len=1, context_len=0)
@@ -117,6 +134,7 @@ def test_batch_shares_the_weight_read(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_decode_reads_every_weight_once")
 def test_dtype_sets_bytes_not_flops(kata):
     """bf16 halves every byte and leaves the FLOPs alone"""
     got = cost_of(kata, SMOL, "decode", batch=1, seq_len=1, context_len=0, dtype=torch.bfloat16)
@@ -151,6 +169,9 @@ def oracle_cost(config: LlamaConfig, batch: int, seq_len: int, context_len: int,
     ({"n_heads": 8, "n_kv_heads": 2, "d_model": 128, "d_ff": 96, "n_layers": 3, "vocab_size": 100}, "prefill", 2, 5, 4),
     ({"n_heads": 6, "n_kv_heads": 6, "d_model": 48, "n_layers": 1}, "decode", 1, 1, 30),
 ])
+@pytest.mark.builds_on("test_decode_counts_kv_cache_reads",
+                       "test_prefill_512_cost",
+                       "test_batch_shares_the_weight_read")
 def test_cost_matches_parameter_count(kata, overrides, phase, batch, seq_len, context_len):
     """Any Llama config: bytes and FLOPs match a count over the model's own parameters"""
     config = LlamaConfig.tiny(**overrides)
@@ -161,6 +182,7 @@ def test_cost_matches_parameter_count(kata, overrides, phase, batch, seq_len, co
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_prefill_512_cost")
 def test_prefill_intensity_grows_with_tokens(kata):
     """Prefill intensity grows with the number of tokens: each weight read serves every token"""
     ais = [kata.arithmetic_intensity(kata.phase_cost(SMOL, "prefill", 1, t, 0)) for t in (1, 8, 64, 512)]
@@ -169,6 +191,7 @@ def test_prefill_intensity_grows_with_tokens(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_batch_shares_the_weight_read")
 def test_decode_intensity_grows_with_batch(kata):
     """Decode intensity grows with batch: about 0.5 FLOP/byte per row in fp32"""
     ais = {b: kata.arithmetic_intensity(kata.phase_cost(SMOL, "decode", b, 1, 0)) for b in (1, 2, 8, 64)}
@@ -207,6 +230,7 @@ def test_ridge_and_roof(kata):
 
 @pytest.mark.example
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_ridge_and_roof", "test_decode_reads_every_weight_once", "test_prefill_512_cost")
 def test_decode_memory_bound_prefill_compute_bound(kata):
     """On a 12.5 FLOP/byte ridge, SmolLM2 decode is memory-bound and prefill of 512 tokens compute-bound"""
     decode = kata.arithmetic_intensity(kata.phase_cost(SMOL, "decode", 1, 1, 0))
@@ -216,6 +240,7 @@ def test_decode_memory_bound_prefill_compute_bound(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_ridge_and_roof")
 def test_bound_at_the_ridge_is_compute(kata):
     """Exactly at the ridge the pass is "compute"-bound; just left of it, "memory"-bound"""
     got = (kata.bound(12.5, PEAK, BANDWIDTH), kata.bound(12.499, PEAK, BANDWIDTH))
@@ -417,6 +442,7 @@ def claim(bench, quantities, holds, describe) -> Claim:
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_bandwidth_counts_read_and_write", "test_matmul_counts_two_flops_per_multiply_add")
 def test_ceilings_agree_with_plain_timings(kata, bench):
     """Machine: measure_bandwidth and measure_peak_flops agree (within 1.4x) with plain timings taken side by side"""
     nbytes, n = bench.sizes
@@ -431,6 +457,9 @@ def test_ceilings_agree_with_plain_timings(kata, bench):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_bandwidth_counts_read_and_write",
+                       "test_measure_phase_times_the_right_pass",
+                       "test_decode_reads_every_weight_once")
 def test_decode_cannot_beat_the_bandwidth_ceiling(kata, bench, smollm2_shaped):
     """Machine: a decode step of a 538 MB model moves its bytes no faster than the copy bandwidth (+10%), far left of the ridge"""
     nbytes, n = bench.sizes
@@ -448,6 +477,7 @@ def test_decode_cannot_beat_the_bandwidth_ceiling(kata, bench, smollm2_shaped):
 
 @pytest.mark.machine
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_matmul_counts_two_flops_per_multiply_add", "test_measure_phase_times_the_right_pass")
 def test_prefill_runs_at_many_times_decode_flops(kata, bench, smollm2_shaped):
     """Machine: prefill of 32 tokens achieves over 3x the FLOP/s of a decode step: the weights are reused"""
     prefill_flops, _ = oracle_cost(smollm2_shaped.config, 1, PREFILL_TOKENS, 0, size=4)
@@ -510,6 +540,7 @@ def test_plot_is_a_log_log_png(plotted):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_plot_is_a_log_log_png")
 def test_plot_draws_both_ceilings_and_the_ridge(plotted):
     """The roof: the bandwidth slope left of the ridge, the flat peak right of it, the ridge marked"""
     fig, _ = plotted
@@ -522,6 +553,7 @@ def test_plot_draws_both_ceilings_and_the_ridge(plotted):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_plot_is_a_log_log_png")
 def test_plot_points_sit_where_they_should(plotted):
     """Each phase is a labelled marker at (intensity, achieved FLOP/s), visible in the PNG"""
     import matplotlib.image

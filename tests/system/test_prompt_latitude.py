@@ -44,10 +44,33 @@ VARIANTS = {
         " logp.view(B, nb * V).flip(-1).sort(dim=-1, descending=True, stable=True))\n"
         "        cand = nb * V - 1 - cand",
     )]),
+    # paged_kv README: which free block `allocate` returns is the cache's choice (here the lowest id).
+    "paged_kv allocates the lowest free block": ("paged_kv", [(
+        "        block = self._free.pop()\n",
+        "        block = min(self._free)\n        self._free.remove(block)\n",
+    )]),
+    # paged_kv README: forking in the middle of a forward pass is the cache's choice (here allowed).
+    "paged_kv forks between layers": ("paged_kv", [(
+        """        if max(parent.lens) != parent.tokens:
+            raise ValueError(f"cannot fork sequence {parent_id} between the layers of a forward pass")
+""",
+        "",
+    )]),
     # mixed_precision README: the optimizer's param_groups give the same list as the trainable parameters.
     "mixed_precision unscales the optimizer's parameters": ("mixed_precision", [(
         "    finite = scaler.unscale_(params)",
         '    finite = scaler.unscale_([p for group in optimizer.param_groups for p in group["params"]])',
+    )]),
+    # scheduler README: the order of the chunks inside prefills, decodes and preempted is free, and add may
+    # refuse an arrival earlier than the previous one.
+    "scheduler lists in reverse, arrivals checked": ("scheduler", [(
+        "        self._plan = StepPlan(prefills, decodes, preempted)\n",
+        "        self._plan = StepPlan(prefills[::-1], decodes[::-1], preempted[::-1])\n",
+    ), (
+        "        if request_id in self._requests:\n            raise ValueError(f\"request {request_id!r} is already pending\")\n",
+        "        if request_id in self._requests:\n            raise ValueError(f\"request {request_id!r} is already pending\")\n"
+        "        if arrival < getattr(self, '_last_arrival', arrival):\n            raise ValueError('arrivals go back in time')\n"
+        "        self._last_arrival = arrival\n",
     )]),
 }
 

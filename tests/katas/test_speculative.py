@@ -1,0 +1,405 @@
+"""Hidden suite for the speculative kata: draft k tokens, verify them in one target pass.
+
+Models used: bigram toys (dojo.toymodel: the next token depends only on the last one; the README's
+worked examples and the sampled-distribution tests), and the reference tiny Llama with random weights as the target, a
+perturbed copy of it as the draft (real KV caches to roll back). Oracles are written plainly here:
+greedy decoding without a cache, speculative greedy decoding without a cache (its drafted, accepted
+and rounds), the analytic distributions the rejection rule must reproduce, and the formulas.
+Statistical checks use fixed seeds and chi-square bounds at the 1 - 1e-6 quantile (the README's).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from dojo.grading.judge import build
+from dojo.toymodel import BigramModel
+from solutions.model import tiny_model
+
+KATA = "speculative"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# scipy.stats.chi2.isf(1e-6, df) for df = 1..8 (computed with mpmath's regularized gamma)
+CHI2_1E6 = {1: 23.93, 2: 27.63, 3: 30.66, 4: 33.38, 5: 35.89, 6: 38.26, 7: 40.52, 8: 42.70}
+
+
+# ---------------------------------------------------------------------------------------------
+# Models that follow the protocol of the kata README.
+
+def bigram(probs: list[list[float]]):
+    """A bigram toy (dojo.toymodel) made where the kata's code runs: no round trip per call under judge mode."""
+    return build(f"{BigramModel.__module__}:{BigramModel.__name__}", probs)
+
+
+TARGET = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.5, .1, .1, .3], [.2, .2, .2, .4]]
+DRAFT = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.3, .1, .1, .5], [.2, .2, .2, .4]]
+
+
+class Recorder:
+    """Wraps a model; logs every forward pass as (name, kind, tokens fed)."""
+
+    def __init__(self, model, name, events):
+        self.model, self.config, self.name, self.events = model, model.config, name, events
+
+    def new_cache(self, batch_size, max_len=None):
+        return self.model.new_cache(batch_size, max_len)
+
+    def prefill(self, ids, cache, attention_mask=None):
+        self.events.append((self.name, "prefill", ids.shape[1]))
+        return self.model.prefill(ids, cache)
+
+    def decode_step(self, ids, cache, attention_mask=None):
+        self.events.append((self.name, "decode", 1))
+        return self.model.decode_step(ids, cache)
+
+
+def draft_of(model, noise: float, seed: int):
+    """A copy of `model` with Gaussian noise on every weight: a draft that agrees with it often."""
+    draft = tiny_model(1, vocab_size=model.config.vocab_size)
+    draft.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * p.std() * torch.randn(p.shape, generator=gen))
+    return draft
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(1, vocab_size=64)
+
+
+@pytest.fixture(scope="module")
+def draft(target):
+    return draft_of(target, 0.3, 5)
+
+
+PROMPTS = [[5], [3, 9, 27, 1, 8], [40, 2, 17]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracles: slow and plain, no cache.
+
+def argmax(logits) -> int:
+    row = logits.tolist()
+    return max(range(len(row)), key=lambda v: (row[v], -v))
+
+
+def greedy_oracle(model, prompt, max_new_tokens):
+    seq = []
+    for _ in range(max_new_tokens):
+        seq.append(argmax(model.forward(torch.tensor([prompt + seq]))[0, -1]))
+    return seq
+
+
+def speculative_greedy_oracle(target, draft, prompt, max_new_tokens, k):
+    """The README's rounds with full forward passes: (tokens, drafted, accepted, rounds)."""
+    new, drafted, accepted, rounds = [], 0, 0, 0
+    while len(new) < max_new_tokens:
+        n = min(k, max_new_tokens - len(new) - 1)
+        drafts = []
+        for _ in range(n):
+            drafts.append(argmax(draft.forward(torch.tensor([prompt + new + drafts]))[0, -1]))
+        logits = target.forward(torch.tensor([prompt + new + drafts]))[0, -(n + 1):]
+        best = [argmax(row) for row in logits]
+        a = 0
+        while a < n and drafts[a] == best[a]:
+            a += 1
+        new += drafts[:a] + [best[a]]
+        drafted, accepted, rounds = drafted + n, accepted + a, rounds + 1
+    return new, drafted, accepted, rounds
+
+
+def chi_square(counts: list[int], probs: list[float]) -> tuple[float, int]:
+    """(statistic, degrees of freedom) of counts against probs, over the cells with p > 0."""
+    n = sum(counts)
+    cells = [(c, n * p) for c, p in zip(counts, probs) if p > 0]
+    return sum((c - e) ** 2 / e for c, e in cells), len(cells) - 1
+
+
+def seeded_generator(seed: int):
+    """A torch.Generator where the kata's code runs (the worker, under judge mode)."""
+    gen = build("torch:Generator")
+    gen.manual_seed(seed)
+    return gen
+
+
+# ---------------------------------------------------------------------------------------------
+# Worked examples (README).
+
+@pytest.mark.example
+@pytest.mark.points(1)
+def test_example_acceptance_probability(kata):
+    """A draft token is accepted with probability sum(min(p, q))"""
+    got = kata.acceptance_probability(torch.tensor([.5, .5, 0., 0.]), torch.tensor([0., .5, .5, 0.]))
+    assert got == pytest.approx(0.5, abs=1e-6), f"p = [.5, .5, 0, 0], q = [0, .5, .5, 0]: got {got}, want 0.5"
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_verify_residual_and_bonus(kata):
+    """A draft the target never produces is rejected and replaced from max(0, p - q); a matching draft
+    is accepted and the bonus token comes from the last row of p"""
+    p, q = torch.tensor([.5, .5, 0., 0.]), torch.tensor([0., .5, .5, 0.])
+    accepted, nxt = kata.verify(torch.tensor([[2]]), q[None, None], torch.stack([p, torch.full((4,), .25)])[None])
+    assert (accepted.tolist(), nxt.tolist()) == ([0], [0]), (
+        f"draft 2 with p(2) = 0: want accepted [0] and next token [0] (the residual [.5, 0, 0, 0]), "
+        f"got {accepted.tolist()} and {nxt.tolist()}")
+    accepted, nxt = kata.verify(torch.tensor([[1]]), p[None, None],
+                                torch.stack([p, torch.tensor([0., 0., 0., 1.])])[None])
+    assert (accepted.tolist(), nxt.tolist()) == ([1], [3]), (
+        f"q = p: want accepted [1] and bonus token [3] (p after it is [0, 0, 0, 1]), "
+        f"got {accepted.tolist()} and {nxt.tolist()}")
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+def test_example_greedy_bigram(kata):
+    """Greedy speculative decoding on the README's toys: the target's tokens in 3 target passes"""
+    r = kata.speculative_generate(bigram(TARGET), bigram(DRAFT), [0], max_new_tokens=7, k=3)
+    got = (r.tokens, r.drafted, r.accepted, r.rounds)
+    want = ([1, 2, 0, 1, 2, 0, 1], 6, 4, 3)
+    assert got == want, f"(tokens, drafted, accepted, rounds) from [0], k=3, 7 tokens: got {got}, want {want}"
+    assert r.acceptance_rate == pytest.approx(4 / 6), f"acceptance_rate: got {r.acceptance_rate}, want 4/6"
+
+
+@pytest.mark.example
+@pytest.mark.points(1)
+def test_example_expected_speedup(kata):
+    """alpha 0.8, k 4, c 0.1: 3.3616 tokens per round, a 2.4011x speed-up"""
+    got = (kata.expected_tokens_per_round(0.8, 4), kata.expected_speedup(0.8, 4, 0.1))
+    assert got == pytest.approx((3.3616, 2.4011), abs=1e-4), \
+        f"(expected_tokens_per_round(0.8, 4), expected_speedup(0.8, 4, 0.1)): got {got}, want (3.3616, 2.4011)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy: exact.
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_greedy_equals_target_greedy(kata, target, draft, k):
+    """Greedy speculative output is token for token the target's greedy output"""
+    for prompt in PROMPTS:
+        got = kata.speculative_generate(target, draft, prompt, max_new_tokens=12, k=k).tokens
+        want = greedy_oracle(target, prompt, 12)
+        assert got == want, f"k={k}, prompt {prompt}, 12 tokens: got {got}, the target's greedy output is {want}"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("k", [2, 3])
+def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
+    """drafted, accepted and rounds equal a plain no-cache run of the README's rounds"""
+    for prompt in PROMPTS:
+        r = kata.speculative_generate(target, draft, prompt, max_new_tokens=15, k=k)
+        got = (r.tokens, r.drafted, r.accepted, r.rounds)
+        want = speculative_greedy_oracle(target, draft, prompt, 15, k)
+        assert got == want, f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("max_new_tokens, k", [(12, 3), (13, 3), (10, 4)])
+def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, k):
+    """A draft identical to the target has every draft accepted, k + 1 tokens per round (the bonus)"""
+    twin = draft_of(target, 0.0, 0)
+    r = kata.speculative_generate(target, twin, [3, 9, 27], max_new_tokens=max_new_tokens, k=k)
+    rounds = math.ceil(max_new_tokens / (k + 1))
+    want = (max_new_tokens - rounds, max_new_tokens - rounds, rounds)
+    got = (r.drafted, r.accepted, r.rounds)
+    assert r.tokens == greedy_oracle(target, [3, 9, 27], max_new_tokens) and got == want, (
+        f"draft == target, k={k}, {max_new_tokens} tokens: (drafted, accepted, rounds) {got}, want {want} "
+        f"(every round but a short last one yields k + 1 tokens)")
+
+
+@pytest.mark.points(2)
+def test_one_target_pass_per_round(kata, target, draft):
+    """The target runs one forward pass per round, over the drafts and the tokens its cache lacks"""
+    events = []
+    k = 3
+    r = kata.speculative_generate(Recorder(target, "target", events), Recorder(draft, "draft", events),
+                                  [3, 9, 27, 1, 8], max_new_tokens=14, k=k)
+    passes = [e for e in events if e[0] == "target"]
+    assert len(passes) == r.rounds, f"{len(passes)} target forward passes for {r.rounds} rounds: {passes}"
+    fed = sum(n for _, _, n in passes)
+    want = 5 + r.drafted + r.rounds - 1  # the prompt, each draft once, each round's own token but the last
+    assert fed == want, (f"the target was fed {fed} tokens over {r.rounds} rounds, want {want}: the prompt, "
+                         f"each draft once and each round's own token once (positions rolled back, not recomputed)")
+    assert r.tokens == greedy_oracle(target, [3, 9, 27, 1, 8], 14)
+
+
+@pytest.mark.points(1)
+def test_eos_and_streaming(kata, target, draft):
+    """An EOS ends the output (kept as its last token); on_token streams every kept token in order"""
+    free = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3).tokens
+    cut = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    streamed = []
+    r = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3, eos_token_id=free[cut],
+                                  on_token=streamed.append)
+    assert r.tokens == free[:cut + 1], f"greedy gives {free}; with eos_token_id={free[cut]} want {free[:cut + 1]}, got {r.tokens}"
+    assert streamed == r.tokens, f"on_token streamed {streamed}, the result holds {r.tokens}"
+    assert len(free) == 16, f"without an EOS the output has max_new_tokens=16 tokens, got {len(free)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling: the target's distribution, exactly.
+
+VERIFY_P = [[.40, .30, .15, .10, .05], [.05, .10, .20, .25, .40], [.20, .20, .20, .20, .20], [.10, .60, .10, .10, .10]]
+VERIFY_Q = [[.10, .20, .30, .30, .10], [.30, .30, .20, .10, .10], [.05, .45, .05, .40, .05]]
+
+
+def verify_outcomes(kata, rows: int, seed: int):
+    """verify on `rows` rows of VERIFY_P / VERIFY_Q, drafts drawn from q here: (accepted, next) lists."""
+    gen = torch.Generator().manual_seed(seed)
+    q, p = torch.tensor(VERIFY_Q), torch.tensor(VERIFY_P)
+    drafts = torch.stack([torch.multinomial(q[j], rows, replacement=True, generator=gen) for j in range(3)], 1)
+    accepted, nxt = kata.verify(drafts, q.expand(rows, 3, 5).clone(), p.expand(rows, 4, 5).clone(),
+                                seeded_generator(seed + 1))
+    return drafts.tolist(), accepted.tolist(), nxt.tolist()
+
+
+@pytest.mark.points(4)
+def test_verify_emits_the_target_distribution(kata):
+    """Each token verify emits is distributed as p at its position (chi-square, 20,000 rows)"""
+    drafts, accepted, nxt = verify_outcomes(kata, 20000, 11)
+    for j, p in enumerate(VERIFY_P):
+        counts = [0] * 5
+        for d, a, t in zip(drafts, accepted, nxt):
+            if a > j:
+                counts[d[j]] += 1
+            elif a == j:
+                counts[t] += 1
+        stat, df = chi_square(counts, p)
+        assert stat <= CHI2_1E6[df], (
+            f"tokens emitted at position {j} (q there {VERIFY_Q[j] if j < 3 else 'none: the bonus'}) should "
+            f"follow p = {p}: counts {counts} over {sum(counts)} rows, expected "
+            f"{[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
+
+
+@pytest.mark.points(2)
+def test_verify_accepts_with_probability_min_p_q(kata):
+    """The number of accepted drafts follows the product of per-position acceptance probabilities"""
+    _, accepted, _ = verify_outcomes(kata, 20000, 21)
+    beta = [sum(min(a, b) for a, b in zip(p, q)) for p, q in zip(VERIFY_P, VERIFY_Q)]
+    probs = [math.prod(beta[:n]) * (1 - beta[n]) for n in range(3)] + [math.prod(beta)]
+    counts = [accepted.count(n) for n in range(4)]
+    stat, df = chi_square(counts, probs)
+    assert stat <= CHI2_1E6[df], (
+        f"accepted drafts (0..3) over 20000 rows: counts {counts}, expected {[round(20000 * x) for x in probs]} "
+        f"(each draft accepted with probability sum(min(p, q)) = {[round(b, 3) for b in beta]}; "
+        f"chi-square {stat:.1f} > {CHI2_1E6[df]})")
+
+
+SAMPLE_TARGET = [[.10, .50, .20, .20], [.40, .10, .30, .20], [.25, .25, .25, .25], [.60, .05, .05, .30]]
+SAMPLE_DRAFT = [[.30, .30, .30, .10], [.10, .40, .30, .20], [.10, .40, .10, .40], [.30, .05, .35, .30]]
+
+
+@pytest.mark.points(3)
+def test_sampled_tokens_follow_the_target(kata):
+    """Sampled speculative output follows the target's distribution, not the draft's (chi-square per
+    previous token over 3000 tokens)"""
+    r = kata.speculative_generate(bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=3000,
+                                  k=3, temperature=1.0, seed=1234)
+    assert len(r.tokens) == 3000, f"3000 tokens asked, {len(r.tokens)} returned"
+    seq = [0] + r.tokens
+    for prev, p in enumerate(SAMPLE_TARGET):
+        counts = [0] * 4
+        for a, b in zip(seq, seq[1:]):
+            if a == prev:
+                counts[b] += 1
+        stat, df = chi_square(counts, p)
+        assert stat <= CHI2_1E6[df], (
+            f"tokens after {prev} should follow the target's {p} (the draft's is {SAMPLE_DRAFT[prev]}): counts "
+            f"{counts}, expected {[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
+    assert 0 < r.accepted < r.drafted, f"accepted {r.accepted} of {r.drafted} drafts: some, not all, should pass"
+
+
+@pytest.mark.points(1)
+def test_temperature_sharpens_both_models(kata):
+    """At temperature 0.5 the output follows softmax(log p / 0.5), the target's sharpened distribution"""
+    r = kata.speculative_generate(bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=2000,
+                                  k=2, temperature=0.5, seed=99)
+    seq = [0] + r.tokens
+    for prev, row in enumerate(SAMPLE_TARGET):
+        sharp = [x * x / sum(y * y for y in row) for x in row]
+        counts = [sum(1 for a, b in zip(seq, seq[1:]) if a == prev and b == v) for v in range(4)]
+        stat, df = chi_square(counts, sharp)
+        assert stat <= CHI2_1E6[df], (
+            f"temperature 0.5, tokens after {prev}: counts {counts}, expected {[round(sum(counts) * x) for x in sharp]} "
+            f"from softmax(log p / 0.5) = {[round(x, 3) for x in sharp]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
+
+
+@pytest.mark.points(1)
+def test_sampling_reproducible_with_seed(kata, target, draft):
+    """The same seed gives the same tokens; other seeds give other tokens"""
+    kwargs = dict(max_new_tokens=12, k=3, temperature=1.0)
+    a = kata.speculative_generate(target, draft, [3, 9, 27], seed=7, **kwargs).tokens
+    b = kata.speculative_generate(target, draft, [3, 9, 27], seed=7, **kwargs).tokens
+    assert a == b, f"two runs with seed=7 differ: {a} vs {b}"
+    others = [kata.speculative_generate(target, draft, [3, 9, 27], seed=s, **kwargs).tokens for s in (8, 9)]
+    assert any(o != a for o in others), f"seeds 7, 8, 9 all sampled the same tokens {a}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The speed-up model.
+
+@pytest.mark.points(2)
+def test_expected_speedup_formula(kata):
+    """Tokens per round are 1 + alpha + ... + alpha^k; the speed-up divides them by k c + 1"""
+    for alpha in (0.0, 0.3, 0.75, 0.99, 1.0):
+        for k in (1, 3, 7):
+            tokens = sum(alpha ** i for i in range(k + 1))
+            got = kata.expected_tokens_per_round(alpha, k)
+            assert got == pytest.approx(tokens, rel=1e-9), \
+                f"expected_tokens_per_round({alpha}, {k}): got {got}, want 1 + alpha + ... + alpha^k = {tokens}"
+            for c in (0.0, 0.05, 0.5):
+                got = kata.expected_speedup(alpha, k, c)
+                assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), \
+                    f"expected_speedup({alpha}, {k}, {c}): got {got}, want {tokens / (k * c + 1)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors.
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("bad, name", [
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
+    (dict(k=0), "k"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(prompt=[]), "prompt"),
+    (dict(prompt=[1, 64]), "prompt"),
+    (dict(draft_vocab=32), "vocab_size"),
+])
+def test_invalid_arguments(kata, target, draft, bad, name):
+    """Invalid arguments raise ValueError naming the argument"""
+    kwargs = dict(prompt=[1, 2, 3], max_new_tokens=4) | bad
+    prompt = kwargs.pop("prompt")
+    other = tiny_model(2, vocab_size=kwargs.pop("draft_vocab")) if "draft_vocab" in kwargs else draft
+    with pytest.raises(ValueError) as info:
+        kata.speculative_generate(target, other, prompt, **kwargs)
+    assert re.search(rf"\b{name}\b", str(info.value)), \
+        f"speculative_generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("call, name", [
+    ("verify-q", "draft_probs"), ("verify-p", "target_probs"), ("alpha", "alpha"), ("k", "k"), ("c", "c"),
+    ("pq", "p|q"),
+])
+def test_invalid_formula_and_verify_inputs(kata, call, name):
+    """verify's mismatched shapes and the formulas' out-of-range inputs raise ValueError naming them"""
+    drafts, q, p = torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3, 4), .25), torch.full((2, 4, 4), .25)
+    calls = {
+        "verify-q": lambda: kata.verify(drafts, q[:, :2], p),
+        "verify-p": lambda: kata.verify(drafts, q, p[:, :3]),
+        "alpha": lambda: kata.expected_speedup(1.5, 3, 0.1),
+        "k": lambda: kata.expected_tokens_per_round(0.5, 0),
+        "c": lambda: kata.expected_speedup(0.5, 3, -0.1),
+        "pq": lambda: kata.acceptance_probability(torch.full((4,), .25), torch.full((5,), .2)),
+    }
+    with pytest.raises(ValueError) as info:
+        calls[call]()
+    assert re.search(rf"\b({name})\b", str(info.value)), f"{call}: ValueError({str(info.value)!r}) does not name {name}"

@@ -1,0 +1,41 @@
+"""Speculative decoding on the real SmolLM2 (solutions.speculative): fp32 verifying the drafts of the
+packed weights gives fp32's greedy tokens exactly, and so HuggingFace's (test_generate_hf, test_model).
+
+The draft is `dojo demo`'s: int4 where torch has its fused kernel, else bf16. "List three prime
+numbers." is the prompt where int4 alone leaves fp32's answer after "1. 1 / 2. 2"; speculative
+decoding must not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from solutions.generate import generate
+from solutions.speculative import speculative_generate
+from solutions.weight_modes import int4_available
+from solutions.weights import build_model, mode_state, open_gguf, read_config
+
+QUESTIONS = ["List three prime numbers.", "What is the capital of France?", "How do I sort a list in Python?"]
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def draft(smollm2_path):
+    reader = open_gguf(smollm2_path)
+    config = read_config(reader)
+    mode = "int4" if int4_available() else "bf16"
+    return build_model(config, mode_state(reader, config, mode), mode)
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_speculative_greedy_is_fp32_greedy(smollm2, draft, smollm2_tokenizer, question):
+    """fp32 verifying the packed draft's tokens (k = 2 and 4) gives fp32's greedy tokens, token for token"""
+    tok = smollm2_tokenizer
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+    eos = tok.eos_token_id
+    want = generate(smollm2, [prompt], max_new_tokens=NEW, eos_token_id=eos).tokens[0]
+    for k in (2, 4):
+        r = speculative_generate(smollm2, draft, prompt, max_new_tokens=NEW, k=k, eos_token_id=eos)
+        assert r.tokens == want, (f"{question!r}, k={k}: speculative {tok.decode(r.tokens)!r}\n"
+                                  f"fp32 greedy {tok.decode(want)!r}")
+        assert r.acceptance_rate > 0.5, f"{question!r}, k={k}: only {r.accepted} of {r.drafted} drafts accepted"
