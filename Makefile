@@ -60,7 +60,7 @@ prove-timing: $(STAMP)
 	$(PY) -m benchmarks.prove_timing --target $(TARGET) --runs $(RUNS) --hostile
 
 bench-peers: $(STAMP)
-	$(PY) -m pip install llama-cpp-python
+	$(PY) -m pip install "llama-cpp-python[server]"  # [server]: `dojo bench serve` runs its OpenAI server
 	$(PY) -m benchmarks --peers
 
 notebooks: $(STAMP)

@@ -8,9 +8,9 @@ KV cache kata's blocks (solutions.paged_kv), the two sharing one block budget:
    newer prompts up to the step's token budget (chunked prefill: a long prompt never stalls the
    decodes for more than one chunk), preempting the newest request if blocks run out;
 2. the engine runs each prefill chunk into its request's block table (a `PagedView` of one row),
-   then one batched decode step over every decoding request (solutions.paged_decode's
-   `DecodeView`: rows of different lengths, left-padded and masked), so the weights are read once
-   per step however many requests decode;
+   then one batched decode step over every decoding request (a `PagedView` of them all: rows of
+   different lengths, left-padded and masked), so the weights are read once per step however
+   many requests decode;
 3. each request's next token is chosen with its own parameters, streamed, and reported with
    `scheduler.complete`, which says who finished; their blocks go back to the pool at once.
 A client that goes away closes its stream: the request is aborted and its blocks freed before
@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from solutions.generate import _filtered_probs
-from solutions.paged_decode import DecodeView
 from solutions.paged_kv import PagedKVCache
 from solutions.scheduler import Scheduler, SchedulerConfig
 
@@ -233,12 +232,13 @@ class Engine:
             if not request.in_cache:
                 self.cache.add_sequence(request.id)
                 request.in_cache = True
-            logits = self.model.prefill(torch.tensor([chunk.ids]), self.cache.view([request.id]))  # (1, T, V)
+            view = self.cache.view([request.id])
+            logits = self.model.prefill(torch.tensor([chunk.ids]), view, last_only=True)  # (1, 1, V)
             if chunk.sample:
                 sampling.append((request, logits[0, -1]))
         if plan.decodes:
             batch = [self._requests[int(c.request_id)] for c in plan.decodes]
-            view = DecodeView(self.cache, [r.id for r in batch])
+            view = self.cache.view([r.id for r in batch])
             mask = view.attention_mask() if len(batch) > 1 else None  # (B, length + 1): rows differ in length
             logits = self.model.decode_step(torch.tensor([c.ids[0] for c in plan.decodes]), view, mask)  # (B, V)
             sampling += zip(batch, logits)

@@ -169,15 +169,17 @@ class Llama(nn.Module):
         return self._run(ids, None, attention_mask)
 
     @torch.no_grad()
-    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
-        """Append ids (B, T) after the cache's `length` positions; logits (B, T, V).
+    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None, *,
+                last_only: bool = False) -> Tensor:
+        """Append ids (B, T) after the cache's `length` positions; logits (B, T, V), or with
+        `last_only` only the last position's (B, 1, V): the LM head then runs on one position, not T.
 
         Call it repeatedly for chunked prefill. `attention_mask` (B, cache.length + T), True = real
         token, covers the cached and the new positions.
         Raises ValueError if the tokens would run past the context, and the cache's error
         (`CacheFullError`) if they would run past the cache.
         """
-        return self._run(ids, cache, attention_mask)
+        return self._run(ids, cache, attention_mask, last_only)
 
     @torch.no_grad()
     def decode_step(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
@@ -186,7 +188,7 @@ class Llama(nn.Module):
             raise ValueError(f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}")
         return self._run(ids[:, None], cache, attention_mask)[:, -1]
 
-    def _run(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor:
+    def _run(self, ids: Tensor, cache, attention_mask: Tensor | None, last_only: bool = False) -> Tensor:
         c = self.config
         if ids.dim() != 2 or ids.dtype != torch.long:
             raise ValueError(f"ids must be a (B, T) tensor of torch.long; got {tuple(ids.shape)} {ids.dtype}")
@@ -228,7 +230,9 @@ class Llama(nn.Module):
             gate, up = project(rms_norm(x, layer.ffn_norm, c.norm_eps), layer.w_gate_up).chunk(2, dim=-1)
             x = x + project(F.silu(gate) * up, layer.w_down)
         head = self.embed if self.lm_head is None else self.lm_head
-        return project(rms_norm(x, self.norm, c.norm_eps), head)  # (B, T, V)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d): norm and head are per position
+        return project(rms_norm(x, self.norm, c.norm_eps), head)  # (B, T or 1, V)
 
 
 def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None,

@@ -14,6 +14,7 @@ from dojo.practice import report
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
     import uvicorn
 
     from dojo.tools.demo import Parts, load_model
@@ -28,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ValueError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     config = EngineConfig() if args.kv_blocks is None else EngineConfig(num_blocks=args.kv_blocks)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     loaded = load_model(Parts(), mode, lambda s: None)
     engine = Engine(loaded.model, loaded.tokenizer.eos_token_id, config)
     engine.start()
@@ -57,6 +60,7 @@ def register(subparsers) -> None:
     p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
                    help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
                         "with fewer, fewer requests run at once")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's choice)")
     p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                    help="uvicorn's log level (info: one line per request)")
     p.set_defaults(func=run)

@@ -254,17 +254,27 @@ def run(args: argparse.Namespace) -> int:
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")]))}
     ours = [sys.executable, "-m", "dojo", "serve", "--port", "0"] + (["--weights", args.weights] if args.weights else [])
+    ours += ["--threads", str(args.threads)] if args.threads else []
     print(f"dojo bench serve: {args.max_tokens} new tokens a request, {args.seconds:g} s a level, "
-          f"concurrency {', '.join(map(str, args.concurrency))}", flush=True)
+          f"concurrency {', '.join(map(str, args.concurrency))}; weights {args.weights or 'default'}, "
+          f"{args.threads or 'default'} threads", flush=True)
     results = {"dojo": measure_server("dojo", ours, None, MODEL_ID, args, env)}
-    if importlib.util.find_spec("llama_cpp") is None:
-        print("  llama.cpp: llama-cpp-python is not installed, so no llama.cpp server runs beside ours "
-              "(`make bench-peers` installs it)")
+    missing = [m for m in ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        why = ("llama-cpp-python is not installed" if "llama_cpp" in missing else
+               f"llama-cpp-python is installed without its server's packages ({', '.join(missing)})")
+        print(f"  llama.cpp: {why}, so no llama.cpp server runs beside ours "
+              "(`pip install 'llama-cpp-python[server]'`, or `make bench-peers`)")
     else:
         port = free_port()
         peer = [sys.executable, "-m", "llama_cpp.server", "--model", str(find_gguf()), "--port", str(port),
                 "--n_ctx", "8192", "--chat_format", "chatml", "--model_alias", MODEL_ID]
-        results["llama.cpp"] = measure_server("llama.cpp", peer, f"http://127.0.0.1:{port}", MODEL_ID, args)
+        peer += ["--n_threads", str(args.threads)] if args.threads else []
+        try:
+            results["llama.cpp"] = measure_server("llama.cpp", peer, f"http://127.0.0.1:{port}", MODEL_ID, args)
+        except RuntimeError as exc:
+            print(f"  llama.cpp: its server did not run ({exc}); the table shows ours alone")
     print("\n".join(table(results)))
     ours_levels = {lv.concurrency: lv.tokens_per_s for lv in results["dojo"]}
     if 1 in ours_levels and 8 in ours_levels and ours_levels[1] > 0:
@@ -285,4 +295,5 @@ def register(what, int_list) -> None:
     p.add_argument("--seconds", type=float, default=15.0, help="seconds clients keep asking per level (default 15)")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of each request (default 64)")
     p.add_argument("--weights", default=None, metavar="MODE", help="the server's weights mode (default: dojo serve's)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="the servers' threads (default: their own choice)")
     p.set_defaults(func=run)

@@ -1,11 +1,8 @@
-"""The serving engine and its fast decode view, on the tiny random model (milliseconds, no file).
+"""The serving engine on the tiny random model (milliseconds, no file).
 
-- `DecodeView` (solutions.paged_decode) gives the logits and block tables of the paged-KV kata's
-  readable `PagedView`, for rows of different lengths, across block boundaries and a forked
-  (copy-on-write) row, and runs out of blocks cleanly.
-- The engine (solutions.engine) answers concurrent requests each exactly as `generate` answers
-  it alone (greedy), shares decode steps among them, still does with a pool so small that the
-  scheduler must preempt, and frees every block when a stream is closed early.
+The engine (solutions.engine) answers concurrent requests each exactly as `generate` answers
+it alone (greedy), shares decode steps among them, still does with a pool so small that the
+scheduler must preempt, and frees every block when a stream is closed early.
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ import torch
 from solutions.engine import Engine, EngineConfig, SamplingParams
 from solutions.generate import generate
 from solutions.model import tiny_model
-from solutions.paged_decode import DecodeView
-from solutions.paged_kv import OutOfBlocksError, PagedKVCache
 
 EOS = 7
 
@@ -29,54 +24,23 @@ def model():
     return tiny_model(seed=1)
 
 
-def paged_cache(model, num_blocks: int = 64, block_size: int = 4) -> PagedKVCache:
-    c = model.config
-    return PagedKVCache(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks, block_size)
-
-
 def prompts(n: int, seed: int = 0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(8, 256, (int(torch.randint(3, 20, (1,), generator=gen)),), generator=gen).tolist()
             for _ in range(n)]
 
 
-def test_decode_view_equals_paged_view(model):
-    """Four decode steps over rows of lengths 3..19 (one a fork sharing its parent's blocks): DecodeView
-    and PagedView give the same logits, tables and lengths."""
-    caches = [paged_cache(model), paged_cache(model)]
-    rows = prompts(3, seed=2)
+def test_prefill_last_only_is_the_last_position(model):
+    """prefill(last_only=True) gives the last position's logits of a full prefill (to 1e-5), and
+    caches the same keys and values (the next decode step agrees)."""
+    ids = torch.tensor([[9, 10, 11, 12, 13]])
+    full_cache, last_cache = model.new_cache(1, 8), model.new_cache(1, 8)
     with torch.inference_mode():
-        for cache in caches:
-            for i, p in enumerate(rows):
-                cache.add_sequence(i)
-                model.prefill(torch.tensor([p]), cache.view([i]))
-            cache.fork(0, 3)  # row 3 shares row 0's blocks: its first write copies the last one
-        ids = list(range(4))
-        tokens = torch.tensor([11, 12, 13, 14])
-        for step in range(4):
-            readable, fast = caches[0].view(ids), DecodeView(caches[1], ids)
-            want = model.decode_step(tokens, readable, readable.attention_mask())
-            got = model.decode_step(tokens, fast, fast.attention_mask())
-            assert torch.allclose(got, want, atol=1e-5), f"decode step {step}: logits differ from PagedView's"
-            for i in ids:
-                assert caches[1].num_tokens(i) == caches[0].num_tokens(i), f"step {step}: row {i}'s length"
-                assert len(caches[1].block_table(i)) == len(caches[0].block_table(i)), f"step {step}: row {i}'s table"
-            assert caches[1].blocks_in_use == caches[0].blocks_in_use
-            tokens = want.argmax(-1)
-
-
-def test_decode_view_out_of_blocks_changes_nothing(model):
-    """With no block left for a row's next position, DecodeView raises OutOfBlocksError and leaves
-    every table as it was."""
-    cache = paged_cache(model, num_blocks=2, block_size=4)
-    with torch.inference_mode():
-        for i in range(2):
-            cache.add_sequence(i)
-            model.prefill(torch.tensor([[9, 10, 11, 12]]), cache.view([i]))  # each row fills its block
-    tables = [cache.block_table(i) for i in range(2)]
-    with pytest.raises(OutOfBlocksError):
-        DecodeView(cache, [0, 1])
-    assert [cache.block_table(i) for i in range(2)] == tables and cache.allocator.num_free == 0
+        full = model.prefill(ids, full_cache)
+        last = model.prefill(ids, last_cache, last_only=True)
+        assert last.shape == (1, 1, full.shape[-1]) and torch.allclose(last[:, 0], full[:, -1], atol=1e-5)
+        step = torch.tensor([14])
+        assert torch.allclose(model.decode_step(step, last_cache), model.decode_step(step, full_cache), atol=1e-5)
 
 
 async def _ask_all(engine: Engine, requests: list[list[int]], max_tokens: int) -> list[list[int]]:
