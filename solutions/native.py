@@ -38,10 +38,11 @@ class Kernel:
     isa: str
     isas: tuple[str, ...]  # every set this CPU runs, fastest first
 
-    def matmul(self, x, blocks, isa: str | None = None):
-        """x (M, K) fp32 (M <= 8) @ W.T for W as Q4_1 blocks (N, K / 32 * 20) uint8: (M, N) fp32.
-        Raises RuntimeError for bad shapes or dtypes, or an instruction set this CPU lacks."""
-        return self.module.matmul(x, blocks, isa or self.isa)
+    def matmul(self, x, blocks, isa: str | None = None, residual: bool = False):
+        """x (M, K) fp32 @ W.T for W as Q4_1 blocks (N, K / 32 * 20) uint8: (M, N) fp32, x quantized
+        to Q8_1 (with `residual`, plus the second int8 pass: solutions.q8_1). Raises RuntimeError
+        for bad shapes or dtypes, or an instruction set this CPU lacks."""
+        return self.module.matmul(x, blocks, isa or self.isa, residual)
 
 
 def module_name() -> str:

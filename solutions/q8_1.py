@@ -6,7 +6,12 @@ da = max|x| / 127, qa = round(x / da), sa = da * sum(qa). With a weight block w 
 scalars, which is what makes the product fast (x86's `vpdpbusd` multiplies 64 byte pairs an
 instruction). This file does the same arithmetic with torch ops: it is the path tests trust and
 the fallback where solutions.native has no kernel, slower by far. The integer dot products are
-exact here too: each is at most 32 * 15 * 127 < 2^24, so fp32 holds it without rounding.
+exact here too: each is at most 32 * 15 * 127 < 2^24, so fp32 holds it without rounding (with the
+residual pass, 254 * that + another: 15.5M, still under 2^24).
+
+Q8_1's 8 bits move SmolLM2's logits enough to flip near-ties (teacher-forced greedy agreement with
+fp32 about 93% on the bench's chats); the optional residual pass (a second int8 quantization of
+what the first leaves) brings activations to ~15 bits for one more integer dot product a block.
 Left out: Q8_1's storage format (we keep q, d and s as three tensors), other weight types.
 """
 
@@ -17,6 +22,7 @@ from torch import Tensor
 
 BLOCK = 32  # weights (and activations) per block
 BLOCK_BYTES = 20  # a Q4_1 block: fp16 d, fp16 m, 16 bytes of codes
+LO_STEPS = 254  # the residual pass's scale is d / 254
 
 
 def quantize_q8_1(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -30,9 +36,28 @@ def quantize_q8_1(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     m, k = x.shape
     xb = x.reshape(m, k // BLOCK, BLOCK)  # (M, blocks, 32)
     d = xb.abs().amax(-1) / 127  # (M, blocks)
-    inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
-    q = (xb * inv[..., None]).round()  # (M, blocks, 32), each in -127..127
+    q = _steps(xb, d)  # (M, blocks, 32), each in -127..127
     return q.to(torch.int8).reshape(m, k), d, d * q.sum(-1)
+
+
+def quantize_q8_1_residual(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """x (M, K) fp32 as Q8_1 plus a second int8 pass on what the first leaves: q, lo (M, K) int8,
+    d and s (M, K / 32). lo counts r = x - d q in steps of d / 254 (|r| <= d / 2 fits in 127 of
+    them), so x ~ (d / 254) (254 q + lo): about 15 bits where Q8_1 has 8. s = d sum(q) + (d / 254) sum(lo).
+    Raises ValueError as quantize_q8_1."""
+    q, d, _ = quantize_q8_1(x)
+    m, k = x.shape
+    q = q.reshape(m, k // BLOCK, BLOCK).float()  # (M, blocks, 32)
+    d_lo = d / LO_STEPS
+    lo = _steps(x.reshape(m, k // BLOCK, BLOCK) - d[..., None] * q, d_lo)
+    s = d * q.sum(-1) + d_lo * lo.sum(-1)
+    return q.to(torch.int8).reshape(m, k), lo.to(torch.int8).reshape(m, k), d, s
+
+
+def _steps(x: Tensor, step: Tensor) -> Tensor:
+    """round-half-even(x * (1 / step)) clamped to -127..127, as fp32 (0 where step is 0): x (M, blocks, 32)."""
+    inv = torch.where(step != 0, 1 / step, torch.zeros_like(step))
+    return (x * inv[..., None]).round().clamp(-127, 127)
 
 
 def unpack_q4_1(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -50,13 +75,20 @@ def unpack_q4_1(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return codes, d, m
 
 
-def matmul(x: Tensor, blocks: Tensor) -> Tensor:
+def matmul(x: Tensor, blocks: Tensor, residual: bool = False) -> Tensor:
     """x (M, K) fp32 @ W.T for W (N, K) as Q4_1 blocks (N, K / 32 * 20): (M, N) fp32, with x
-    quantized to Q8_1 first, as llama.cpp computes it. Raises ValueError for mismatched shapes."""
+    quantized to Q8_1 first, as llama.cpp computes it; `residual`: with the second int8 pass
+    (quantize_q8_1_residual). Raises ValueError for mismatched shapes."""
     codes, dw, mw = unpack_q4_1(blocks)  # (N, nb, 32), (N, nb), (N, nb)
     if x.dim() != 2 or x.shape[1] != codes.shape[1] * BLOCK:
         raise ValueError(f"x must be (M, {codes.shape[1] * BLOCK}) for this weight; got {tuple(x.shape)}")
-    qa, da, sa = quantize_q8_1(x)  # (M, K), (M, nb), (M, nb)
-    qa = qa.reshape(x.shape[0], -1, BLOCK).float()  # (M, nb, 32)
+    m = x.shape[0]
+    if residual:
+        qa, lo, da, sa = quantize_q8_1_residual(x)
+        unit = da / LO_STEPS  # the integer sums below count steps of d / 254
+        qa = LO_STEPS * qa.reshape(m, -1, BLOCK).float() + lo.reshape(m, -1, BLOCK).float()  # (M, nb, 32)
+    else:
+        qa, unit, sa = quantize_q8_1(x)  # (M, K), (M, nb), (M, nb)
+        qa = qa.reshape(m, -1, BLOCK).float()
     dots = torch.einsum("mbj,nbj->mnb", qa, codes.float())  # (M, N, nb): exact integer sums
-    return (dots * dw[None] * da[:, None]).sum(-1) + (mw[None] * sa[:, None]).sum(-1)
+    return (dots * dw[None] * unit[:, None]).sum(-1) + (mw[None] * sa[:, None]).sum(-1)

@@ -6,8 +6,11 @@
 // sa = da * sum(qa). A block's dot product is then
 //     sum_j (d q_j + m)(da qa_j) = d da * sum_j q_j qa_j + m sa,
 // one integer dot product of unsigned codes with signed bytes (x86's `vpdpbusd`, 4 products a lane)
-// and two scalar terms. solutions/q8_1.py is the same arithmetic written plainly; this file is its fast
-// form for 1-8 activation rows, split over output rows across torch's intra-op threads.
+// and two scalar terms. Optionally a second int8 pass quantizes what the first left, x - da qa, in
+// steps of da / 254 (lo): the block's integer sum is then 254 sum(q qa) + sum(q lo), exact in int32,
+// and activations carry ~15 bits instead of 8, at one more `vpdpbusd` a block. solutions/q8_1.py is
+// the same arithmetic written plainly; this file is its fast form for 1-8 activation rows, split over
+// output rows across torch's intra-op threads.
 //
 // Instruction sets are chosen at run time: "avx512vnni" (vpdpbusd on 256-bit registers, EVEX form),
 // "avxvnni" (the same instruction in its VEX form, on CPUs with AVX-VNNI but no AVX-512), and "avx2"
@@ -21,6 +24,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -33,39 +37,54 @@ constexpr int kBlockBytes = 20;  // fp16 d, fp16 m, 16 code bytes
 constexpr int64_t kMaxRows = 8;  // activation rows one kernel call takes
 constexpr int64_t kTile = 64;    // weight rows a prefill reuses from cache (64 x 576 weights: 23 KB)
 
-// Activations quantized to Q8_1, row-major: q (M, K) int8; d and s (M, K / 32).
+constexpr int kLoSteps = 254;    // a residual's scale is d / 254: |residual| <= d / 2 fits in 127 steps
+
+// Activations quantized to Q8_1, row-major: q (M, K) int8; d and s (M, K / 32). With the residual
+// pass, lo (M, K) int8 holds x - d q in steps of d / 254, and s counts both. `unit` is the scale of
+// the integer sum the kernels form: d (one pass) or d / 254 (two: 254 sum(c q) + sum(c lo)).
 struct Q8Rows {
-  std::vector<int8_t> q;
-  std::vector<float> d, s;
+  std::vector<int8_t> q, lo;
+  std::vector<float> d, unit, s;
 };
 
-// Rows r0.. of a Q8Rows, as the kernels read them.
+// Rows r0.. of a Q8Rows, as the kernels read them (lo is null without the residual pass).
 struct Q8View {
   const int8_t* q;
-  const float* d;
+  const int8_t* lo;
+  const float* unit;
   const float* s;
 };
 
-// The readable quantizer: per 32-block, d = max|x| / 127 and q = round-half-even(x / d) computed as
-// x * (1 / d) in fp32, exactly as solutions/q8_1.py does it (so the two agree bit for bit).
-Q8Rows quantize_q8_1(const float* x, int64_t m, int64_t k) {
+// round-half-even(v), the default rounding mode, clamped to int8's symmetric range
+int8_t to_int8(float v) { return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)); }
+
+// The readable quantizer: per 32-block, d = max|x| / 127 and q = round(x * (1 / d)) in fp32; with
+// `residual`, r = x - d q and lo = round(r * (1 / (d / 254))). Step by step as solutions/q8_1.py
+// does it, so the two agree bit for bit.
+Q8Rows quantize_q8_1(const float* x, int64_t m, int64_t k, bool residual) {
   const int64_t nb = k / kBlock;
-  Q8Rows out{std::vector<int8_t>(m * k), std::vector<float>(m * nb), std::vector<float>(m * nb)};
+  Q8Rows out{std::vector<int8_t>(m * k), std::vector<int8_t>(residual ? m * k : 0), std::vector<float>(m * nb),
+             std::vector<float>(m * nb), std::vector<float>(m * nb)};
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + r * k + b * kBlock;
+      const int64_t at = r * k + b * kBlock;
       float amax = 0.0f;
-      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[at + j]));
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int sum = 0;
-      for (int j = 0; j < kBlock; ++j) {
-        const int q = static_cast<int>(std::nearbyint(xb[j] * id));  // the default mode: half to even
-        out.q[r * k + b * kBlock + j] = static_cast<int8_t>(q);
-        sum += q;
+      int sum = 0, lo_sum = 0;
+      for (int j = 0; j < kBlock; ++j) sum += out.q[at + j] = to_int8(x[at + j] * id);
+      const float d_lo = d / kLoSteps;
+      if (residual) {
+        const float id_lo = d_lo != 0.0f ? 1.0f / d_lo : 0.0f;
+        for (int j = 0; j < kBlock; ++j) {
+          const float rest = x[at + j] - d * static_cast<float>(out.q[at + j]);
+          lo_sum += out.lo[at + j] = to_int8(rest * id_lo);
+        }
       }
       out.d[r * nb + b] = d;
-      out.s[r * nb + b] = d * static_cast<float>(sum);
+      out.unit[r * nb + b] = residual ? d_lo : d;
+      out.s[r * nb + b] = d * static_cast<float>(sum) + d_lo * static_cast<float>(lo_sum);
     }
   }
   return out;
@@ -102,23 +121,28 @@ inline __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(_mm256
 
 using RowsFn = void (*)(const uint8_t*, Q8View, float*, int64_t, int64_t, int64_t, int64_t);
 
-template <int M>
+template <int M, bool R>
 RowsFn pick(const std::string& isa) {
-  return isa == "avx2" ? avx2::rows<M> : isa == "avxvnni" ? avxvnni::rows<M> : avx512vnni::rows<M>;
+  return isa == "avx2" ? avx2::rows<M, R> : isa == "avxvnni" ? avxvnni::rows<M, R> : avx512vnni::rows<M, R>;
 }
 
-// The kernel for m activation rows (1..8) on instruction set `isa`.
-RowsFn kernel_for(int64_t m, const std::string& isa) {
+template <bool R>
+RowsFn pick_rows(int64_t m, const std::string& isa) {
   switch (m) {
-    case 1: return pick<1>(isa);
-    case 2: return pick<2>(isa);
-    case 3: return pick<3>(isa);
-    case 4: return pick<4>(isa);
-    case 5: return pick<5>(isa);
-    case 6: return pick<6>(isa);
-    case 7: return pick<7>(isa);
-    default: return pick<8>(isa);
+    case 1: return pick<1, R>(isa);
+    case 2: return pick<2, R>(isa);
+    case 3: return pick<3, R>(isa);
+    case 4: return pick<4, R>(isa);
+    case 5: return pick<5, R>(isa);
+    case 6: return pick<6, R>(isa);
+    case 7: return pick<7, R>(isa);
+    default: return pick<8, R>(isa);
   }
+}
+
+// The kernel for m activation rows (1..8) on instruction set `isa`, with or without the residual pass.
+RowsFn kernel_for(int64_t m, const std::string& isa, bool residual) {
+  return residual ? pick_rows<true>(m, isa) : pick_rows<false>(m, isa);
 }
 
 bool cpu_has(const std::string& isa) {
@@ -141,7 +165,7 @@ std::vector<std::string> isas() {
 // x (M, K) fp32 @ W.T for W (N, K) held as Q4_1 blocks (N, K / 32 * 20) uint8: y (M, N) fp32.
 // The kernels take 1-8 activation rows (a decode step's batch); more rows (a prefill) go 8 at a time
 // over a tile of weight rows, so the tile is read from memory once and from cache for the rest.
-torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const std::string& isa) {
+torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const std::string& isa, bool residual) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be a 2-D fp32 tensor; got ",
               x.sizes(), " ", x.scalar_type());
   TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8,
@@ -154,7 +178,7 @@ torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const 
               " bytes a row, but K = ", k, " needs ", k / kBlock * kBlockBytes);
   TORCH_CHECK(cpu_has(isa), "this CPU cannot run the ", isa, " kernel (it runs: ", c10::Join(", ", isas()), ")");
   const torch::Tensor xc = x.contiguous(), wc = blocks.contiguous();
-  const Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k);
+  const Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k, residual);
   torch::Tensor y = torch::empty({m, n}, x.options());
   const uint8_t* w = wc.data_ptr<uint8_t>();
   float* out = y.data_ptr<float>();
@@ -165,25 +189,26 @@ torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const 
       const int64_t t1 = std::min(n1, t0 + kTile);
       for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {
         const int64_t rows = std::min(kMaxRows, m - r0);
-        const Q8View view{a.q.data() + r0 * k, a.d.data() + r0 * nb, a.s.data() + r0 * nb};
-        kernel_for(rows, isa)(w, view, out + r0 * n, t0, t1, n, k);
+        const Q8View view{a.q.data() + r0 * k, residual ? a.lo.data() + r0 * k : nullptr,
+                          a.unit.data() + r0 * nb, a.s.data() + r0 * nb};
+        kernel_for(rows, isa, residual)(w, view, out + r0 * n, t0, t1, n, k);
       }
     }
   });
   return y;
 }
 
-// The activation quantizer alone, for tests: (q (M, K) int8, d (M, K/32), s (M, K/32)).
-std::vector<torch::Tensor> quantize(const torch::Tensor& x) {
+// The activation quantizer alone, for tests: [q, d, s], or [q, lo, d, s] with the residual pass.
+std::vector<torch::Tensor> quantize(const torch::Tensor& x, bool residual) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.size(1) % kBlock == 0,
               "x must be a 2-D fp32 tensor with K a multiple of 32; got ", x.sizes(), " ", x.scalar_type());
   const torch::Tensor xc = x.contiguous();
   const int64_t m = x.size(0), k = x.size(1);
-  Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k);
-  auto q = torch::from_blob(a.q.data(), {m, k}, torch::kInt8).clone();
-  auto d = torch::from_blob(a.d.data(), {m, k / kBlock}, torch::kFloat32).clone();
-  auto s = torch::from_blob(a.s.data(), {m, k / kBlock}, torch::kFloat32).clone();
-  return {q, d, s};
+  Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k, residual);
+  auto bytes = [&](std::vector<int8_t>& v) { return torch::from_blob(v.data(), {m, k}, torch::kInt8).clone(); };
+  auto floats = [&](std::vector<float>& v) { return torch::from_blob(v.data(), {m, k / kBlock}, torch::kFloat32).clone(); };
+  if (residual) return {bytes(a.q), bytes(a.lo), floats(a.d), floats(a.s)};
+  return {bytes(a.q), floats(a.d), floats(a.s)};
 }
 
 }  // namespace
@@ -192,6 +217,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "Q4_1 weights x Q8_1 activations (llama.cpp's arithmetic), 1-8 rows, x86 SIMD";
   module.def("isas", &isas, "the instruction sets this CPU can run, fastest first");
   module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W as Q4_1 blocks (N, K/32*20) uint8",
-             pybind11::arg("x"), pybind11::arg("blocks"), pybind11::arg("isa"));
-  module.def("quantize", &quantize, "x (M, K) fp32 as Q8_1: (q int8, d, s)", pybind11::arg("x"));
+             pybind11::arg("x"), pybind11::arg("blocks"), pybind11::arg("isa"), pybind11::arg("residual"));
+  module.def("quantize", &quantize, "x (M, K) fp32 as Q8_1: [q, d, s], or [q, lo, d, s] with the residual",
+             pybind11::arg("x"), pybind11::arg("residual"));
 }

@@ -9,8 +9,9 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
-// One block (b) of weight row `wr` against M activation rows, added into acc[r] and mins[r].
-template <int M>
+// One block (b) of weight row `wr` against M activation rows, added into acc[r] and mins[r]; R: with
+// the residual pass (254 sum(c q) + sum(c lo), in units of d / 254).
+template <int M, bool R>
 inline void block(const uint8_t* wr, Q8View a, int64_t b, int64_t k, __m256* acc, float* mins) {
   const int64_t nb = k / kBlock;
   const uint8_t* blk = wr + b * kBlockBytes;
@@ -21,15 +22,20 @@ inline void block(const uint8_t* wr, Q8View a, int64_t b, int64_t k, __m256* acc
                                          _mm256_set1_epi8(0x0F));  // weights 0..15 | 16..31
   for (int r = 0; r < M; ++r) {
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&a.q[r * k + b * kBlock]));
-    const __m256 dots = _mm256_cvtepi32_ps(dot(codes, qa));
-    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d[r * nb + b]), dots, acc[r]);
+    __m256i sums = dot(codes, qa);
+    if (R) {
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&a.lo[r * k + b * kBlock]));
+      sums = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(sums, 8), _mm256_slli_epi32(sums, 1)),
+                              dot(codes, lo));  // 254 = 256 - 2
+    }
+    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.unit[r * nb + b]), _mm256_cvtepi32_ps(sums), acc[r]);
     mins[r] += mw * a.s[r * nb + b];
   }
 }
 
 // Output rows [n0, n1) of y (M, N). Each weight block is unpacked once for all M rows; even and odd
 // blocks go to two accumulators, so the fused multiply-adds do not wait on one dependency chain.
-template <int M>
+template <int M, bool R>
 void rows(const uint8_t* w, Q8View a, float* y, int64_t n0, int64_t n1, int64_t n, int64_t k) {
   const int64_t nb = k / kBlock;
   for (int64_t row = n0; row < n1; ++row) {
@@ -39,10 +45,10 @@ void rows(const uint8_t* w, Q8View a, float* y, int64_t n0, int64_t n1, int64_t 
     for (int r = 0; r < M; ++r) even[r] = odd[r] = _mm256_setzero_ps(), mins[r] = 0.0f;
     int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
-      block<M>(wr, a, b, k, even, mins);
-      block<M>(wr, a, b + 1, k, odd, mins);
+      block<M, R>(wr, a, b, k, even, mins);
+      block<M, R>(wr, a, b + 1, k, odd, mins);
     }
-    if (b < nb) block<M>(wr, a, b, k, even, mins);
+    if (b < nb) block<M, R>(wr, a, b, k, even, mins);
     for (int r = 0; r < M; ++r) y[r * n + row] = hsum(_mm256_add_ps(even[r], odd[r])) + mins[r];
   }
 }

@@ -41,37 +41,44 @@ def scale(x: torch.Tensor, w: np.ndarray) -> float:
 
 
 def test_quantizers_agree_bit_for_bit(kernel):
-    """The kernel's Q8_1 quantizer gives the reference's q, d and s exactly, all-zero blocks included."""
+    """The kernel's Q8_1 quantizer gives the reference's q, d and s exactly, all-zero blocks and
+    ties included; with the residual pass, its q, lo, d and s too."""
     x = torch.randn(5, 96, generator=torch.Generator().manual_seed(0)) * 3
     x[1, 32:64] = 0  # a block with no scale
     x[2, 5] = 0.5 * x[2, :32].abs().max() / 127 * 2  # ties are rounded half to even by both
-    for got, want, what in zip(kernel.module.quantize(x), q8_1.quantize_q8_1(x), ("q", "d", "s")):
-        assert torch.equal(got, want), f"Q8_1 {what} differs from the reference at {(got != want).nonzero()[:3].tolist()}"
+    for residual, want, names in ((False, q8_1.quantize_q8_1(x), "q d s"),
+                                  (True, q8_1.quantize_q8_1_residual(x), "q lo d s")):
+        for got, exp, what in zip(kernel.module.quantize(x, residual), want, names.split()):
+            assert torch.equal(got, exp), \
+                f"{what} (residual {residual}) differs from the reference at {(got != exp).nonzero()[:3].tolist()}"
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 11])
 @pytest.mark.parametrize("n,k", [(1, 32), (7, 96), (100, 576), (33, 1536)])
-def test_kernel_is_the_reference(kernel, rows, n, k):
+def test_kernel_is_the_reference(kernel, rows, n, k, residual):
     """On every instruction set this CPU runs, the kernel's product is the reference's up to fp32
     summation order: random shapes, K an odd number of blocks, one output row, 1-8 rows (11: a
-    prefill taken 8 at a time)."""
+    prefill taken 8 at a time), with and without the residual pass."""
     blocks, w = q4_1_weight(n, k, seed=rows * n + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
-    want = q8_1.matmul(x, blocks)
+    want = q8_1.matmul(x, blocks, residual)
     for isa in kernel.isas:
-        got = kernel.matmul(x, blocks, isa)
+        got = kernel.matmul(x, blocks, isa, residual)
         err = float((got - want).abs().max()) / scale(x, w)
-        assert got.shape == (rows, n) and err < 1e-6, \
-            f"{isa}, x ({rows}, {k}) @ W ({n}, {k}): off the reference by {err:.2e} of the terms' size"
+        assert got.shape == (rows, n) and err < 1e-6, (f"{isa}, x ({rows}, {k}) @ W ({n}, {k}), residual {residual}: "
+                                                       f"off the reference by {err:.2e} of the terms' size")
 
 
 def test_reference_is_the_dequantized_product():
-    """q8_1.matmul is x @ W.T for W the Q4_1 matrix, up to int8 rounding of x (under 1% of the scale)."""
+    """q8_1.matmul is x @ W.T for W the Q4_1 matrix, up to int8 rounding of x (under 1% of the scale;
+    with the residual pass, under 0.01%)."""
     blocks, w = q4_1_weight(64, 320, seed=1)
     x = torch.randn(3, 320, generator=torch.Generator().manual_seed(1))
     exact = x.double() @ torch.from_numpy(w).double().T
-    err = float((q8_1.matmul(x, blocks).double() - exact).abs().max()) / scale(x, w)
-    assert 0 < err < 1e-2, f"the Q8_1 product is off the fp64 product by {err:.2e} of its scale"
+    for residual, bound in ((False, 1e-2), (True, 1e-4)):
+        err = float((q8_1.matmul(x, blocks, residual).double() - exact).abs().max()) / scale(x, w)
+        assert 0 < err < bound, f"residual {residual}: the product is off fp64 by {err:.2e} of its scale"
 
 
 GGUF_TENSORS = ("blk.0.attn_q.weight", "blk.14.ffn_down.weight", "blk.29.ffn_gate.weight")
@@ -89,15 +96,15 @@ def gguf_blocks(smollm2_path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("name", GGUF_TENSORS)
 def test_the_gguf_tensors(kernel, gguf_blocks, name):
-    """SmolLM2's own Q4_1 matrices, batch 1 and 4: the kernel is the reference, the reference the
-    dequantized product to 1% of its scale."""
+    """SmolLM2's own Q4_1 matrices, batch 1 and 4, and with the residual pass: the kernel is the
+    reference, the reference the dequantized product to 1% of its scale."""
     blocks = gguf_blocks[name]
     n, k = blocks.shape[0], blocks.shape[1] // 20 * 32
     w = dequantize_q4_1(blocks.numpy(), (n, k))
-    for rows in (1, 4):
+    for rows, residual in ((1, False), (4, False), (1, True)):
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
-        want = q8_1.matmul(x, blocks)
-        kernel_err = float((kernel.matmul(x, blocks) - want).abs().max()) / scale(x, w)
+        want = q8_1.matmul(x, blocks, residual)
+        kernel_err = float((kernel.matmul(x, blocks, residual=residual) - want).abs().max()) / scale(x, w)
         exact = x.double() @ torch.from_numpy(w).double().T
         ref_err = float((want.double() - exact).abs().max()) / scale(x, w)
         assert kernel_err < 1e-6 and ref_err < 1e-2, \
@@ -117,14 +124,15 @@ def test_forced_avx2_path(monkeypatch):
             assert "AVX2" in native.why_not() or "x86-64" in native.why_not(), native.why_not()
         else:
             assert k.isa == "avx2" and "avx2 (forced by DOJO_Q8_ISA)" in native.describe()
-            lin = Q4Q8Linear(blocks)
-            torch.testing.assert_close(lin(x), q8_1.matmul(x, blocks), rtol=1e-5, atol=1e-5)
+            for residual in (False, True):
+                lin = Q4Q8Linear(blocks, residual)
+                torch.testing.assert_close(lin(x), q8_1.matmul(x, blocks, residual), rtol=1e-5, atol=1e-5)
         monkeypatch.setenv(native.ISA_ENV, "sse9")
         native._load.cache_clear()
         assert native.kernel() is None and "sse9" in native.why_not()
-        lin = Q4Q8Linear(blocks)
+        lin = Q4Q8Linear(blocks, residual=True)
         assert lin.kernel is None and "readable torch path" in native.describe()
-        assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks)[None]), "the fallback is not the reference"
+        assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks, True)[None]), "the fallback is not the reference"
     finally:
         monkeypatch.delenv(native.ISA_ENV)
         native._load.cache_clear()
