@@ -54,7 +54,7 @@ def test_quantizers_agree_bit_for_bit(kernel):
 
 
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 11])
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
 @pytest.mark.parametrize("n,k", [(1, 32), (7, 96), (100, 576), (33, 1536)])
 def test_kernel_is_the_reference(kernel, rows, n, k, residual):
     """On every instruction set this CPU runs, the kernel's product is the reference's up to fp32
