@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,39 @@ struct Q8Rows {
   std::vector<float> d, unit, s;
 };
 
-// Rows r0.. of a Q8Rows, as the kernels read them (lo is null without the residual pass).
+// Rows r0.. of a Q8Rows in the kernels' order (kernel_order; lo is null without the residual pass):
+// us holds each block's unit and s interleaved, so one load brings both of a pair of blocks.
 struct Q8View {
   const int8_t* q;
   const int8_t* lo;
-  const float* unit;
-  const float* s;
+  const float* us;
 };
+
+// Q8Rows rearranged for the kernels: q and lo with each pair of blocks b, b + 1 as
+// [b 0..15 | b+1 0..15 | b 16..31 | b+1 16..31] (an odd last block stays as it is), us = (unit, s).
+struct KernelRows {
+  std::vector<int8_t> q, lo;
+  std::vector<float> us;
+};
+
+KernelRows kernel_order(const Q8Rows& a, int64_t m, int64_t k) {
+  const int64_t nb = k / kBlock;
+  auto pairs = [&](const std::vector<int8_t>& src) {
+    std::vector<int8_t> dst(src);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t b = 0; b + 1 < nb; b += 2) {
+        const int8_t* s = src.data() + r * k + b * kBlock;
+        int8_t* d = dst.data() + r * k + b * kBlock;
+        for (int half = 0; half < 2; ++half)    // low 16 of each block, then high 16
+          for (int blk = 0; blk < 2; ++blk)
+            std::memcpy(d + half * 32 + blk * 16, s + blk * kBlock + half * 16, 16);
+      }
+    return dst;
+  };
+  KernelRows out{pairs(a.q), a.lo.empty() ? std::vector<int8_t>() : pairs(a.lo), std::vector<float>(2 * m * nb)};
+  for (int64_t i = 0; i < m * nb; ++i) out.us[2 * i] = a.unit[i], out.us[2 * i + 1] = a.s[i];
+  return out;
+}
 
 // round-half-even(v), the default rounding mode, clamped to int8's symmetric range
 int8_t to_int8(float v) { return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)); }
@@ -91,13 +118,13 @@ Q8Rows quantize_q8_1(const float* x, int64_t m, int64_t k, bool residual) {
 }
 
 // The three kernels, one namespace each, each compiled for its own target; q4_1_q8_1_rows.h is the
-// loop they share, written once in terms of `dot` (32 unsigned codes x 32 signed bytes -> 8 int32).
+// loop they share, written once in terms of `dot` (acc + 32 unsigned codes x 32 signed bytes, 8 int32).
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
-inline __m256i dot(__m256i u, __m256i s) {
+inline __m256i dot(__m256i acc, __m256i u, __m256i s) {
   const __m256i pairs = _mm256_maddubs_epi16(u, s);  // no saturation: 2 * 15 * 127 < 2^15
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 #include "q4_1_q8_1_rows.h"
 }  // namespace avx2
@@ -106,7 +133,7 @@ inline __m256i dot(__m256i u, __m256i s) {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
 namespace avx512vnni {
-inline __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+inline __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #include "q4_1_q8_1_rows.h"
 }  // namespace avx512vnni
 #pragma GCC pop_options
@@ -114,7 +141,7 @@ inline __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_set
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace avxvnni {
-inline __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s); }
+inline __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
 #include "q4_1_q8_1_rows.h"
 }  // namespace avxvnni
 #pragma GCC pop_options
@@ -178,7 +205,7 @@ torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const 
               " bytes a row, but K = ", k, " needs ", k / kBlock * kBlockBytes);
   TORCH_CHECK(cpu_has(isa), "this CPU cannot run the ", isa, " kernel (it runs: ", c10::Join(", ", isas()), ")");
   const torch::Tensor xc = x.contiguous(), wc = blocks.contiguous();
-  const Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k, residual);
+  const KernelRows a = kernel_order(quantize_q8_1(xc.data_ptr<float>(), m, k, residual), m, k);
   torch::Tensor y = torch::empty({m, n}, x.options());
   const uint8_t* w = wc.data_ptr<uint8_t>();
   float* out = y.data_ptr<float>();
@@ -189,8 +216,7 @@ torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const 
       const int64_t t1 = std::min(n1, t0 + kTile);
       for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {
         const int64_t rows = std::min(kMaxRows, m - r0);
-        const Q8View view{a.q.data() + r0 * k, residual ? a.lo.data() + r0 * k : nullptr,
-                          a.unit.data() + r0 * nb, a.s.data() + r0 * nb};
+        const Q8View view{a.q.data() + r0 * k, residual ? a.lo.data() + r0 * k : nullptr, a.us.data() + 2 * r0 * nb};
         kernel_for(rows, isa, residual)(w, view, out + r0 * n, t0, t1, n, k);
       }
     }
