@@ -4,6 +4,7 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
+NATIVE := build/.native-stamp
 # On machines that keep a CPU wheel of torch on disk, take it; elsewhere any torch >= 2.2.
 TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
@@ -11,7 +12,7 @@ KATA   ?=
 
 .PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(NATIVE)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,49 +28,58 @@ $(STAMP): pyproject.toml
 	  echo "note: bubblewrap (bwrap) is not installed: take-home grading will run, but not sandboxed"
 	touch $(STAMP)
 
-practice: $(STAMP)
+# The compiled Q4_1 x Q8_1 kernel (solutions/native.py) with the system compiler, build-essential where we
+# can install it. Everything runs without it (int4-q8 takes its slow torch path), so a failed build is a note.
+$(NATIVE): $(STAMP) $(wildcard solutions/csrc/*)
+	@command -v g++ >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq build-essential >/dev/null 2>&1; } || true
+	@mkdir -p build && $(PY) -m solutions.native >build/native.log 2>&1 && tail -1 build/native.log || \
+	  echo "note: the int4-q8 kernel did not build (see build/native.log): that mode runs its slow torch path"
+	@touch $(NATIVE)
+
+practice: $(STAMP) $(NATIVE)
 	@$(VENV)/bin/dojo
 
-test: $(STAMP)
+test: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q tests
 	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
 # submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
-tour: $(STAMP)
+tour: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.tools.tour $(if $(KATA),--kata $(KATA))
 
-check-katas: $(STAMP)
+check-katas: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
 
-grade: $(STAMP)
+grade: $(STAMP) $(NATIVE)
 	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }
 	$(VENV)/bin/dojo check $(KATA)
 
-demo: $(STAMP)
+demo: $(STAMP) $(NATIVE)
 	$(VENV)/bin/dojo demo "What is the capital of France?"
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks
 
 # The machine tests of roofline, latency and batching, RUNS times idle and at load 8, and beside a hostile
 # submission: a table of passed / failed / inconclusive; fails on any failure. TARGET: solutions or a folder.
 TARGET ?= solutions
 RUNS   ?= 10
-prove-timing: $(STAMP)
+prove-timing: $(STAMP) $(NATIVE)
 	$(PY) -m benchmarks.prove_timing --target $(TARGET) --runs $(RUNS) --hostile
 
-bench-peers: $(STAMP)
+bench-peers: $(STAMP) $(NATIVE)
 	$(PY) -m pip install "llama-cpp-python[server]"  # [server]: `dojo bench serve` runs its OpenAI server
 	$(PY) -m benchmarks --peers
 
-notebooks: $(STAMP)
+notebooks: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.notebook --render-solutions notebooks
 
-lab: $(STAMP)
+lab: $(STAMP) $(NATIVE)
 	$(VENV)/bin/dojo lab
 
-lint: $(STAMP)
+lint: $(STAMP) $(NATIVE)
 	$(PY) -m ruff check dojo solutions katas tests benchmarks
 
 clean:

@@ -2,7 +2,9 @@
 
 - Agreement: for each chat prompt, fp32 answers greedily; each mode then reads the prompt and
   that answer in one forward (teacher forcing) and we count the positions where its argmax is
-  fp32's token, and the largest |logit difference| anywhere and among the mode's own top 16.
+  fp32's token, and the largest |logit difference| anywhere and among the mode's own top 16;
+  and each mode answers greedily on its own (free-running): tokens equal to fp32's until the first
+  that differs. llama.cpp, with --peers, is teacher-forced on the same ids (llama_cpp_agreement).
 - Decode tok/s at batch 1 per mode, interleaved (A B C A B C ...), medians.
 - Where the time goes, per mode: the step's matrix products alone (each matrix once, on a
   one-row input, as the step calls them) against the whole step; the rest is everything else
@@ -50,13 +52,27 @@ def load_modes(fp32=None) -> tuple[dict, object]:
     return models, tokenizer_from_gguf(reader)
 
 
-def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> dict[str, dict]:
-    """{mode: {"max_logit_diff", "agree", "positions"}} against fp32, teacher-forced on fp32's answers."""
-    out = {m: {"max_logit_diff": 0.0, "top_diff": 0.0, "same": 0, "positions": 0} for m in models if m != "fp32"}
+def fp32_answers(fp32, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, fp32's greedy answer ids) per chat: what every engine is teacher-forced on."""
+    out = []
     for chat in chats:
         prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": chat}]))
-        answer = generate(models["fp32"], [prompt], max_new_tokens=tokens, eos_token_id=tokenizer.eos_token_id)
-        ids = torch.tensor([prompt + answer.tokens[0]])
+        answer = generate(fp32, [prompt], max_new_tokens=tokens, eos_token_id=tokenizer.eos_token_id)
+        out.append((prompt, answer.tokens[0]))
+    return out
+
+
+def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> dict[str, dict]:
+    """{mode: {"max_logit_diff", "agree", "positions", "free"}} against fp32, teacher-forced on fp32's
+    answers; "free": per chat, how many tokens of its own greedy answer equal fp32's before the first
+    that differs (free-running: one flipped near-tie changes the rest of the text)."""
+    out = {m: {"max_logit_diff": 0.0, "top_diff": 0.0, "same": 0, "positions": 0, "free": []}
+           for m in models if m != "fp32"}
+    for prompt, answer in fp32_answers(models["fp32"], tokenizer, tokens, chats):
+        for mode, r in out.items():
+            own = generate(models[mode], [prompt], max_new_tokens=tokens, eos_token_id=tokenizer.eos_token_id).tokens[0]
+            r["free"].append(next((i for i, (a, b) in enumerate(zip(own, answer)) if a != b), min(len(own), len(answer))))
+        ids = torch.tensor([prompt + answer])
         with torch.inference_mode():
             ref = models["fp32"](ids)[0, len(prompt) - 1:-1]  # (answer, V): what chose each answer token
             for mode, r in out.items():
@@ -67,6 +83,21 @@ def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHAT
                 r["same"] += int((got.argmax(-1) == ref.argmax(-1)).sum())
                 r["positions"] += ref.shape[0]
     return {m: r | {"agree": r["same"] / r["positions"]} for m, r in out.items()}
+
+
+def llama_cpp_agreement(llm, answers: list[tuple[list[int], list[int]]]) -> dict:
+    """{"agree", "positions"}: llama.cpp teacher-forced on the same token ids (fp32_answers), its
+    argmax against fp32's greedy token at each answer position. `llm` keeps all logits (logits_all)."""
+    import numpy as np
+
+    same = positions = 0
+    for prompt, answer in answers:
+        llm.reset()
+        llm.eval(prompt + answer)
+        logits = np.asarray(llm.scores[len(prompt) - 1:len(prompt) + len(answer) - 1])  # (answer, V)
+        same += int((logits.argmax(-1) == np.asarray(answer)).sum())
+        positions += len(answer)
+    return {"agree": same / positions, "positions": positions}
 
 
 def products_timer(model, rows: int = 1) -> Callable[[], float]:
@@ -136,7 +167,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     models, tok = load_modes()
     for mode, r in agreement(models, tok).items():
-        print(f"{mode}: max |logit diff| {r['max_logit_diff']:.3f}, greedy agreement {r['agree']:.1%}")
+        print(f"{mode}: max |logit diff| {r['max_logit_diff']:.3f}, greedy agreement {r['agree']:.1%}, "
+              f"free-running equal to fp32 for {r['free']} tokens")
     for mode, r in speeds(models, args.tokens, args.repeats).items():
         rest = r["step_s"] - r["products_s"]
         print(f"{mode}: {r['tok_s']:.1f} tok/s; step {r['step_s'] * 1e3:.1f} ms = products "

@@ -7,7 +7,7 @@ llama.cpp's converter permuted the rows of the Q and K projections so that RoPE 
 pairs (2i, 2i+1), while our model rotates dimension i with i + D/2 as HF does: we undo the permute.
 
 `mode_state` turns the file into the tensors of one weights mode (solutions.weight_modes: fp32,
-bf16, or int4 from the Q4_1 blocks without dequantizing), `build_model` assembles a model on
+bf16, or int4 and the int4-q8 modes from the Q4_1 blocks without dequantizing), `build_model` assembles a model on
 them; `load_smollm2` does both, and solutions.weights_cache keeps the tensors between runs.
 Left out: other architectures, K-quants, untied output heads.
 """
@@ -186,13 +186,15 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
     straight from the Q4_1 blocks (rows un-permuted, never dequantized); `embed.blocks`, the
     Q8_0 embedding's bytes (`embed`, fp32, for a file without one); `lm_head.*`, the embedding
     quantized to Q4_1 for the same kernel (see weight_modes.RescoredHead); norms fp32.
+    int4-q8, int4-q8x2: as int4, but each matrix is its Q4_1 blocks as the file has them, `<name>.q4_1`.
     `progress(done, total)` is called after each GGUF tensor. Raises ValueError as load_smollm2.
     """
     from gguf import GGMLQuantizationType as Q
 
-    from solutions.weight_modes import check_mode
+    from solutions.weight_modes import Q4_1_MODES, check_mode
 
     check_mode(mode)
+    q4 = mode in Q4_1_MODES
     tensors = checked_tensors(reader, config)
     want = expected_shapes(config)
     for name, t in tensors.items():
@@ -201,22 +203,22 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
             raise ValueError(f"tensor {name} has shape {shape}, but the metadata implies {want[name]}")
     done, state = 0, {}
     for model_name, parts, heads in _model_names(config):
-        if mode == "int4" and all(tensors[p].tensor_type == Q.Q4_1 for p in parts):
+        if q4 and all(tensors[p].tensor_type == Q.Q4_1 for p in parts):
             blocks = np.concatenate([unpermute_qk(_rows(tensors[p]), h) if h else _rows(tensors[p])
                                      for p, h in zip(parts, heads)])  # the file's blocks, rows un-permuted
-            state |= _int4(model_name, blocks, (blocks.shape[0], want[parts[0]][1]))
+            state |= _q4_1(mode, model_name, blocks, (blocks.shape[0], want[parts[0]][1]))
         else:
             w = np.concatenate([unpermute_qk(dequantize(tensors[p]), h) if h else dequantize(tensors[p])
                                 for p, h in zip(parts, heads)])
-            if mode == "int4" and model_name == "embed":
-                state |= _int4("lm_head", quantize_q4_1(w), w.shape)  # the tied head, re-quantized
-            elif mode == "int4" and w.ndim == 2:  # not Q4_1 in the file: quantized here
-                state |= _int4(model_name, quantize_q4_1(w), w.shape)
+            if q4 and model_name == "embed":
+                state |= _q4_1(mode, "lm_head", quantize_q4_1(w), w.shape)  # the tied head, re-quantized
+            elif q4 and w.ndim == 2:  # not Q4_1 in the file: quantized here
+                state |= _q4_1(mode, model_name, quantize_q4_1(w), w.shape)
             elif mode == "bf16" and w.ndim == 2:
                 state[model_name] = torch.from_numpy(w).to(torch.bfloat16)
             else:
                 state[model_name] = torch.from_numpy(w)
-            if mode == "int4" and model_name == "embed":
+            if q4 and model_name == "embed":
                 if tensors[parts[0]].tensor_type == Q.Q8_0:  # looked up from its own blocks
                     state["embed.blocks"] = torch.from_numpy(_rows(tensors[parts[0]]).copy())
                 else:
@@ -228,9 +230,12 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
     return state
 
 
-def _int4(name: str, blocks: np.ndarray, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
-    from solutions.weight_modes import Int4Linear
+def _q4_1(mode: str, name: str, blocks: np.ndarray, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
+    """A Q4_1 matrix's tensors in `mode`: int4's kernel operands, or (int4-q8) the blocks as they are."""
+    from solutions.weight_modes import Q8_MODES, Int4Linear
 
+    if mode in Q8_MODES:
+        return {f"{name}.q4_1": torch.from_numpy(np.ascontiguousarray(blocks).reshape(shape[0], -1).copy())}
     w = Int4Linear.from_q4_1(blocks, shape)
     return {f"{name}.packed": w.packed, f"{name}.scales_zeros": w.scales_zeros}
 
@@ -242,7 +247,16 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     file, so one copied into a packed layout has its pages released (solutions.mapped_pages)
     at once. `model_kwargs` go to `Llama`. Raises ValueError for a missing or extra tensor."""
     from solutions.mapped_pages import release
-    from solutions.weight_modes import MATRICES, BF16Linear, Int4Linear, Q8Rows, RescoredHead, check_mode
+    from solutions.weight_modes import (
+        MATRICES,
+        Q8_MODES,
+        BF16Linear,
+        Int4Linear,
+        Q4Q8Linear,
+        Q8Rows,
+        RescoredHead,
+        check_mode,
+    )
 
     check_mode(mode)
     model = Llama(config, **model_kwargs)
@@ -270,6 +284,8 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     def packed(name: str):
         if mode == "bf16":
             return bf16(name)
+        if mode in Q8_MODES:
+            return Q4Q8Linear(take(f"{name}.q4_1"), residual=mode == "int4-q8x2")
         return Int4Linear(take(f"{name}.packed"), take(f"{name}.scales_zeros"))
 
     vectors = {n: take(n) for n in names if n.endswith("norm")}
@@ -286,7 +302,7 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         else:
             model.embed = nn.Parameter(take("embed"), requires_grad=False)
             rows = partial(F.embedding, weight=model.embed)
-        model.lm_head = RescoredHead(Int4Linear(take("lm_head.packed"), take("lm_head.scales_zeros")), rows)
+        model.lm_head = RescoredHead(packed("lm_head"), rows)
     for i, layer in enumerate(model.layers):
         for name in MATRICES:
             delattr(layer, name)  # the empty fp32 Parameter

@@ -4,7 +4,7 @@ Measures copy bandwidth and matmul peak (solutions.roofline) before and after ti
 reference model's prefill of a prompt and one decode step after it, keeping the higher of each
 ceiling (a busy machine only ever lowers one, and says so); prints a table (ceilings; per phase:
 intensity, achieved and attainable FLOP/s, share of the roof, verdict) and saves the roofline
-plot under the workspace. Each weights mode (`--weights`, default all: fp32, bf16, int4) adds
+plot under the workspace. Each weights mode (`--weights`, default all: fp32, bf16, int4, int4-q8, int4-q8x2) adds
 its decode step, credited with the bytes its weights really take, and a line comparing its
 measured speed-up over fp32 with its bytes ratio: the INT4 kata's "8x smaller, so 8x faster?"
 on the real model. On a CUDA GPU it repeats the fp32 phases there (the packed modes are CPU
@@ -182,7 +182,7 @@ def register(subparsers) -> None:
     p.add_argument("--random-weights", action="store_true",
                    help="SmolLM2-shaped random weights: nothing to load, identical cost (fp32 only)")
     p.add_argument("--weights", default=None, metavar="MODES",
-                   help="comma-separated weights modes to place: fp32, bf16, int4 (default: all that this "
+                   help="comma-separated weights modes to place: fp32, bf16, int4, int4-q8, int4-q8x2 (default: all that this "
                         "torch runs; fp32 is always measured, as the baseline)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="prefill length; decode runs after it")
     p.add_argument("--batch", type=int, default=1, help="rows per pass (default 1)")

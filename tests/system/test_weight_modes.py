@@ -92,7 +92,7 @@ def test_unknown_mode_is_a_clear_error():
     assert default_mode() == ("int4" if int4_available() else "fp32")
 
 
-@pytest.mark.parametrize("mode", ["bf16", "int4"])
+@pytest.mark.parametrize("mode", ["bf16", "int4", "int4-q8", "int4-q8x2"])
 def test_tiny_model_in_each_mode(tmp_path, mode):
     """A tiny GGUF (fp32 tensors) loads in each mode; logits keep their shape and stay close to fp32."""
     from test_weights import write_gguf  # pytest puts this folder on sys.path
@@ -113,7 +113,8 @@ def test_tiny_model_in_each_mode(tmp_path, mode):
 def modes(smollm2_path, smollm2):
     reader = open_gguf(smollm2_path)
     config = read_config(reader)
-    return {"fp32": smollm2} | {m: build_model(config, mode_state(reader, config, m), m) for m in ("bf16", "int4")}
+    return {"fp32": smollm2} | {m: build_model(config, mode_state(reader, config, m), m)
+                                for m in ("bf16", "int4", "int4-q8x2")}
 
 
 @pytest.fixture(scope="module")
@@ -135,19 +136,20 @@ def test_int4_greedy_answers_are_fp32s(modes, chats, smollm2_tokenizer):
 
 
 def test_packed_modes_stay_near_fp32_logits(modes, chats):
-    """Teacher-forced over a chat prompt, bf16 logits stay within 2 of fp32's, and so do int4's
-    top 16 per position (the rescored ones; its Q4_1 head moves the rest by up to ~4.5, so
-    within 8); argmax agrees at nearly every prompt position (near-ties may flip)."""
+    """Teacher-forced over a chat prompt, bf16 logits stay within 2 of fp32's, and so do int4's and
+    int4-q8x2's top 16 per position (the rescored ones; their Q4_1 head moves the rest by up to
+    ~4.5, so within 8); argmax agrees at nearly every prompt position (near-ties may flip)."""
     ids = torch.tensor([chats[1]])
     with torch.inference_mode():
         ref = modes["fp32"](ids)[0]
-        for mode, floor in (("bf16", 0.8), ("int4", 0.9)):
+        for mode, floor in (("bf16", 0.8), ("int4", 0.9), ("int4-q8x2", 0.9)):
             got = modes[mode](ids)[0]
-            top = got.topk(modes[mode].lm_head.k if mode == "int4" else 1, dim=-1).indices
+            q4 = mode != "bf16"
+            top = got.topk(modes[mode].lm_head.k if q4 else 1, dim=-1).indices
             diff = float((got - ref).abs().max())
             top_diff = float((got - ref).gather(-1, top).abs().max())
             agree = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
-            assert top_diff < 2.0 and diff < (8.0 if mode == "int4" else 2.0) and agree >= floor, \
+            assert top_diff < 2.0 and diff < (8.0 if q4 else 2.0) and agree >= floor, \
                 f"{mode}: max |logit diff| {diff:.3f} ({top_diff:.3f} over its top logits), argmax agreement {agree:.0%}"
 
 

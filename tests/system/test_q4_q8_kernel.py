@@ -1,0 +1,151 @@
+"""The compiled Q4_1 x Q8_1 kernel (solutions.native) against its readable reference (solutions.q8_1),
+and that reference against the plain fp32 product of the dequantized matrix.
+
+Oracles: solutions.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
+in fp64 (bit-exact dequantizer, test_weights.py), from which int8 activations may move a product by
+about 1% of its scale. Each instruction set this CPU runs is tested, the AVX2 floor included, and
+the floor is also forced the way a CPU without VNNI would take it (DOJO_Q8_ISA).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from solutions import native, q8_1
+from solutions.int4 import dequantize_q4_1, quantize_q4_1
+from solutions.weight_modes import Q4Q8Linear
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = native.kernel()
+    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
+        pytest.fail(f"the Q4_1 x Q8_1 kernel is missing: {native.why_not()}", pytrace=False)
+    if k is None:  # a CPU the kernel is not written for: only the readable path runs here
+        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
+    return k
+
+
+def q4_1_weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Random Q4_1 blocks (N, K / 32 * 20) and the fp32 matrix they hold."""
+    w = np.random.default_rng(seed).normal(scale=0.05, size=(n, k)).astype(np.float32)
+    blocks = quantize_q4_1(w)
+    return torch.from_numpy(blocks), dequantize_q4_1(blocks, (n, k))
+
+
+def scale(x: torch.Tensor, w: np.ndarray) -> float:
+    """The size of a product's terms: max over outputs of sum |x_j w_j|."""
+    return float((x.abs().double() @ torch.from_numpy(np.abs(w)).double().T).max())
+
+
+def test_quantizers_agree_bit_for_bit(kernel):
+    """The kernel's Q8_1 quantizer gives the reference's q, d and s exactly, all-zero blocks and
+    ties included; with the residual pass, its q, lo, d and s too."""
+    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(0)) * 3
+    x[1, 32:64] = 0  # a block with no scale
+    x[2, 5] = 0.5 * x[2, :32].abs().max() / 127 * 2  # ties are rounded half to even by both
+    for residual, want, names in ((False, q8_1.quantize_q8_1(x), "q d s"),
+                                  (True, q8_1.quantize_q8_1_residual(x), "q lo d s")):
+        for got, exp, what in zip(kernel.module.quantize(x, residual), want, names.split()):
+            assert torch.equal(got, exp), \
+                f"{what} (residual {residual}) differs from the reference at {(got != exp).nonzero()[:3].tolist()}"
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+@pytest.mark.parametrize("n,k", [(1, 32), (7, 96), (100, 576), (33, 1536)])
+def test_kernel_is_the_reference(kernel, rows, n, k, residual):
+    """On every instruction set this CPU runs, the kernel's product is the reference's up to fp32
+    summation order: random shapes, K an odd number of blocks, one output row, 1-8 rows (11: a
+    prefill taken 8 at a time), with and without the residual pass."""
+    blocks, w = q4_1_weight(n, k, seed=rows * n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    want = q8_1.matmul(x, blocks, residual)
+    for isa in kernel.isas:
+        got = kernel.matmul(x, blocks, isa, residual)
+        err = float((got - want).abs().max()) / scale(x, w)
+        assert got.shape == (rows, n) and err < 1e-6, (f"{isa}, x ({rows}, {k}) @ W ({n}, {k}), residual {residual}: "
+                                                       f"off the reference by {err:.2e} of the terms' size")
+
+
+def test_reference_is_the_dequantized_product():
+    """q8_1.matmul is x @ W.T for W the Q4_1 matrix, up to int8 rounding of x (under 1% of the scale;
+    with the residual pass, under 0.01%)."""
+    blocks, w = q4_1_weight(64, 320, seed=1)
+    x = torch.randn(3, 320, generator=torch.Generator().manual_seed(1))
+    exact = x.double() @ torch.from_numpy(w).double().T
+    for residual, bound in ((False, 1e-2), (True, 1e-4)):
+        err = float((q8_1.matmul(x, blocks, residual).double() - exact).abs().max()) / scale(x, w)
+        assert 0 < err < bound, f"residual {residual}: the product is off fp64 by {err:.2e} of its scale"
+
+
+GGUF_TENSORS = ("blk.0.attn_q.weight", "blk.14.ffn_down.weight", "blk.29.ffn_gate.weight")
+
+
+@pytest.fixture(scope="module")
+def gguf_blocks(smollm2_path) -> dict[str, torch.Tensor]:
+    """A few of SmolLM2's Q4_1 matrices as block rows (N, K / 32 * 20), the file parsed once."""
+    from solutions.weights import open_gguf
+
+    tensors = {t.name: t for t in open_gguf(smollm2_path).tensors}
+    return {name: torch.from_numpy(np.asarray(tensors[name].data).reshape(int(tensors[name].shape[-1]), -1).copy())
+            for name in GGUF_TENSORS}
+
+
+@pytest.mark.parametrize("name", GGUF_TENSORS)
+def test_the_gguf_tensors(kernel, gguf_blocks, name):
+    """SmolLM2's own Q4_1 matrices, batch 1 and 4, and with the residual pass: the kernel is the
+    reference, the reference the dequantized product to 1% of its scale."""
+    blocks = gguf_blocks[name]
+    n, k = blocks.shape[0], blocks.shape[1] // 20 * 32
+    w = dequantize_q4_1(blocks.numpy(), (n, k))
+    for rows, residual in ((1, False), (4, False), (1, True)):
+        x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+        want = q8_1.matmul(x, blocks, residual)
+        kernel_err = float((kernel.matmul(x, blocks, residual=residual) - want).abs().max()) / scale(x, w)
+        exact = x.double() @ torch.from_numpy(w).double().T
+        ref_err = float((want.double() - exact).abs().max()) / scale(x, w)
+        assert kernel_err < 1e-6 and ref_err < 1e-2, \
+            f"{name}, {rows} rows: kernel off the reference by {kernel_err:.2e}, reference off fp64 by {ref_err:.2e}"
+
+
+def test_forced_avx2_path(monkeypatch):
+    """DOJO_Q8_ISA=avx2 runs the floor, as a CPU without VNNI would; a set the CPU lacks means no
+    kernel (the readable path), with the reason named; Q4Q8Linear gives the same product either way."""
+    blocks, _ = q4_1_weight(40, 96, seed=2)
+    x = torch.randn(2, 96, generator=torch.Generator().manual_seed(2))
+    try:
+        monkeypatch.setenv(native.ISA_ENV, "avx2")
+        native._load.cache_clear()
+        k = native.kernel()
+        if k is None:
+            assert "AVX2" in native.why_not() or "x86-64" in native.why_not(), native.why_not()
+        else:
+            assert k.isa == "avx2" and "avx2 (forced by DOJO_Q8_ISA)" in native.describe()
+            for residual in (False, True):
+                lin = Q4Q8Linear(blocks, residual)
+                torch.testing.assert_close(lin(x), q8_1.matmul(x, blocks, residual), rtol=1e-5, atol=1e-5)
+        monkeypatch.setenv(native.ISA_ENV, "sse9")
+        native._load.cache_clear()
+        assert native.kernel() is None and "sse9" in native.why_not()
+        lin = Q4Q8Linear(blocks, residual=True)
+        assert lin.kernel is None and "readable torch path" in native.describe()
+        assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks, True)[None]), "the fallback is not the reference"
+    finally:
+        monkeypatch.delenv(native.ISA_ENV)
+        native._load.cache_clear()
+
+
+def test_bad_operands_are_clear_errors(kernel):
+    """A weight of another K, or int8 activations, is refused with the mismatch named."""
+    blocks, _ = q4_1_weight(4, 64, seed=3)
+    with pytest.raises(RuntimeError, match="40 bytes a row, but K = 96"):
+        kernel.matmul(torch.randn(1, 96), blocks)
+    with pytest.raises(RuntimeError, match="fp32"):
+        kernel.matmul(torch.ones(1, 64, dtype=torch.int8), blocks)
+    with pytest.raises(ValueError, match=r"\(M, 64\)"):
+        q8_1.matmul(torch.randn(1, 96), blocks)
+    with pytest.raises(ValueError, match="uint8"):
+        Q4Q8Linear(blocks.float())
