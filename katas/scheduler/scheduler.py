@@ -56,7 +56,7 @@ class Finished(NamedTuple):
 
 
 class Scheduler:
-    """Iteration-level scheduling of requests that come and go (the README's policy)."""
+    """Iteration-level scheduling of requests that come and go (the prompt's policy)."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         raise NotImplementedError

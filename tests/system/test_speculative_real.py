@@ -15,8 +15,7 @@ from solutions.speculative import speculative_generate
 from solutions.weight_modes import int4_available
 from solutions.weights import build_model, mode_state, open_gguf, read_config
 
-QUESTIONS = ["List three prime numbers.", "What is the capital of France?", "How do I sort a list in Python?"]
-NEW = 40
+NEW = 32  # past the point where int4 alone leaves fp32's answer
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +26,14 @@ def draft(smollm2_path):
     return build_model(config, mode_state(reader, config, mode), mode)
 
 
-@pytest.mark.parametrize("question", QUESTIONS)
-def test_speculative_greedy_is_fp32_greedy(smollm2, draft, smollm2_tokenizer, question):
-    """fp32 verifying the packed draft's tokens (k = 2 and 4) gives fp32's greedy tokens, token for token"""
-    tok = smollm2_tokenizer
+def test_speculative_greedy_is_fp32_greedy(smollm2, draft, smollm2_tokenizer):
+    """fp32 verifying the packed draft's tokens (k = 4, the demo's) gives fp32's greedy tokens, token for
+    token, on the prompt where the draft alone goes astray (one prompt: each costs a minute on 2 cores)"""
+    tok, question = smollm2_tokenizer, "List three prime numbers."
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
     eos = tok.eos_token_id
     want = generate(smollm2, [prompt], max_new_tokens=NEW, eos_token_id=eos).tokens[0]
-    for k in (2, 4):
+    for k in (4,):
         r = speculative_generate(smollm2, draft, prompt, max_new_tokens=NEW, k=k, eos_token_id=eos)
         assert r.tokens == want, (f"{question!r}, k={k}: speculative {tok.decode(r.tokens)!r}\n"
                                   f"fp32 greedy {tok.decode(want)!r}")
