@@ -41,7 +41,7 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import bounded, channel, child, judge, outcomes, sandbox, view
+from dojo.grading import bounded, channel, child, outcomes, sandbox, view
 from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
@@ -107,6 +107,8 @@ def grade(
         before = {p: _digest(p) for p in watched}
         run = _Run(tmp, kata, examples_only, test_timeout, memory_limit)
         if judged:
+            from dojo.grading import judge  # here: it imports torch, which the CLI's other commands never need
+
             worker = _worker_folder(tmp, kata, path)
             spec = _worker_spec(tmp, worker, slug, path.name, memory_limit, box)
             audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
