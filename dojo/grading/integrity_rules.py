@@ -74,6 +74,8 @@ NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suf
     "gc.get_referrers": "walks the object graph (gc.get_referrers)",
     "gc.get_referents": "walks the object graph (gc.get_referents)",
     "inspect.currentframe": "inspects stack frames (inspect.currentframe)",
+    "logging.currentframe": "inspects stack frames (logging.currentframe)",
+    "traceback.walk_stack": "inspects stack frames (traceback.walk_stack)",
     "inspect.stack": "inspects stack frames (inspect.stack)",
     "inspect.trace": "inspects stack frames (inspect.trace)",
     "inspect.getouterframes": "inspects stack frames (inspect.getouterframes)",

@@ -31,6 +31,8 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "gc.get_referrers": ("generate", "from gc import get_referrers\nr = get_referrers(x)\n", 1),
     "frames": ("generate", "import inspect\nf = inspect.currentframe().f_back.f_globals\n", 2),
     "sys._getframe": ("generate", "import sys\ng = sys._getframe(1).f_globals\n", 2),
+    "logging.currentframe": ("kv_cache", "import logging\nfr = logging.currentframe()\n", 2),
+    "traceback.walk_stack": ("kv_cache", "import traceback\nfor fr, _ in traceback.walk_stack(None):\n    pass\n", 2),
     "atexit": ("bpe", "import atexit\natexit.register(print)\n", 1),
     "os._exit": ("bpe", "import os\ndef encode(t):\n    os._exit(0)\n", 3),
     "from os import _exit": ("bpe", "from os import _exit\n", 1),
