@@ -158,6 +158,24 @@ class KVCache:
         written = self._kv[:, :, :, :, :n]  # (2, L, B, H_kv, n, D): every layer's keys and values
         written.copy_(written.index_select(2, index))  # gather copies first, then write in place
 
+    @property
+    def storage(self) -> Tensor:
+        """The one buffer every layer's views share, (2, n_layers, B, H_kv, max_len, D): for a fused
+        step that writes keys and values itself, then calls `advance`."""
+        return self._kv
+
+    def advance(self, n: int) -> None:
+        """Count n more positions as written in every layer, for a caller that wrote them into
+        `storage` itself. Raises ValueError unless every layer holds `length` positions, and
+        CacheFullError past max_len."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"advance takes a count >= 0, got {n!r}")
+        if max(self._lens) != self.length:
+            raise ValueError(f"the layers hold {sorted(set(self._lens))} positions: a pass is half written")
+        if self.length + n > self.max_len:
+            raise CacheFullError(f"cache full: {self.length} positions cached + {n} new > max_len {self.max_len}")
+        self._lens = [self.length + n] * self.n_layers
+
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (speculative rollback, re-decoding).
 

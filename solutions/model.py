@@ -12,7 +12,10 @@ reference, dispatched to torch's fused kernel) and
 `solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
 `F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
 from solutions.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
-stream, norms, attention and cache stay fp32 whatever the weights. Left out: training
+stream, norms, attention and cache stay fp32 whatever the weights. A model may carry a
+`fused_step` (solutions.fused_step: the int4-q8 modes' whole step in native code), which
+`decode_step` hands a batch-1 step to; this file's path stays the readable one and the one it is
+tested against. Left out: training
 conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
 `Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
 `smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
@@ -149,6 +152,7 @@ class Llama(nn.Module):
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
+        self.fused_step = None  # a native whole step for batch 1 (solutions.fused_step), where the mode has one
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
@@ -186,6 +190,8 @@ class Llama(nn.Module):
         """One new token per row: ids (B,) -> logits (B, V); mask (B, cache.length + 1) as in prefill."""
         if ids.dim() != 1:
             raise ValueError(f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}")
+        if self.fused_step is not None and (logits := self.fused_step(ids, cache, attention_mask)) is not None:
+            return logits  # (1, V): the same step in native code (it declines anything but plain batch 1)
         return self._run(ids[:, None], cache, attention_mask)[:, -1]
 
     def _run(self, ids: Tensor, cache, attention_mask: Tensor | None, last_only: bool = False) -> Tensor:

@@ -1,4 +1,5 @@
-"""The one compiled piece: the Q4_1 x Q8_1 kernel of solutions/csrc, built at setup, found at run time.
+"""The one compiled piece: the Q4_1 x Q8_1 kernel and fused decode step of solutions/csrc, built at
+setup, found at run time.
 
 `make setup` runs `python -m solutions.native`, which compiles solutions/csrc/q4_1_q8_1.cpp with
 the system compiler through torch.utils.cpp_extension (setuptools-style: no ninja needed) into
@@ -25,9 +26,15 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("q4_1_q8_1.cpp", "q4_1_q8_1_rows.h")]
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = [CSRC / "q4_1_q8_1.cpp", *sorted(CSRC.glob("*.h"))]  # the one translation unit first
 BUILD_DIR = ROOT / "build" / "native"
 ISA_ENV = "DOJO_Q8_ISA"
+# torch picks the C++ standard. -fopenmp: at::parallel_for is inline OpenMP, serial without it (the module
+# then shares torch's own libgomp.so.1, loaded first). -ffp-contract=off: no multiply-add is fused
+# unless the source says so, so the quantizers round as solutions/q8_1.py does. GCC 12 warns "may be
+# used uninitialized" inside its own AVX-512 headers.
+COMPILE_FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-Wno-maybe-uninitialized"]
 
 
 @dataclass(frozen=True)
@@ -38,16 +45,17 @@ class Kernel:
     isa: str
     isas: tuple[str, ...]  # every set this CPU runs, fastest first
 
-    def matmul(self, x, blocks, isa: str | None = None, residual: bool = False):
-        """x (M, K) fp32 @ W.T for W as Q4_1 blocks (N, K / 32 * 20) uint8: (M, N) fp32, x quantized
-        to Q8_1 (with `residual`, plus the second int8 pass: solutions.q8_1). Raises RuntimeError
-        for bad shapes or dtypes, or an instruction set this CPU lacks."""
-        return self.module.matmul(x, blocks, isa or self.isa, residual)
+    def matmul(self, x, tiles, n: int, isa: str | None = None, residual: bool = False):
+        """x (M, K) fp32 @ W.T for W (n, K) as Q4_1 tiles (solutions.q8_1.repack): (M, n) fp32, x
+        quantized to Q8_1 (with `residual`, plus the second int8 pass: solutions.q8_1). Raises
+        RuntimeError for bad shapes or dtypes, or an instruction set this CPU lacks."""
+        return self.module.matmul(x, tiles, n, isa or self.isa, residual)
 
 
 def module_name() -> str:
-    """The extension's module name: a hash of its sources, so each edit is a new build."""
-    digest = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES), digest_size=6).hexdigest()
+    """The extension's module name: a hash of its sources and flags, so each edit is a new build."""
+    digest = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + " ".join(COMPILE_FLAGS).encode(),
+                             digest_size=6).hexdigest()
     return f"dojo_q4_1_q8_1_{digest}"
 
 
@@ -114,7 +122,7 @@ def build() -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     for old in BUILD_DIR.glob("dojo_q4_1_q8_1_*"):
         old.unlink()
-    ext = CppExtension(name, [str(SOURCES[0])], extra_compile_args=["-O3"])  # torch picks the C++ standard
+    ext = CppExtension(name, [str(SOURCES[0])], extra_compile_args=COMPILE_FLAGS, extra_link_args=["-fopenmp"])
     cwd = os.getcwd()
     try:
         os.chdir(BUILD_DIR)  # away from the repository's pyproject.toml, which setuptools would read

@@ -12,6 +12,9 @@ residual pass, 254 * that + another: 15.5M, still under 2^24).
 Q8_1's 8 bits move SmolLM2's logits enough to flip near-ties (teacher-forced greedy agreement with
 fp32 about 93% on the bench's chats); the optional residual pass (a second int8 quantization of
 what the first leaves) brings activations to ~15 bits for one more integer dot product a block.
+The compiled kernel reads the weights in a tiled order (`repack`): 16 output rows' blocks side by
+side, so one integer dot product serves 16 rows with the activation's 4 bytes broadcast to each.
+`unpack` undoes it; the product here takes either layout's bytes through `unpack`.
 Left out: Q8_1's storage format (we keep q, d and s as three tensors), other weight types.
 """
 
@@ -23,6 +26,8 @@ from torch import Tensor
 BLOCK = 32  # weights (and activations) per block
 BLOCK_BYTES = 20  # a Q4_1 block: fp16 d, fp16 m, 16 bytes of codes
 LO_STEPS = 254  # the residual pass's scale is d / 254
+TILE = 16  # output rows a tile interleaves: one 512-bit register holds a 4-byte group of each
+TILE_BLOCK_BYTES = TILE * BLOCK_BYTES  # 320: 16 d's, 16 m's, then 4 groups of 16 rows x 4 code bytes
 
 
 def quantize_q8_1(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -92,3 +97,41 @@ def matmul(x: Tensor, blocks: Tensor, residual: bool = False) -> Tensor:
         qa = qa.reshape(m, -1, BLOCK).float()
     dots = torch.einsum("mbj,nbj->mnb", qa, codes.float())  # (M, N, nb): exact integer sums
     return (dots * dw[None] * unit[:, None]).sum(-1) + (mw[None] * sa[:, None]).sum(-1)
+
+
+def repack(blocks: Tensor) -> Tensor:
+    """Q4_1 blocks (N, K / 32 * 20) in the kernel's tiled order: (ceil(N / 16), K / 32, 320) uint8.
+
+    Tile t holds rows 16t..16t+15 (zero blocks pad the last one). For each block b, its 320 bytes
+    are the 16 rows' d (fp16, 32 bytes), their m (32 bytes), then 4 groups g of 64 bytes: for
+    each row, code bytes 4g..4g+3 of its block (weights 4g..4g+3 in the low nibbles, 16+4g..
+    16+4g+3 in the high ones). A pure permutation of the file's bytes: `unpack` is its inverse.
+    Raises ValueError for a tensor that is not rows of whole blocks."""
+    if blocks.dim() != 2 or blocks.dtype != torch.uint8 or blocks.shape[1] % BLOCK_BYTES or not blocks.shape[1]:
+        raise ValueError(f"Q4_1 blocks must be (N, K / 32 * {BLOCK_BYTES}) uint8; got "
+                         f"{tuple(blocks.shape)} {blocks.dtype}")
+    n, nb = blocks.shape[0], blocks.shape[1] // BLOCK_BYTES
+    tiles = -(-n // TILE)
+    padded = torch.zeros(tiles * TILE, nb, BLOCK_BYTES, dtype=torch.uint8)
+    padded[:n] = blocks.reshape(n, nb, BLOCK_BYTES)
+    b = padded.reshape(tiles, TILE, nb, BLOCK_BYTES).transpose(1, 2)  # (T, nb, 16 rows, 20)
+    d = b[..., 0:2].reshape(tiles, nb, 2 * TILE)
+    m = b[..., 2:4].reshape(tiles, nb, 2 * TILE)
+    codes = b[..., 4:].reshape(tiles, nb, TILE, 4, 4).transpose(2, 3).reshape(tiles, nb, 4 * TILE * 4)
+    return torch.cat([d, m, codes], dim=-1).contiguous()  # (T, nb, 320)
+
+
+def unpack(tiles: Tensor, n: int) -> Tensor:
+    """The inverse of `repack`: the first n rows as Q4_1 blocks (N, K / 32 * 20) uint8.
+    Raises ValueError for a tensor that is not tiles, or n past its rows."""
+    if tiles.dim() != 3 or tiles.dtype != torch.uint8 or tiles.shape[2] != TILE_BLOCK_BYTES:
+        raise ValueError(f"tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
+                         f"{tuple(tiles.shape)} {tiles.dtype}")
+    t, nb = tiles.shape[0], tiles.shape[1]
+    if not (t - 1) * TILE < n <= t * TILE:
+        raise ValueError(f"{t} tiles hold {(t - 1) * TILE + 1}..{t * TILE} rows, not {n}")
+    d = tiles[..., 0:32].reshape(t, nb, TILE, 2)
+    m = tiles[..., 32:64].reshape(t, nb, TILE, 2)
+    codes = tiles[..., 64:].reshape(t, nb, 4, TILE, 4).transpose(2, 3).reshape(t, nb, TILE, 16)
+    b = torch.cat([d, m, codes], dim=-1).transpose(1, 2)  # (T, 16 rows, nb, 20)
+    return b.reshape(t * TILE, nb * BLOCK_BYTES)[:n].contiguous()

@@ -152,33 +152,47 @@ class Int4Linear:
 
 
 class Q4Q8Linear:
-    """A (N, K) weight as the GGUF's own Q4_1 blocks (N, K / 32 * 20) uint8: `w(x)` is x @ w.T with
-    x quantized to Q8_1 per row (`residual`: plus the second int8 pass), fp32 out; the compiled
-    kernel where there is one, else solutions.q8_1."""
+    """A (N, K) weight as the GGUF's own Q4_1 blocks in the kernel's tiled order (solutions.q8_1.repack:
+    (ceil(N / 16), K / 32, 320) uint8): `w(x)` is x @ w.T with x quantized to Q8_1 per row
+    (`residual`: plus the second int8 pass), fp32 out; the compiled kernel where there is one, else
+    solutions.q8_1 on the blocks unpacked once."""
 
-    def __init__(self, blocks: Tensor, residual: bool = False):
+    def __init__(self, tiles: Tensor, n: int, residual: bool = False):
         from solutions import native
-        from solutions.q8_1 import BLOCK, BLOCK_BYTES
+        from solutions.q8_1 import BLOCK, TILE, TILE_BLOCK_BYTES
 
-        if blocks.dim() != 2 or blocks.dtype != torch.uint8 or blocks.shape[1] % BLOCK_BYTES:
-            raise ValueError(f"Q4_1 blocks must be (N, K / 32 * 20) uint8; got {tuple(blocks.shape)} {blocks.dtype}")
-        self.blocks = blocks
-        self.shape = (int(blocks.shape[0]), int(blocks.shape[1]) // BLOCK_BYTES * BLOCK)
+        if tiles.dim() != 3 or tiles.dtype != torch.uint8 or tiles.shape[2] != TILE_BLOCK_BYTES:
+            raise ValueError(f"Q4_1 tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
+                             f"{tuple(tiles.shape)} {tiles.dtype}")
+        if not (tiles.shape[0] - 1) * TILE < n <= tiles.shape[0] * TILE:
+            raise ValueError(f"{tiles.shape[0]} tiles cannot hold {n} rows")
+        self.tiles = tiles
+        self.shape = (int(n), int(tiles.shape[1]) * BLOCK)
         self.kernel = native.kernel()
         self.residual = residual
+        self._blocks = None  # the readable path's (N, K / 32 * 20), unpacked on first use
+
+    @classmethod
+    def from_blocks(cls, blocks: Tensor, residual: bool = False) -> Q4Q8Linear:
+        """From Q4_1 blocks as the file holds them, (N, K / 32 * 20) uint8."""
+        from solutions.q8_1 import repack
+
+        return cls(repack(blocks), blocks.shape[0], residual)
 
     @property
     def nbytes(self) -> int:
-        return self.blocks.numel()
+        return self.tiles.numel()
 
     def __call__(self, x: Tensor) -> Tensor:
         from solutions import q8_1
 
         x2 = x.reshape(-1, self.shape[1]).float()  # (M, K)
         if self.kernel is None:
-            y = q8_1.matmul(x2, self.blocks, self.residual)
+            if self._blocks is None:
+                self._blocks = q8_1.unpack(self.tiles, self.shape[0])
+            y = q8_1.matmul(x2, self._blocks, self.residual)
         else:
-            y = self.kernel.matmul(x2, self.blocks, residual=self.residual)
+            y = self.kernel.matmul(x2, self.tiles, self.shape[0], residual=self.residual)
         return y.reshape(*x.shape[:-1], self.shape[0])
 
 

@@ -186,7 +186,8 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
     straight from the Q4_1 blocks (rows un-permuted, never dequantized); `embed.blocks`, the
     Q8_0 embedding's bytes (`embed`, fp32, for a file without one); `lm_head.*`, the embedding
     quantized to Q4_1 for the same kernel (see weight_modes.RescoredHead); norms fp32.
-    int4-q8, int4-q8x2: as int4, but each matrix is its Q4_1 blocks as the file has them, `<name>.q4_1`.
+    int4-q8, int4-q8x2: as int4, but each matrix is its Q4_1 blocks as the file has them, in the
+    compiled kernel's tiled order (solutions.q8_1.repack, a permutation of the bytes), `<name>.q4_1x16`.
     `progress(done, total)` is called after each GGUF tensor. Raises ValueError as load_smollm2.
     """
     from gguf import GGMLQuantizationType as Q
@@ -231,11 +232,12 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
 
 
 def _q4_1(mode: str, name: str, blocks: np.ndarray, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
-    """A Q4_1 matrix's tensors in `mode`: int4's kernel operands, or (int4-q8) the blocks as they are."""
+    """A Q4_1 matrix's tensors in `mode`: int4's kernel operands, or (int4-q8) the blocks tiled."""
+    from solutions.q8_1 import repack
     from solutions.weight_modes import Q8_MODES, Int4Linear
 
     if mode in Q8_MODES:
-        return {f"{name}.q4_1": torch.from_numpy(np.ascontiguousarray(blocks).reshape(shape[0], -1).copy())}
+        return {f"{name}.q4_1x16": repack(torch.from_numpy(np.ascontiguousarray(blocks).reshape(shape[0], -1)))}
     w = Int4Linear.from_q4_1(blocks, shape)
     return {f"{name}.packed": w.packed, f"{name}.scales_zeros": w.scales_zeros}
 
@@ -285,9 +287,12 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         if mode == "bf16":
             return bf16(name)
         if mode in Q8_MODES:
-            return Q4Q8Linear(take(f"{name}.q4_1"), residual=mode == "int4-q8x2")
+            return Q4Q8Linear(take(f"{name}.q4_1x16"), out_rows[name.rsplit(".", 1)[-1]], residual=mode == "int4-q8x2")
         return Int4Linear(take(f"{name}.packed"), take(f"{name}.scales_zeros"))
 
+    c = config
+    out_rows = {"wqkv": (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, "wo": c.d_model, "w_gate_up": 2 * c.d_ff,
+            "w_down": c.d_model, "lm_head": c.vocab_size}  # each matrix's output rows (tiles pad them to 16)
     vectors = {n: take(n) for n in names if n.endswith("norm")}
     model.load_state_dict(vectors, strict=False, assign=True)
     del model.embed
@@ -309,6 +314,10 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
             setattr(layer, name, packed(f"layers.{i}.{name}"))
     if extra := sorted(set(state) - used):
         raise ValueError(f"the {mode} weights hold tensors this model does not use, e.g. {extra[:3]}")
+    if mode in Q8_MODES:
+        from solutions.fused_step import FusedStep
+
+        model.fused_step = FusedStep.for_model(model)  # None where the kernel or the model's form is missing
     return model.eval()
 
 

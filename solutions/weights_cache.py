@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT = 2  # bump when what a file holds changes: older caches are then rebuilt (2: int4's Q4_1 head)
+FORMAT = 3  # bump when what a file holds changes: older caches are then rebuilt (2: int4's Q4_1 head; 3: q8 tiles)
 CHUNK = 16 << 20  # bytes read at a time when hashing: memory stays flat
 
 

@@ -9,15 +9,22 @@
 // and two scalar terms. Optionally a second int8 pass quantizes what the first left, x - da qa, in
 // steps of da / 254 (lo): the block's integer sum is then 254 sum(q qa) + sum(q lo), exact in int32,
 // and activations carry ~15 bits instead of 8, at one more `vpdpbusd` a block. solutions/q8_1.py is
-// the same arithmetic written plainly; this file is its fast form for 1-8 activation rows, split over
-// output rows across torch's intra-op threads.
+// the same arithmetic written plainly; this file is its fast form, split over output rows across torch's
+// intra-op threads, and a whole decode step built on it (decode_step.h).
 //
-// Instruction sets are chosen at run time: "avx512vnni" (vpdpbusd on 256-bit registers, EVEX form),
+// The weights come tiled (solutions.q8_1.repack, done when the weights cache is built): 16 output
+// rows' blocks side by side, so one `vpdpbusd` multiplies a 4-byte group of each of 16 rows by the
+// activation's 4 bytes broadcast, and each lane sums one row (tiles_512.h, tiles_256.h). 16 is what a
+// 512-bit register holds, not a tuned size; threads split the tiles evenly, and up to 8 activation rows
+// share each unpacked tile-block.
+//
+// Instruction sets are chosen at run time: "avx512vnni" (vpdpbusd on 512-bit registers),
 // "avxvnni" (the same instruction in its VEX form, on CPUs with AVX-VNNI but no AVX-512), and "avx2"
 // (the floor: vpmaddubsw then vpmaddwd, two instructions where VNNI has one). Each kernel is compiled
 // for its own target with a function attribute, so one build runs on any x86-64 CPU and `isas()` says
 // which kernels this CPU can run.
-// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), prefill-sized batches, non-x86.
+// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), non-x86, a fused step for more
+// than one row (batches take the product alone, through solutions/model.py).
 
 #include <torch/extension.h>
 
@@ -25,73 +32,65 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
-constexpr int kBlock = 32;       // weights per block
-constexpr int kBlockBytes = 20;  // fp16 d, fp16 m, 16 code bytes
-constexpr int64_t kMaxRows = 8;  // activation rows one kernel call takes
-constexpr int64_t kTile = 64;    // weight rows a prefill reuses from cache (64 x 576 weights: 23 KB)
+constexpr int kBlock = 32;                                  // weights per block
+constexpr int kBlockBytes = 20;                             // fp16 d, fp16 m, 16 code bytes
+constexpr int kTileRows = 16;                               // output rows a tile interleaves
+constexpr int kTileBlockBytes = kTileRows * kBlockBytes;    // 320
+constexpr int64_t kMaxRows = 8;                             // activation rows one kernel pass takes
+constexpr int kLoSteps = 254;  // a residual's scale is d / 254: |residual| <= d / 2 fits in 127 steps
 
-constexpr int kLoSteps = 254;    // a residual's scale is d / 254: |residual| <= d / 2 fits in 127 steps
-
-// Activations quantized to Q8_1, row-major: q (M, K) int8; d and s (M, K / 32). With the residual
-// pass, lo (M, K) int8 holds x - d q in steps of d / 254, and s counts both. `unit` is the scale of
-// the integer sum the kernels form: d (one pass) or d / 254 (two: 254 sum(c q) + sum(c lo)).
-struct Q8Rows {
+// Activations quantized to Q8_1, row-major: q (M, K) int8; d, unit and s (M, K / 32). With the residual
+// pass, lo (M, K) int8 holds x - d q in steps of d / 254, and s counts both. `unit` is the scale of the
+// integer sum the kernels form: d (one pass) or d / 254 (two: 254 sum(c q) + sum(c lo)).
+struct Q8Buf {
   std::vector<int8_t> q, lo;
   std::vector<float> d, unit, s;
 };
 
-// Rows r0.. of a Q8Rows in the kernels' order (kernel_order; lo is null without the residual pass):
-// us holds each block's unit and s interleaved, so one load brings both of a pair of blocks.
-struct Q8View {
+// Rows of a Q8Buf as the kernels read them (lo is null without the residual pass).
+struct Acts {
   const int8_t* q;
   const int8_t* lo;
-  const float* us;
+  const float* unit;
+  const float* s;
+  int64_t k;
 };
 
-// Q8Rows rearranged for the kernels: q and lo with each pair of blocks b, b + 1 as
-// [b 0..15 | b+1 0..15 | b 16..31 | b+1 16..31] (an odd last block stays as it is), us = (unit, s).
-struct KernelRows {
-  std::vector<int8_t> q, lo;
-  std::vector<float> us;
-};
+Acts acts(const Q8Buf& a, int64_t k) {
+  return {a.q.data(), a.lo.empty() ? nullptr : a.lo.data(), a.unit.data(), a.s.data(), k};
+}
 
-KernelRows kernel_order(const Q8Rows& a, int64_t m, int64_t k) {
-  const int64_t nb = k / kBlock;
-  auto pairs = [&](const std::vector<int8_t>& src) {
-    std::vector<int8_t> dst(src);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t b = 0; b + 1 < nb; b += 2) {
-        const int8_t* s = src.data() + r * k + b * kBlock;
-        int8_t* d = dst.data() + r * k + b * kBlock;
-        for (int half = 0; half < 2; ++half)    // low 16 of each block, then high 16
-          for (int blk = 0; blk < 2; ++blk)
-            std::memcpy(d + half * 32 + blk * 16, s + blk * kBlock + half * 16, 16);
-      }
-    return dst;
-  };
-  KernelRows out{pairs(a.q), a.lo.empty() ? std::vector<int8_t>() : pairs(a.lo), std::vector<float>(2 * m * nb)};
-  for (int64_t i = 0; i < m * nb; ++i) out.us[2 * i] = a.unit[i], out.us[2 * i + 1] = a.s[i];
-  return out;
+Acts rows_from(Acts a, int64_t r0) {
+  const int64_t nb = a.k / kBlock;
+  return {a.q + r0 * a.k, a.lo ? a.lo + r0 * a.k : nullptr, a.unit + r0 * nb, a.s + r0 * nb, a.k};
 }
 
 // round-half-even(v), the default rounding mode, clamped to int8's symmetric range
 int8_t to_int8(float v) { return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)); }
 
-// The readable quantizer: per 32-block, d = max|x| / 127 and q = round(x * (1 / d)) in fp32; with
+// The readable quantizer (each instruction set has its vectorized quantize_rows, tested against this):
+// per 32-block, d = max|x| / 127 and q = round(x * (1 / d)) in fp32; with
 // `residual`, r = x - d q and lo = round(r * (1 / (d / 254))). Step by step as solutions/q8_1.py
-// does it, so the two agree bit for bit.
-Q8Rows quantize_q8_1(const float* x, int64_t m, int64_t k, bool residual) {
+// does it, so the two agree bit for bit. Writes into `out`, grown as needed (a decode step reuses it).
+void quantize_into(const float* x, int64_t m, int64_t k, bool residual, Q8Buf& out) {
   const int64_t nb = k / kBlock;
-  Q8Rows out{std::vector<int8_t>(m * k), std::vector<int8_t>(residual ? m * k : 0), std::vector<float>(m * nb),
-             std::vector<float>(m * nb), std::vector<float>(m * nb)};
+  out.q.resize(m * k);
+  out.lo.resize(residual ? m * k : 0);
+  out.d.resize(m * nb);
+  out.unit.resize(m * nb);
+  out.s.resize(m * nb);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t at = r * k + b * kBlock;
@@ -114,11 +113,113 @@ Q8Rows quantize_q8_1(const float* x, int64_t m, int64_t k, bool residual) {
       out.s[r * nb + b] = d * static_cast<float>(sum) + d_lo * static_cast<float>(lo_sum);
     }
   }
-  return out;
 }
 
-// The three kernels, one namespace each, each compiled for its own target; q4_1_q8_1_rows.h is the
-// loop they share, written once in terms of `dot` (acc + 32 unsigned codes x 32 signed bytes, 8 int32).
+// A tiled Q4_1 matrix (N, K): tiles (ceil(N / 16), K / 32, 320) bytes.
+struct Matrix {
+  const uint8_t* tiles;
+  int64_t n, k;
+};
+
+// The weights of one layer, and of the model, as the fused step reads them (pointers into tensors the
+// Decoder keeps alive).
+struct LayerW {
+  const float* attn_norm;
+  const float* ffn_norm;
+  Matrix wqkv, wo, gate_up, down;
+};
+
+struct Model {
+  int64_t d, n_layers, n_heads, n_kv, head_dim, d_ff, vocab, max_seq, rescore;
+  float eps;
+  bool residual;
+  std::vector<LayerW> layers;
+  const float* norm;
+  Matrix head;
+  const uint8_t* embed;  // Q8_0 rows (vocab, d / 32 * 34)
+  const float* cos;      // (max_seq, head_dim)
+  const float* sin;      // signed, as model.rope_tables
+};
+
+// A step's working memory, allocated once.
+struct Scratch {
+  std::vector<float> x, h, qkv, att, out, gu, act, tmp, scores;
+  std::vector<std::pair<float, int64_t>> top;
+  Q8Buf q8;
+};
+
+// How far ahead of the block it multiplies a tile loop asks for weights (`prefetch`), in tile-blocks of
+// 320 bytes; 0 asks for none. The hardware prefetcher alone leaves the stream of weights well under the
+// memory's bandwidth on some CPUs, and the best distance depends on the CPU and its memory, so it is
+// not a constant here: solutions.fused_step measures a few distances on the model's own weights when
+// it loads and sets the fastest (set_prefetch). A prefetch never faults, even past the end.
+std::atomic<int64_t> g_prefetch_blocks{0};
+
+void set_prefetch(int64_t blocks) {
+  TORCH_CHECK(blocks >= 0 && blocks <= 4096, "the prefetch distance must be 0..4096 tile-blocks, got ", blocks);
+  g_prefetch_blocks.store(blocks);
+}
+
+// The 5 cache lines of the tile-block `ahead` blocks after blk, asked for before their use (the address
+// is formed as an integer: it may lie past the weights' end, where a prefetch does nothing).
+inline void prefetch(const uint8_t* blk, int64_t ahead) {
+  if (ahead == 0) return;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(ahead) * kTileBlockBytes;
+  for (int line = 0; line < kTileBlockBytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(at + line), _MM_HINT_T0);
+}
+
+using TilesFn = void (*)(const uint8_t*, Acts, float*, int64_t, int64_t, int64_t, int64_t);
+
+// The kernels, the product and the fused step, one namespace per instruction set, each compiled for
+// its own target with a function attribute: tiles_*.h is the tile loop, decode_step.h the step.
+#define DOJO_PRODUCT_AND_STEP                                                                           \
+  template <bool R>                                                                                     \
+  TilesFn pick(int64_t m) {                                                                             \
+    switch (m) {                                                                                        \
+      case 1: return tiles<1, R>;                                                                       \
+      case 2: return tiles<2, R>;                                                                       \
+      case 3: return tiles<3, R>;                                                                       \
+      case 4: return tiles<4, R>;                                                                       \
+      case 5: return tiles<5, R>;                                                                       \
+      case 6: return tiles<6, R>;                                                                       \
+      case 7: return tiles<7, R>;                                                                       \
+      default: return tiles<8, R>;                                                                      \
+    }                                                                                                   \
+  }                                                                                                     \
+  /* x (m, k) as Q8_1 into out: the readable quantize_into, vectorized (bit for bit the same) */        \
+  void quantize_rows(const float* x, int64_t m, int64_t k, bool residual, Q8Buf& out) {                 \
+    const int64_t nb = k / kBlock;                                                                      \
+    out.q.resize(m * k), out.lo.resize(residual ? m * k : 0);                                           \
+    out.d.resize(m * nb), out.unit.resize(m * nb), out.s.resize(m * nb);                                \
+    for (int64_t i = 0; i < m * nb; ++i) {                                                              \
+      int sum_q, sum_lo;                                                                                \
+      float d;                                                                                          \
+      quantize_block(x + i * kBlock, residual, out.q.data() + i * kBlock,                               \
+                     residual ? out.lo.data() + i * kBlock : nullptr, &d, &sum_q, &sum_lo);             \
+      const float d_lo = d / kLoSteps;                                                                  \
+      out.d[i] = d, out.unit[i] = residual ? d_lo : d;                                                  \
+      out.s[i] = d * static_cast<float>(sum_q) + d_lo * static_cast<float>(sum_lo);                     \
+    }                                                                                                   \
+  }                                                                                                     \
+  /* y (m, n) = activations a (m rows) @ W.T; tiles split evenly over torch's threads; more than 8 */   \
+  /* rows go 8 at a time over each tile, so a tile is read from memory once and from cache after. */    \
+  void product(const uint8_t* w, Acts a, int64_t m, int64_t n, int64_t k, float* y, bool residual) {    \
+    const int64_t ntiles = (n + kTileRows - 1) / kTileRows;                                             \
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());                                \
+    const int64_t chunk = (ntiles + threads - 1) / threads;                                             \
+    at::parallel_for(0, ntiles, chunk, [&](int64_t t0, int64_t t1) {                                    \
+      if (m <= kMaxRows) {                                                                              \
+        (residual ? pick<true>(m) : pick<false>(m))(w, a, y, n, t0, t1, n);                             \
+      } else {                                                                                          \
+        for (int64_t t = t0; t < t1; ++t)                                                               \
+          for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {                                                \
+            const int64_t rows = std::min(kMaxRows, m - r0);                                            \
+            (residual ? pick<true>(rows) : pick<false>(rows))(w, rows_from(a, r0), y + r0 * n, n, t, t + 1, n); \
+          }                                                                                             \
+      }                                                                                                 \
+    });                                                                                                 \
+  }
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
@@ -126,57 +227,42 @@ inline __m256i dot(__m256i acc, __m256i u, __m256i s) {
   const __m256i pairs = _mm256_maddubs_epi16(u, s);  // no saturation: 2 * 15 * 127 < 2^15
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
-#include "q4_1_q8_1_rows.h"
+#include "tiles_256.h"
+DOJO_PRODUCT_AND_STEP
+#include "decode_step.h"
 }  // namespace avx2
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
-namespace avx512vnni {
-inline __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-#include "q4_1_q8_1_rows.h"
-}  // namespace avx512vnni
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace avxvnni {
 inline __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
-#include "q4_1_q8_1_rows.h"
+#include "tiles_256.h"
+DOJO_PRODUCT_AND_STEP
+#include "decode_step.h"
 }  // namespace avxvnni
 #pragma GCC pop_options
 
-using RowsFn = void (*)(const uint8_t*, Q8View, float*, int64_t, int64_t, int64_t, int64_t);
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+namespace avx512vnni {
+#include "tiles_512.h"
+DOJO_PRODUCT_AND_STEP
+#include "decode_step.h"
+}  // namespace avx512vnni
+#pragma GCC pop_options
 
-template <int M, bool R>
-RowsFn pick(const std::string& isa) {
-  return isa == "avx2" ? avx2::rows<M, R> : isa == "avxvnni" ? avxvnni::rows<M, R> : avx512vnni::rows<M, R>;
-}
-
-template <bool R>
-RowsFn pick_rows(int64_t m, const std::string& isa) {
-  switch (m) {
-    case 1: return pick<1, R>(isa);
-    case 2: return pick<2, R>(isa);
-    case 3: return pick<3, R>(isa);
-    case 4: return pick<4, R>(isa);
-    case 5: return pick<5, R>(isa);
-    case 6: return pick<6, R>(isa);
-    case 7: return pick<7, R>(isa);
-    default: return pick<8, R>(isa);
-  }
-}
-
-// The kernel for m activation rows (1..8) on instruction set `isa`, with or without the residual pass.
-RowsFn kernel_for(int64_t m, const std::string& isa, bool residual) {
-  return residual ? pick_rows<true>(m, isa) : pick_rows<false>(m, isa);
-}
+using ProductFn = void (*)(const uint8_t*, Acts, int64_t, int64_t, int64_t, float*, bool);
+using QuantizeFn = void (*)(const float*, int64_t, int64_t, bool, Q8Buf&);
+using StepFn = void (*)(const Model&, Scratch&, int64_t, float*, int64_t, int64_t, float*);
 
 bool cpu_has(const std::string& isa) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (isa == "avx2") return avx2;
-  if (isa == "avx512vnni") return avx2 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  if (isa == "avx512vnni")
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   if (isa == "avxvnni") return avx2 && __builtin_cpu_supports("avxvnni");
   return false;
 }
@@ -189,61 +275,173 @@ std::vector<std::string> isas() {
   return out;
 }
 
-// x (M, K) fp32 @ W.T for W (N, K) held as Q4_1 blocks (N, K / 32 * 20) uint8: y (M, N) fp32.
-// The kernels take 1-8 activation rows (a decode step's batch); more rows (a prefill) go 8 at a time
-// over a tile of weight rows, so the tile is read from memory once and from cache for the rest.
-torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& blocks, const std::string& isa, bool residual) {
+void check_isa(const std::string& isa) {
+  TORCH_CHECK(cpu_has(isa), "this CPU cannot run the ", isa, " kernel (it runs: ", c10::Join(", ", isas()), ")");
+}
+
+ProductFn product_for(const std::string& isa) {
+  return isa == "avx2" ? avx2::product : isa == "avxvnni" ? avxvnni::product : avx512vnni::product;
+}
+
+QuantizeFn quantize_for(const std::string& isa) {
+  if (isa == "readable") return quantize_into;
+  return isa == "avx2" ? avx2::quantize_rows : isa == "avxvnni" ? avxvnni::quantize_rows : avx512vnni::quantize_rows;
+}
+
+StepFn step_for(const std::string& isa) {
+  return isa == "avx2" ? avx2::step : isa == "avxvnni" ? avxvnni::step : avx512vnni::step;
+}
+
+// A tiled weight's checks: uint8 (T, K / 32, 320) holding n rows; K from the tiles.
+int64_t check_tiles(const torch::Tensor& tiles, int64_t n, const char* what) {
+  TORCH_CHECK(tiles.dim() == 3 && tiles.scalar_type() == torch::kUInt8 && tiles.size(2) == kTileBlockBytes,
+              what, " must be Q4_1 tiles (N / 16, K / 32, 320) uint8 (solutions.q8_1.repack); got ",
+              tiles.sizes(), " ", tiles.scalar_type());
+  TORCH_CHECK(tiles.is_contiguous(), what, " must be contiguous");
+  TORCH_CHECK(n > (tiles.size(0) - 1) * kTileRows && n <= tiles.size(0) * kTileRows, what, ": ", tiles.size(0),
+              " tiles hold ", (tiles.size(0) - 1) * kTileRows + 1, "..", tiles.size(0) * kTileRows,
+              " rows, not ", n);
+  return tiles.size(1) * kBlock;
+}
+
+// x (M, K) fp32 @ W.T for W (n, K) held as tiles: y (M, n) fp32.
+torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& tiles, int64_t n, const std::string& isa,
+                     bool residual) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be a 2-D fp32 tensor; got ",
               x.sizes(), " ", x.scalar_type());
-  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8,
-              "the Q4_1 weight must be a 2-D uint8 tensor of blocks; got ", blocks.sizes(), " ",
-              blocks.scalar_type());
-  const int64_t m = x.size(0), k = x.size(1), n = blocks.size(0);
+  const int64_t k = check_tiles(tiles, n, "the weight"), m = x.size(0);
   TORCH_CHECK(m >= 1, "x has no rows");
-  TORCH_CHECK(k % kBlock == 0 && k > 0, "K must be a positive multiple of 32; got ", k);
-  TORCH_CHECK(blocks.size(1) == k / kBlock * kBlockBytes, "the weight holds ", blocks.size(1),
-              " bytes a row, but K = ", k, " needs ", k / kBlock * kBlockBytes);
-  TORCH_CHECK(cpu_has(isa), "this CPU cannot run the ", isa, " kernel (it runs: ", c10::Join(", ", isas()), ")");
-  const torch::Tensor xc = x.contiguous(), wc = blocks.contiguous();
-  const KernelRows a = kernel_order(quantize_q8_1(xc.data_ptr<float>(), m, k, residual), m, k);
+  TORCH_CHECK(x.size(1) == k, "x has ", x.size(1), " columns, but the weight's K is ", k);
+  check_isa(isa);
+  const torch::Tensor xc = x.contiguous();
+  Q8Buf a;
+  quantize_for(isa)(xc.data_ptr<float>(), m, k, residual, a);
   torch::Tensor y = torch::empty({m, n}, x.options());
-  const uint8_t* w = wc.data_ptr<uint8_t>();
-  float* out = y.data_ptr<float>();
-  const int64_t nb = k / kBlock;
-  // at least 16 rows a task: below that, waking a thread costs more than the rows it would take
-  at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t t0 = n0; t0 < n1; t0 += kTile) {
-      const int64_t t1 = std::min(n1, t0 + kTile);
-      for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {
-        const int64_t rows = std::min(kMaxRows, m - r0);
-        const Q8View view{a.q.data() + r0 * k, residual ? a.lo.data() + r0 * k : nullptr, a.us.data() + 2 * r0 * nb};
-        kernel_for(rows, isa, residual)(w, view, out + r0 * n, t0, t1, n, k);
-      }
-    }
-  });
+  product_for(isa)(tiles.data_ptr<uint8_t>(), acts(a, k), m, n, k, y.data_ptr<float>(), residual);
   return y;
 }
 
-// The activation quantizer alone, for tests: [q, d, s], or [q, lo, d, s] with the residual pass.
-std::vector<torch::Tensor> quantize(const torch::Tensor& x, bool residual) {
+// The activation quantizer alone, for tests: [q, d, s], or [q, lo, d, s] with the residual pass; isa
+// names the vectorized one to run, or "readable" for quantize_into.
+std::vector<torch::Tensor> quantize(const torch::Tensor& x, bool residual, const std::string& isa) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.size(1) % kBlock == 0,
               "x must be a 2-D fp32 tensor with K a multiple of 32; got ", x.sizes(), " ", x.scalar_type());
+  if (isa != "readable") check_isa(isa);
   const torch::Tensor xc = x.contiguous();
   const int64_t m = x.size(0), k = x.size(1);
-  Q8Rows a = quantize_q8_1(xc.data_ptr<float>(), m, k, residual);
+  Q8Buf a;
+  quantize_for(isa)(xc.data_ptr<float>(), m, k, residual, a);
   auto bytes = [&](std::vector<int8_t>& v) { return torch::from_blob(v.data(), {m, k}, torch::kInt8).clone(); };
   auto floats = [&](std::vector<float>& v) { return torch::from_blob(v.data(), {m, k / kBlock}, torch::kFloat32).clone(); };
   if (residual) return {bytes(a.q), bytes(a.lo), floats(a.d), floats(a.s)};
   return {bytes(a.q), floats(a.d), floats(a.s)};
 }
 
+// A Llama model's weights, held for the fused decode step at batch 1 (decode_step.h).
+class Decoder {
+ public:
+  // config: d, n_layers, n_heads, n_kv_heads, head_dim, d_ff, vocab, max_seq, rescore; norms: each
+  // layer's attn_norm and ffn_norm, then the final norm (fp32); mats: each layer's wqkv, wo, w_gate_up,
+  // w_down, then the LM head (tiles); embed: Q8_0 rows (vocab, d / 32 * 34) uint8; cos, sin
+  // (max_seq, head_dim) fp32.
+  Decoder(std::vector<int64_t> config, double eps, bool residual, std::vector<torch::Tensor> norms,
+          std::vector<torch::Tensor> mats, torch::Tensor embed, torch::Tensor cos, torch::Tensor sin,
+          const std::string& isa)
+      : step_(step_for(isa)) {
+    TORCH_CHECK(config.size() == 9, "config must hold 9 sizes, got ", config.size());
+    check_isa(isa);
+    Model& m = model_;
+    m.d = config[0], m.n_layers = config[1], m.n_heads = config[2], m.n_kv = config[3], m.head_dim = config[4];
+    m.d_ff = config[5], m.vocab = config[6], m.max_seq = config[7], m.rescore = config[8];
+    m.eps = static_cast<float>(eps), m.residual = residual;
+    TORCH_CHECK(m.d % kBlock == 0 && m.d_ff % kBlock == 0 && m.n_heads % m.n_kv == 0 && m.head_dim % 2 == 0 &&
+                    m.rescore >= 1 && m.rescore <= m.vocab,
+                "unsupported sizes: d and d_ff must be multiples of 32, n_heads a multiple of n_kv_heads, "
+                "head_dim even, 1 <= rescore <= vocab");
+    TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * m.n_layers + 1, "expected ", 2 * m.n_layers + 1,
+                " norms, got ", norms.size());
+    TORCH_CHECK(static_cast<int64_t>(mats.size()) == 4 * m.n_layers + 1, "expected ", 4 * m.n_layers + 1,
+                " matrices, got ", mats.size());
+    auto vec = [&](const torch::Tensor& t, int64_t n, const char* what) {
+      TORCH_CHECK(t.dim() == 1 && t.size(0) == n && t.scalar_type() == torch::kFloat32 && t.is_contiguous(),
+                  what, " must be a contiguous fp32 vector of ", n);
+      keep_.push_back(t);
+      return t.data_ptr<float>();
+    };
+    auto mat = [&](const torch::Tensor& t, int64_t n, int64_t k, const char* what) {
+      TORCH_CHECK(check_tiles(t, n, what) == k, what, " has K = ", t.size(1) * kBlock, ", expected ", k);
+      keep_.push_back(t);
+      return Matrix{t.data_ptr<uint8_t>(), n, k};
+    };
+    const int64_t hd = m.head_dim, qkv = (m.n_heads + 2 * m.n_kv) * hd;
+    TORCH_CHECK(m.n_heads * hd == m.d, "n_heads * head_dim must be d");
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      m.layers.push_back({vec(norms[2 * l], m.d, "attn_norm"), vec(norms[2 * l + 1], m.d, "ffn_norm"),
+                          mat(mats[4 * l], qkv, m.d, "wqkv"), mat(mats[4 * l + 1], m.d, m.d, "wo"),
+                          mat(mats[4 * l + 2], 2 * m.d_ff, m.d, "w_gate_up"),
+                          mat(mats[4 * l + 3], m.d, m.d_ff, "w_down")});
+    }
+    m.norm = vec(norms.back(), m.d, "the final norm");
+    m.head = mat(mats.back(), m.vocab, m.d, "the LM head");
+    TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == torch::kUInt8 && embed.is_contiguous() &&
+                    embed.size(0) == m.vocab && embed.size(1) == m.d / kBlock * 34,
+                "embed must be contiguous Q8_0 rows (vocab, d / 32 * 34) uint8; got ", embed.sizes());
+    keep_.push_back(embed);
+    m.embed = embed.data_ptr<uint8_t>();
+    for (const auto& t : {cos, sin})
+      TORCH_CHECK(t.dim() == 2 && t.size(0) == m.max_seq && t.size(1) == hd && t.is_contiguous() &&
+                      t.scalar_type() == torch::kFloat32,
+                  "the RoPE tables must be contiguous fp32 (max_seq, head_dim)");
+    keep_.push_back(cos), keep_.push_back(sin);
+    m.cos = cos.data_ptr<float>(), m.sin = sin.data_ptr<float>();
+    Scratch& s = scratch_;
+    s.x.resize(m.d), s.h.resize(m.d), s.qkv.resize(qkv), s.att.resize(m.d), s.out.resize(m.d);
+    s.gu.resize(2 * m.d_ff), s.act.resize(m.d_ff), s.tmp.resize(hd);
+  }
+
+  // Logits (vocab) after `token`, its keys and values written at position `pos` of kv (2, n_layers, 1,
+  // n_kv_heads, max_len, head_dim) fp32, which holds positions 0..pos-1.
+  torch::Tensor step(int64_t token, torch::Tensor kv, int64_t pos) {
+    const Model& m = model_;
+    TORCH_CHECK(token >= 0 && token < m.vocab, "token ", token, " is not in [0, ", m.vocab, ")");
+    TORCH_CHECK(kv.dim() == 6 && kv.scalar_type() == torch::kFloat32 && kv.is_contiguous() && kv.size(0) == 2 &&
+                    kv.size(1) == m.n_layers && kv.size(2) == 1 && kv.size(3) == m.n_kv &&
+                    kv.size(5) == m.head_dim,
+                "the cache must be contiguous fp32 (2, n_layers, 1, n_kv_heads, max_len, head_dim); got ",
+                kv.sizes());
+    const int64_t max_len = kv.size(4);
+    TORCH_CHECK(pos >= 0 && pos < max_len && pos < m.max_seq, "position ", pos, " is past the cache (",
+                max_len, ") or the context (", m.max_seq, ")");
+    if (static_cast<int64_t>(scratch_.scores.size()) < m.n_heads * (pos + 1))
+      scratch_.scores.resize(m.n_heads * std::max<int64_t>(pos + 1, 2 * static_cast<int64_t>(scratch_.scores.size()) / m.n_heads));
+    torch::Tensor logits = torch::empty({m.vocab}, torch::kFloat32);
+    step_(m, scratch_, token, kv.data_ptr<float>(), max_len, pos, logits.data_ptr<float>());
+    return logits;
+  }
+
+ private:
+  StepFn step_;
+  Model model_;
+  Scratch scratch_;
+  std::vector<torch::Tensor> keep_;  // the tensors model_ points into
+};
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.doc() = "Q4_1 weights x Q8_1 activations (llama.cpp's arithmetic), 1-8 rows, x86 SIMD";
+  module.doc() = "Q4_1 weights x Q8_1 activations (llama.cpp's arithmetic) on x86 SIMD, and a fused decode step";
+  module.def("set_prefetch", &set_prefetch, "how many tile-blocks ahead the product loops prefetch (0: none)",
+             pybind11::arg("blocks"));
+  module.def("prefetch", []() { return g_prefetch_blocks.load(); }, "the prefetch distance in tile-blocks");
   module.def("isas", &isas, "the instruction sets this CPU can run, fastest first");
-  module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W as Q4_1 blocks (N, K/32*20) uint8",
-             pybind11::arg("x"), pybind11::arg("blocks"), pybind11::arg("isa"), pybind11::arg("residual"));
+  module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W (n, K) as Q4_1 tiles (solutions.q8_1.repack)",
+             pybind11::arg("x"), pybind11::arg("tiles"), pybind11::arg("n"), pybind11::arg("isa"),
+             pybind11::arg("residual"));
   module.def("quantize", &quantize, "x (M, K) fp32 as Q8_1: [q, d, s], or [q, lo, d, s] with the residual",
-             pybind11::arg("x"), pybind11::arg("residual"));
+             pybind11::arg("x"), pybind11::arg("residual"), pybind11::arg("isa"));
+  pybind11::class_<Decoder>(module, "Decoder")
+      .def(pybind11::init<std::vector<int64_t>, double, bool, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
+                          torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
+      .def("step", &Decoder::step, "logits (vocab) after token, its K and V written at pos of kv",
+           pybind11::arg("token"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>());
 }

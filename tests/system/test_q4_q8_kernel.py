@@ -1,5 +1,6 @@
 """The compiled Q4_1 x Q8_1 kernel (solutions.native) against its readable reference (solutions.q8_1),
-and that reference against the plain fp32 product of the dequantized matrix.
+and that reference against the plain fp32 product of the dequantized matrix. The kernel reads the
+weights tiled (q8_1.repack); the reference reads the file's blocks.
 
 Oracles: solutions.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
 in fp64 (bit-exact dequantizer, test_weights.py), from which int8 activations may move a product by
@@ -41,16 +42,41 @@ def scale(x: torch.Tensor, w: np.ndarray) -> float:
 
 
 def test_quantizers_agree_bit_for_bit(kernel):
-    """The kernel's Q8_1 quantizer gives the reference's q, d and s exactly, all-zero blocks and
-    ties included; with the residual pass, its q, lo, d and s too."""
-    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(0)) * 3
+    """Each of the kernel's Q8_1 quantizers (the readable one and each instruction set's vectorized
+    one) gives the reference's q, d and s exactly, all-zero blocks, tiny scales and ties included;
+    with the residual pass, its q, lo, d and s too."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 96, generator=gen) * torch.rand(5, 96, generator=gen) * 3
     x[1, 32:64] = 0  # a block with no scale
+    x[3, 64:96] = 1e-30  # a scale near the bottom of fp32
     x[2, 5] = 0.5 * x[2, :32].abs().max() / 127 * 2  # ties are rounded half to even by both
     for residual, want, names in ((False, q8_1.quantize_q8_1(x), "q d s"),
                                   (True, q8_1.quantize_q8_1_residual(x), "q lo d s")):
-        for got, exp, what in zip(kernel.module.quantize(x, residual), want, names.split()):
-            assert torch.equal(got, exp), \
-                f"{what} (residual {residual}) differs from the reference at {(got != exp).nonzero()[:3].tolist()}"
+        for isa in ("readable", *kernel.isas):
+            for got, exp, what in zip(kernel.module.quantize(x, residual, isa), want, names.split()):
+                assert torch.equal(got, exp), (f"{isa}: {what} (residual {residual}) differs from the reference at "
+                                               f"{(got != exp).nonzero()[:3].tolist()}")
+
+
+@pytest.mark.parametrize("n", [1, 16, 37])
+def test_repack_is_a_permutation_of_the_blocks(n):
+    """q8_1.repack puts each byte of the file's blocks where the kernel reads it (tile t, block b: 16
+    rows' d, their m, then 4 groups of each row's 4 code bytes) and q8_1.unpack gives them back;
+    a last tile's missing rows are zero blocks."""
+    blocks = torch.randint(0, 256, (n, 3 * 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+    tiles = q8_1.repack(blocks)
+    assert tiles.shape == (-(-n // 16), 3, 320)
+    assert torch.equal(q8_1.unpack(tiles, n), blocks)
+    row, b = n - 1, 2  # the last row's last block
+    t, r = divmod(row, 16)
+    blk = blocks[row, b * 20:(b + 1) * 20]
+    assert torch.equal(tiles[t, b, 2 * r:2 * r + 2], blk[0:2]) and torch.equal(tiles[t, b, 32 + 2 * r:34 + 2 * r], blk[2:4])
+    for g in range(4):
+        assert torch.equal(tiles[t, b, 64 + 64 * g + 4 * r:68 + 64 * g + 4 * r], blk[4 + 4 * g:8 + 4 * g])
+    if n % 16:
+        assert not tiles[-1, :, 2 * (n % 16):32].any(), "the padding rows are not zero blocks"
+    with pytest.raises(ValueError, match="rows"):
+        q8_1.unpack(tiles, 16 * tiles.shape[0] + 1)
 
 
 @pytest.mark.parametrize("residual", [False, True])
@@ -58,13 +84,13 @@ def test_quantizers_agree_bit_for_bit(kernel):
 @pytest.mark.parametrize("n,k", [(1, 32), (7, 96), (100, 576), (33, 1536)])
 def test_kernel_is_the_reference(kernel, rows, n, k, residual):
     """On every instruction set this CPU runs, the kernel's product is the reference's up to fp32
-    summation order: random shapes, K an odd number of blocks, one output row, 1-8 rows (11: a
-    prefill taken 8 at a time), with and without the residual pass."""
+    summation order: random shapes, K an odd number of blocks, one output row, a last tile of 1-15
+    rows, 1-8 rows (11: a prefill taken 8 at a time), with and without the residual pass."""
     blocks, w = q4_1_weight(n, k, seed=rows * n + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
     want = q8_1.matmul(x, blocks, residual)
     for isa in kernel.isas:
-        got = kernel.matmul(x, blocks, isa, residual)
+        got = kernel.matmul(x, q8_1.repack(blocks), n, isa, residual)
         err = float((got - want).abs().max()) / scale(x, w)
         assert got.shape == (rows, n) and err < 1e-6, (f"{isa}, x ({rows}, {k}) @ W ({n}, {k}), residual {residual}: "
                                                        f"off the reference by {err:.2e} of the terms' size")
@@ -104,7 +130,8 @@ def test_the_gguf_tensors(kernel, gguf_blocks, name):
     for rows, residual in ((1, False), (4, False), (1, True)):
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
         want = q8_1.matmul(x, blocks, residual)
-        kernel_err = float((kernel.matmul(x, blocks, residual=residual) - want).abs().max()) / scale(x, w)
+        got = kernel.matmul(x, q8_1.repack(blocks), n, residual=residual)
+        kernel_err = float((got - want).abs().max()) / scale(x, w)
         exact = x.double() @ torch.from_numpy(w).double().T
         ref_err = float((want.double() - exact).abs().max()) / scale(x, w)
         assert kernel_err < 1e-6 and ref_err < 1e-2, \
@@ -125,12 +152,12 @@ def test_forced_avx2_path(monkeypatch):
         else:
             assert k.isa == "avx2" and "avx2 (forced by DOJO_Q8_ISA)" in native.describe()
             for residual in (False, True):
-                lin = Q4Q8Linear(blocks, residual)
+                lin = Q4Q8Linear.from_blocks(blocks, residual)
                 torch.testing.assert_close(lin(x), q8_1.matmul(x, blocks, residual), rtol=1e-5, atol=1e-5)
         monkeypatch.setenv(native.ISA_ENV, "sse9")
         native._load.cache_clear()
         assert native.kernel() is None and "sse9" in native.why_not()
-        lin = Q4Q8Linear(blocks, residual=True)
+        lin = Q4Q8Linear.from_blocks(blocks, residual=True)
         assert lin.kernel is None and "readable torch path" in native.describe()
         assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks, True)[None]), "the fallback is not the reference"
     finally:
@@ -138,14 +165,41 @@ def test_forced_avx2_path(monkeypatch):
         native._load.cache_clear()
 
 
+def test_prefetch_distance_changes_no_result(kernel):
+    """The prefetch distance (measured at load, solutions.fused_step) only moves memory traffic: the
+    product is bit for bit the same at 0, 3 and 4096 tile-blocks ahead (past the weights' end), and
+    a distance out of range is refused."""
+    blocks, _ = q4_1_weight(100, 576, seed=4)
+    tiles, x = q8_1.repack(blocks), torch.randn(2, 576, generator=torch.Generator().manual_seed(4))
+    before = kernel.module.prefetch()
+    try:
+        results = []
+        for distance in (0, 3, 4096):
+            kernel.module.set_prefetch(distance)
+            results.append(kernel.matmul(x, tiles, 100, residual=True))
+        assert all(torch.equal(results[0], r) for r in results[1:])
+        with pytest.raises(RuntimeError, match="0..4096"):
+            kernel.module.set_prefetch(-1)
+    finally:
+        kernel.module.set_prefetch(before)
+
+
 def test_bad_operands_are_clear_errors(kernel):
-    """A weight of another K, or int8 activations, is refused with the mismatch named."""
+    """A weight of another K, a row count the tiles cannot hold, untiled blocks, or int8 activations
+    are refused with the mismatch named."""
     blocks, _ = q4_1_weight(4, 64, seed=3)
-    with pytest.raises(RuntimeError, match="40 bytes a row, but K = 96"):
-        kernel.matmul(torch.randn(1, 96), blocks)
+    tiles = q8_1.repack(blocks)
+    with pytest.raises(RuntimeError, match="96 columns, but the weight's K is 64"):
+        kernel.matmul(torch.randn(1, 96), tiles, 4)
+    with pytest.raises(RuntimeError, match="hold 1..16 rows, not 17"):
+        kernel.matmul(torch.randn(1, 64), tiles, 17)
+    with pytest.raises(RuntimeError, match="repack"):
+        kernel.matmul(torch.randn(1, 64), blocks, 4)
     with pytest.raises(RuntimeError, match="fp32"):
-        kernel.matmul(torch.ones(1, 64, dtype=torch.int8), blocks)
+        kernel.matmul(torch.ones(1, 64, dtype=torch.int8), tiles, 4)
     with pytest.raises(ValueError, match=r"\(M, 64\)"):
         q8_1.matmul(torch.randn(1, 96), blocks)
     with pytest.raises(ValueError, match="uint8"):
-        Q4Q8Linear(blocks.float())
+        Q4Q8Linear(tiles.float(), 4)
+    with pytest.raises(ValueError, match="cannot hold 17 rows"):
+        Q4Q8Linear(tiles, 17)

@@ -1,0 +1,122 @@
+// The tile loop on 512-bit registers (AVX-512 VNNI): included once, inside the avx512vnni namespace of
+// q4_1_q8_1.cpp, under that target. Not a header to include anywhere else: it relies on the including
+// file's Acts, kBlock, kTileRows and kTileBlockBytes.
+//
+// A tile-block (solutions.q8_1.repack) is 16 weight rows' block b: their d and m (fp16), then 4 groups
+// of 64 bytes, each 4 code bytes of every row. One register holds a group; the activation's matching 4
+// bytes, broadcast to all 16 lanes, meet each row's 4 codes in one `vpdpbusd`, so lane i sums row i and
+// no horizontal add is ever needed. Low nibbles are weights 4g..4g+3, high ones 16+4g..16+4g+3.
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The integer sums of one block for one activation row: codes lo[g] | hi[g] against bytes q, as int32
+// per output row (in units of the block's `unit`: with the residual, 254 sum(c q) + sum(c lo)).
+template <bool R>
+inline __m512i block_sums(const __m512i* lo, const __m512i* hi, const int8_t* q, const int8_t* qlo) {
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();  // two chains, so dpbusd overlaps
+  for (int g = 0; g < 4; ++g) {
+    a = _mm512_dpbusd_epi32(a, lo[g], bcast4(q + 4 * g));
+    b = _mm512_dpbusd_epi32(b, hi[g], bcast4(q + 16 + 4 * g));
+  }
+  __m512i s = _mm512_add_epi32(a, b);
+  if (R) {
+    __m512i c = _mm512_setzero_si512(), d = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      c = _mm512_dpbusd_epi32(c, lo[g], bcast4(qlo + 4 * g));
+      d = _mm512_dpbusd_epi32(d, hi[g], bcast4(qlo + 16 + 4 * g));
+    }
+    s = _mm512_add_epi32(_mm512_sub_epi32(_mm512_slli_epi32(s, 8), _mm512_slli_epi32(s, 1)),  // 254 = 256 - 2
+                         _mm512_add_epi32(c, d));
+  }
+  return s;
+}
+
+// Tiles [t0, t1) of W against M activation rows: y[r * ldy + j] for output rows j of those tiles (a
+// last tile past n is stored only up to n). Each tile-block is unpacked once for all M rows.
+template <int M, bool R>
+void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t n) {
+  const int64_t nb = a.k / kBlock;
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const int64_t ahead = g_prefetch_blocks.load(std::memory_order_relaxed);
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = w + t * nb * kTileBlockBytes;
+    __m512 acc[M];
+    for (int r = 0; r < M; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = tile + b * kTileBlockBytes;
+      prefetch(blk, ahead);
+      const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      __m512i lo[4], hi[4];
+      for (int g = 0; g < 4; ++g) {
+        const __m512i c = _mm512_loadu_si512(blk + 64 + 64 * g);
+        lo[g] = _mm512_and_si512(c, mask);
+        hi[g] = _mm512_and_si512(_mm512_srli_epi16(c, 4), mask);
+      }
+      for (int r = 0; r < M; ++r) {
+        const int64_t at = r * a.k + b * kBlock;
+        const __m512i s = block_sums<R>(lo, hi, a.q + at, R ? a.lo + at : nullptr);
+        const int64_t i = r * nb + b;
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, _mm512_set1_ps(a.unit[i])), acc[r]);
+        acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(a.s[i]), acc[r]);
+      }
+    }
+    const int64_t j0 = t * kTileRows, keep = std::min<int64_t>(kTileRows, n - j0);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << keep) - 1);
+    for (int r = 0; r < M; ++r) _mm512_mask_storeu_ps(y + r * ldy + j0, lanes, acc[r]);
+  }
+}
+
+// One 32-block of x as Q8_1 (see quantize_into in q4_1_q8_1.cpp, the readable form this must equal bit
+// for bit): q, and with the residual lo; returns (d, sum q, sum lo) through the pointers.
+inline void quantize_block(const float* x, bool residual, int8_t* q, int8_t* lo, float* d_out, int* sum_q,
+                           int* sum_lo) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m512 lim = _mm512_set1_ps(127.0f), neg = _mm512_set1_ps(-127.0f);
+  auto steps = [&](__m512 v, float inv) {  // round-half-even(v * inv), clamped to -127..127
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_min_ps(_mm512_max_ps(r, neg), lim);
+  };
+  const __m512 q0 = steps(x0, id), q1 = steps(x1, id);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q0)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q1)));
+  *sum_q = static_cast<int>(_mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(q0), _mm512_cvtps_epi32(q1))));
+  *d_out = d;
+  *sum_lo = 0;
+  if (residual) {
+    const float d_lo = d / kLoSteps;
+    const float id_lo = d_lo != 0.0f ? 1.0f / d_lo : 0.0f;
+    const __m512 dv = _mm512_set1_ps(d);
+    const __m512 l0 = steps(_mm512_sub_ps(x0, _mm512_mul_ps(dv, q0)), id_lo);  // the file is built without
+    const __m512 l1 = steps(_mm512_sub_ps(x1, _mm512_mul_ps(dv, q1)), id_lo);  // contraction: no FMA here
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(l0)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(l1)));
+    *sum_lo = static_cast<int>(_mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(l0), _mm512_cvtps_epi32(l1))));
+  }
+}
+
+// sum a[i] b[i] over n floats, and o[i] += p v[i]: the fp32 loops of the fused step (attention, norms).
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 rest = static_cast<__mmask16>((1u << (n - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(rest, a + i), _mm512_maskz_loadu_ps(rest, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+inline void axpy_f32(float p, const float* v, float* o, int64_t n) {
+  const __m512 pv = _mm512_set1_ps(p);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(o + i)));
+  for (; i < n; ++i) o[i] += p * v[i];
+}

@@ -1,0 +1,132 @@
+"""A whole batch-1 decode step in native code, for the models whose products are Q4_1 x Q8_1.
+
+`Llama.decode_step` spends about half of a small model's step dispatching some forty small torch
+ops a layer. `FusedStep` hands the step for one token to solutions/csrc/decode_step.h instead:
+the embedding row, each layer's norms, products, RoPE, cache write, attention and SwiGLU, the final
+norm and the LM head with its top 16 logits rescored, in one call that holds no Python and splits
+each product over torch's threads. It computes what solutions/model.py computes, in the same
+order, with the same Q8_1 quantization of every product's activations; only fp32 summation order
+differs (tests/system/test_fused_step.py holds it to the readable path).
+
+The weights stream from memory once a step, and how far ahead of its reads the kernel should ask
+for them (software prefetch) depends on the CPU and its memory: `calibrate_prefetch` times the step
+itself at a few distances when the first model loads, interleaved, and keeps the fastest
+(DOJO_PREFETCH=<tile-blocks> fixes it instead). Nothing about this machine is written into the code.
+
+It takes a step only when it is plain: one row, the reference KVCache (solutions.kv_cache) in
+fp32, no padding in the mask, room in the cache and the context. Anything else, it declines
+(returns None) and the readable path runs, which also raises the errors bad input deserves.
+Left out: batches (beams and `dojo serve` take the readable path, whose products are the same
+kernel), prefill (a chunk of tokens is already few large products), and other weights modes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+from torch import Tensor
+
+from solutions.kv_cache import KVCache
+
+RESCORE = 16  # the LM head's top logits recomputed exactly, as solutions.weight_modes.RescoredHead
+ENV = "DOJO_FUSED"  # "0": never fuse (the readable path only), for comparing the two
+PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
+# Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
+PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
+_calibrated: dict[str, dict[int, float]] = {}  # per instruction set: distance -> median step seconds
+
+
+def calibrate_prefetch(decoder, kernel, config, rounds: int = 3) -> dict[int, float]:
+    """Time the fused step at each PREFETCH_CANDIDATES distance, `rounds` times interleaved, on a
+    one-position scratch cache; set the fastest (the distance is process-wide) and return the
+    medians in seconds. Once per process and instruction set; DOJO_PREFETCH=<n> sets n instead."""
+    if (fixed := os.environ.get(PREFETCH_ENV)) is not None:
+        try:
+            kernel.module.set_prefetch(int(fixed))
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks") from exc
+        return {int(fixed): float("nan")}
+    if kernel.isa in _calibrated:
+        return _calibrated[kernel.isa]
+    kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
+    decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
+    times: dict[int, list[float]] = {d: [] for d in PREFETCH_CANDIDATES}
+    for _ in range(rounds):
+        for distance in PREFETCH_CANDIDATES:
+            kernel.module.set_prefetch(distance)
+            start = time.perf_counter()
+            decoder.step(0, kv, 0)
+            times[distance].append(time.perf_counter() - start)
+    medians = {d: statistics.median(t) for d, t in times.items()}
+    kernel.module.set_prefetch(min(medians, key=medians.get))
+    _calibrated[kernel.isa] = medians
+    return medians
+
+
+class FusedStep:
+    """A callable `(ids, cache, attention_mask) -> logits (1, V) or None` over a native Decoder."""
+
+    def __init__(self, decoder, vocab_size: int, max_seq_len: int, prefetch: dict[int, float]):
+        self.decoder = decoder
+        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+        self.prefetch = prefetch  # the calibration: distance -> median step seconds
+
+    @classmethod
+    def for_model(cls, model) -> FusedStep | None:
+        """The fused step for an int4-q8 / int4-q8x2 model (solutions.weights.build_model), or None
+        where there is no compiled kernel, DOJO_FUSED=0, or the model is not in the form the step
+        reads (tiled Q4_1 matrices, a Q8_0 embedding, a rescored head)."""
+        from solutions import native
+        from solutions.weight_modes import Q4Q8Linear, Q8Rows, RescoredHead
+
+        kernel = native.kernel()
+        if kernel is None or os.environ.get(ENV) == "0":
+            return None
+        head = model.lm_head
+        mats = [getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")]
+        if not (isinstance(head, RescoredHead) and isinstance(head.fast, Q4Q8Linear) and head.k == RESCORE
+                and isinstance(model.embed, Q8Rows) and all(isinstance(m, Q4Q8Linear) for m in mats)
+                and len({m.residual for m in [*mats, head.fast]}) == 1):
+            return None
+        c = model.config
+        norms = [n.detach().contiguous() for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
+        decoder = kernel.module.Decoder(
+            [c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.vocab_size, c.max_seq_len,
+             RESCORE], c.norm_eps, head.fast.residual, [*norms, model.norm.detach().contiguous()],
+            [m.tiles for m in mats] + [head.fast.tiles], model.embed.blocks.contiguous(),
+            model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
+        return cls(decoder, c.vocab_size, c.max_seq_len, calibrate_prefetch(decoder, kernel, c))
+
+    def describe(self) -> str:
+        """The step and its prefetch distance, with what the calibration measured."""
+        from solutions import native
+
+        chosen = native.kernel().module.prefetch()
+        if len(self.prefetch) == 1:
+            return f"fused native step, prefetching {chosen} tile-blocks ahead ({PREFETCH_ENV})"
+        times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
+        return f"fused native step, prefetching {chosen} tile-blocks ahead (measured ms a step: {times})"
+
+    def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
+        if ids.shape != (1,) or ids.dtype != torch.long or type(cache) is not KVCache:
+            return None
+        if cache.batch_size != 1 or cache.dtype != torch.float32 or cache.device.type != "cpu":
+            return None
+        pos = cache.length
+        if pos >= cache.max_len or pos >= self.max_seq_len:
+            return None
+        try:
+            cache.advance(0)  # raises where a pass was left half written
+        except ValueError:
+            return None
+        if attention_mask is not None and (attention_mask.shape != (1, pos + 1) or not bool(attention_mask.all())):
+            return None
+        token = int(ids[0])
+        if not 0 <= token < self.vocab_size:
+            return None
+        logits = self.decoder.step(token, cache.storage, pos)  # (V,); writes K, V at pos of every layer
+        cache.advance(1)
+        return logits[None]

@@ -1,0 +1,193 @@
+"""The fused native decode step (solutions.fused_step) against the readable one (solutions/model.py).
+
+Oracle: the same model with `fused_step = None`, which runs model.py's per-op path with the same
+Q8_1 products (solutions.q8_1's arithmetic, test_q4_q8_kernel.py). Both quantize every product's
+activations bit for bit alike, so they differ only by fp32 summation order (and where that moves
+an activation across a rounding boundary, by one int8 step of it): logits agree to a small
+fraction of their spread and greedy tokens agree exactly. Tiny models (random weights, Q4_1
+matrices, a Q8_0 embedding) cover the contract fast; SmolLM2 itself checks the real thing.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from solutions import native
+from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
+from solutions.generate import generate
+from solutions.kv_cache import CacheFullError, KVCache
+from solutions.model import tiny_model
+from solutions.weights import build_model, mode_state, open_gguf, read_config
+
+PROMPT = [5, 17, 200, 3, 99, 42, 7]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = native.kernel()
+    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
+        pytest.fail(f"the Q4_1 x Q8_1 kernel is missing: {native.why_not()}", pytrace=False)
+    if k is None:
+        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
+    return k
+
+
+def q8_model(tmp_path, mode: str = "int4-q8x2", **config):
+    """A tiny Llama in an int4-q8 mode as the loader builds it, with a Q8_0 embedding (as SmolLM2's)."""
+    from test_weights import write_gguf  # pytest puts this folder on sys.path
+
+    path = tmp_path / f"tiny-{mode}.gguf"
+    write_gguf(path, tiny_model(3, **config))
+    reader = open_gguf(path)
+    cfg = read_config(reader)
+    state = mode_state(reader, cfg, mode)
+    embed = state.pop("embed").numpy()
+    state["embed.blocks"] = torch.from_numpy(gguf.quants.quantize(embed, gguf.GGMLQuantizationType.Q8_0))
+    return build_model(cfg, state, mode)
+
+
+def steps(model, n: int, fused: bool, prompt=PROMPT):
+    """Prefill, then n greedy decode steps: (logits (n, V), tokens, cache)."""
+    saved = model.fused_step
+    model.fused_step = saved if fused else None
+    try:
+        cache = model.new_cache(1, len(prompt) + n)
+        token = model.prefill(torch.tensor([prompt]), cache)[:, -1].argmax(-1)
+        logits, tokens = [], []
+        for _ in range(n):
+            out = model.decode_step(token, cache)
+            token = out.argmax(-1)
+            logits.append(out[0])
+            tokens.append(int(token))
+        return torch.stack(logits), tokens, cache
+    finally:
+        model.fused_step = saved
+
+
+@pytest.mark.parametrize("mode", ["int4-q8x2", "int4-q8"])
+def test_fused_step_is_the_readable_step(kernel, tmp_path, mode):
+    """Twelve greedy steps: the same tokens, logits within 1% of their spread, and the same keys and
+    values left in every layer of the cache, whose length moved on by one a step."""
+    model = q8_model(tmp_path, mode)
+    assert isinstance(model.fused_step, FusedStep), "the int4-q8 modes come with a fused step"
+    fused, tokens, cache = steps(model, 12, fused=True)
+    readable, want, cache_want = steps(model, 12, fused=False)
+    spread = float(readable.max() - readable.min())
+    assert tokens == want, f"fused greedy tokens {tokens} differ from the readable path's {want}"
+    err = float((fused - readable).abs().max())
+    assert err < 0.01 * spread, f"fused logits off the readable path's by {err:.3g} (spread {spread:.3g})"
+    assert cache.length == cache_want.length == len(PROMPT) + 12
+    kv_err = float((cache.storage - cache_want.storage).abs().max())
+    assert kv_err < 0.01 * float(cache_want.storage.abs().max()), f"cached keys/values differ by {kv_err:.3g}"
+
+
+def test_generate_takes_the_fused_step(kernel, tmp_path):
+    """generate() (batch 1, greedy, its all-true mask) runs the fused step and picks the readable
+    path's tokens; sampling with a seed repeats them too."""
+    model = q8_model(tmp_path)
+    calls = 0
+    fused = model.fused_step
+
+    def counting(*args):
+        nonlocal calls
+        out = fused(*args)
+        calls += out is not None
+        return out
+
+    model.fused_step = counting
+    got = generate(model, [PROMPT], max_new_tokens=10)
+    model.fused_step = None
+    want = generate(model, [PROMPT], max_new_tokens=10)
+    assert calls >= 9, f"the fused step ran {calls} times in 10 new tokens"
+    assert got.tokens == want.tokens
+
+
+def test_fused_step_declines_what_it_does_not_take(kernel, tmp_path):
+    """Two rows, a padded row, a cache of another class, a full cache or the end of the context go
+    to the readable path, which raises what it raises for bad input."""
+    model = q8_model(tmp_path)
+    step = model.fused_step
+    two = model.new_cache(2, 16)
+    model.prefill(torch.tensor([PROMPT[:3], PROMPT[3:6]]), two)
+    assert step(torch.tensor([1, 2]), two, None) is None
+    one = model.new_cache(1, 8)
+    model.prefill(torch.tensor([PROMPT[:3]]), one)
+    assert step(torch.tensor([1]), one, torch.tensor([[False, True, True, True]])) is None
+    assert step(torch.tensor([1]), one, torch.ones(1, 4, dtype=torch.bool)) is not None
+
+    class OtherCache(KVCache):
+        pass
+
+    other = OtherCache(model.config.n_layers, 1, model.config.n_kv_heads, model.config.head_dim, 8)
+    assert step(torch.tensor([1]), other, None) is None
+    full = model.new_cache(1, len(PROMPT))
+    model.prefill(torch.tensor([PROMPT]), full)
+    assert step(torch.tensor([1]), full, None) is None
+    with pytest.raises(CacheFullError):
+        model.decode_step(torch.tensor([1]), full)
+    assert step(torch.tensor([model.config.vocab_size]), one, None) is None
+    with pytest.raises(ValueError, match="token ids"):
+        model.decode_step(torch.tensor([model.config.vocab_size]), one)
+    assert one.length == 4, "a declined step must leave the cache as it was"
+
+
+def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
+    """DOJO_FUSED=0 builds no fused step; the prefetch distance is measured at load (each candidate
+    timed) unless DOJO_PREFETCH fixes it, and a bad one is a clear error; the distance does not
+    change a logit."""
+    monkeypatch.setenv(ENV, "0")
+    assert q8_model(tmp_path).fused_step is None
+    monkeypatch.delenv(ENV)
+    model = q8_model(tmp_path)
+    assert set(model.fused_step.prefetch) == {0, 4, 8, 16, 32, 64} and "measured" in model.fused_step.describe()
+    before = kernel.module.prefetch()
+    try:
+        monkeypatch.setenv(PREFETCH_ENV, "0")
+        at0 = steps(q8_model(tmp_path), 4, fused=True)[0]
+        monkeypatch.setenv(PREFETCH_ENV, "64")
+        fixed = q8_model(tmp_path)
+        assert kernel.module.prefetch() == 64 and PREFETCH_ENV in fixed.fused_step.describe()
+        assert torch.equal(steps(fixed, 4, fused=True)[0], at0)
+        monkeypatch.setenv(PREFETCH_ENV, "far")
+        with pytest.raises(ValueError, match="DOJO_PREFETCH='far'"):
+            q8_model(tmp_path)
+    finally:
+        kernel.module.set_prefetch(before)
+
+
+def test_kv_cache_advance_is_checked():
+    """KVCache.advance (for a caller that wrote `storage` itself) refuses a half-written pass and
+    running past max_len, and moves every layer's length."""
+    cache = KVCache(2, 1, 1, 4, 3)
+    cache.advance(2)
+    assert cache.length == 2
+    with pytest.raises(CacheFullError):
+        cache.advance(2)
+    cache.update(0, torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
+    with pytest.raises(ValueError, match="half written"):
+        cache.advance(1)
+    with pytest.raises(ValueError, match="count"):
+        KVCache(1, 1, 1, 4, 3).advance(-1)
+
+
+@pytest.fixture(scope="module")
+def smollm2_q8x2(smollm2_path):
+    reader = open_gguf(smollm2_path)
+    config = read_config(reader)
+    return build_model(config, mode_state(reader, config, "int4-q8x2"), "int4-q8x2")
+
+
+def test_smollm2_fused_step_is_the_readable_step(kernel, smollm2_q8x2, smollm2_tokenizer):
+    """SmolLM2 in int4-q8x2 on a chat prompt: 24 greedy tokens from the fused step are the readable
+    path's, and every logit is within 1% of the readable path's spread."""
+    tok = smollm2_tokenizer
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Name three prime numbers."}]))
+    fused, tokens, _ = steps(smollm2_q8x2, 24, fused=True, prompt=prompt)
+    readable, want, _ = steps(smollm2_q8x2, 24, fused=False, prompt=prompt)
+    assert tokens == want, f"fused: {tok.decode(tokens)!r}\nreadable: {tok.decode(want)!r}"
+    spread = float(readable.max() - readable.min())
+    err = float((fused - readable).abs().max())
+    assert err < 0.01 * spread, f"fused logits off the readable path's by {err:.3g} (spread {spread:.3g})"
