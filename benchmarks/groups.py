@@ -184,13 +184,14 @@ def generate(ctx: Context) -> list[Row]:
 
 
 def speculative(ctx: Context) -> list[Row]:
-    """fp32 verifying `dojo demo`'s draft (int4, else bf16) against plain fp32: tok/s, acceptance, exactness."""
+    """fp32 verifying `dojo demo`'s draft (weight_modes.draft_mode) against plain fp32: tok/s, acceptance,
+    exactness."""
     from benchmarks import speculative_bench
-    from solutions.weight_modes import int4_available
+    from solutions.weight_modes import draft_mode
 
     size = ctx.size("speculative")
     models, tokenizer = ctx.modes()
-    draft = "int4" if int4_available() else "bf16"
+    draft = draft_mode()
     chats = speculative_bench.CHATS[:2] if ctx.quick else speculative_bench.CHATS
     r = speculative_bench.bench(models["fp32"], models[draft], tokenizer, tokens=size["tokens"],
                                 repeats=size["repeats"], k=size["k"], chats=chats)

@@ -65,14 +65,14 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
 
 def main() -> None:
     from solutions import weights_cache
-    from solutions.weight_modes import int4_available
+    from solutions.weight_modes import draft_mode
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--k", type=int, default=4)
     args = p.parse_args()
-    mode = "int4" if int4_available() else "bf16"
+    mode = draft_mode()
     fp32 = weights_cache.load("fp32")
     draft = weights_cache.load(mode).model
     r = bench(fp32.model, draft, fp32.tokenizer, tokens=args.tokens, repeats=args.repeats, k=args.k)

@@ -21,6 +21,8 @@
   near-ties: teacher-forced, ~93% of fp32's greedy tokens on the bench's chats.
 - int4-q8x2: int4-q8 with a second int8 pass on what the first leaves (activations ~15 bits, one
   more integer dot product a block), for fp32's tokens at int8 speed.
+The int4-q8 modes hold the blocks in the kernel's tiled order (solutions.q8_1.repack) and, where
+the kernel is built, take a batch-1 decode step in native code (solutions.fused_step).
 
 Between products the model's residual stream, norms, attention and KV cache stay fp32 in every
 mode, so a mode changes only how the weights are read. The weights cache stores each mode's plain tensors (solutions.weights.mode_state) and
@@ -51,10 +53,23 @@ def check_mode(mode: str) -> str:
 
 
 def default_mode() -> str:
-    """int4 where torch has its kernel, else fp32. Not token-identical to fp32: teacher-forced it
-    picks fp32's greedy token at about 100% of positions, but free-running text can part after a
-    flipped near-tie (`make bench`'s mode rows measure both)."""
+    """The fastest mode this machine runs: int4-q8x2 where the compiled kernel loads (its batch-1
+    step is native, solutions.fused_step), else int4 where torch has its kernel, else fp32. Not
+    token-identical to fp32: teacher-forced they pick fp32's greedy token at about 100% of
+    positions, but free-running text can part after a flipped near-tie (`make bench`'s mode rows
+    measure both)."""
+    from solutions import native
+
+    if native.kernel() is not None:
+        return "int4-q8x2"
     return "int4" if int4_available() else "fp32"
+
+
+def draft_mode() -> str:
+    """The mode that drafts for fp32 in speculative decoding: the default mode where it is a packed
+    one (int4-q8x2 with the compiled kernel, else int4), else bf16."""
+    mode = default_mode()
+    return "bf16" if mode == "fp32" else mode
 
 
 def describe_mode(mode: str) -> str:

@@ -1,13 +1,14 @@
 """`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
 
 Greedy answers come, by default, from speculative decoding (solutions.speculative): fp32 weights
-verify what the int4 weights draft, so the text is fp32's greedy text token for token, and so
-HuggingFace's, faster than plain fp32 (`make bench`'s speculative rows measure both). Where torch
-lacks the int4 kernel, and for sampling and beam search, the demo runs one weights mode
-(`--weights fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.weight_modes.default_mode; the
-int4-q8 modes always say whether their compiled kernel runs, and why not); `--weights` always
-runs that mode alone, and `--speculative` asks for speculative decoding (drafting with bf16 where
-int4 is missing). The models load through the start-up cache (solutions.weights_cache, under the
+verify what the default packed mode drafts (int4-q8x2 where the compiled kernel is built, else
+int4), so the text is fp32's greedy text token for token, and so HuggingFace's, faster than plain
+fp32 (`make bench`'s speculative rows measure both). Where there is no packed mode, and for
+sampling and beam search, the demo runs one weights mode (`--weights
+fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.weight_modes.default_mode; the int4-q8 modes
+always say whether their compiled kernel runs, and why not); `--weights` always runs that mode
+alone, and `--speculative` asks for speculative decoding (drafting with bf16 where no packed mode
+runs). The models load through the start-up cache (solutions.weights_cache, under the
 workspace: the first run parses the GGUF, with a progress bar, later runs map the cached files);
 the answer streams as it is generated, then the demo reports prompt tokens, time to first token,
 decode tokens/s and, when speculative, the drafts accepted; `--verbose` adds what the cache and
@@ -95,7 +96,7 @@ def plan(args: argparse.Namespace) -> Plan:
     neither it nor `--mine` nor `--weights` where torch has the int4 kernel, runs fp32 verifying int4's
     drafts (bf16's where int4 is missing); anything else the default mode. ValueError for options
     that clash with speculative decoding, or an unknown mode."""
-    from solutions.weight_modes import check_mode, default_mode, int4_available
+    from solutions.weight_modes import check_mode, default_mode, draft_mode
 
     greedy = not args.sample and args.beams == 1
     if args.speculative:
@@ -103,10 +104,11 @@ def plan(args: argparse.Namespace) -> Plan:
             raise ValueError("--speculative is greedy decoding: it does not go with --sample or --beams")
         if args.weights not in (None, "fp32"):
             raise ValueError(f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify")
-        return Plan("fp32", "int4" if int4_available() else "bf16")
-    if args.weights is None and greedy and not args.mine and int4_available():
-        return Plan("fp32", "int4")
+        return Plan("fp32", draft_mode())
+    if args.weights is None and greedy and not args.mine and draft_mode() != "bf16":
+        return Plan("fp32", draft_mode())
     return Plan(check_mode(args.weights or default_mode()))
+
 
 
 def generation_kwargs(args: argparse.Namespace) -> dict:
@@ -266,14 +268,14 @@ def register(subparsers) -> None:
     p.add_argument("--mine", action="store_true",
                    help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)")
     p.add_argument("--speculative", action="store_true",
-                   help="greedy by speculative decoding: fp32 verifies int4's drafts (bf16's without the int4 "
-                        "kernel); the text is fp32's, token-identical to HuggingFace's. The default for greedy "
-                        "where torch has the int4 kernel")
+                   help="greedy by speculative decoding: fp32 verifies the default packed mode's drafts "
+                        "(int4-q8x2 with the compiled kernel, else int4, else bf16); the text is fp32's, "
+                        "token-identical to HuggingFace's. The default for greedy where a packed mode runs")
     p.add_argument("--weights", default=None, metavar="MODE",
                    help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
                         "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
                         "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
-                        "fp32's after a near-tie. Default: speculative for greedy where torch has the int4 "
-                        "kernel, else int4 where it has the kernel, else fp32")
+                        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
+                        "compiled kernel is built, else int4 where torch has its kernel, else fp32")
     p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
     p.set_defaults(func=run)

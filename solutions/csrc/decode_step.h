@@ -48,8 +48,7 @@ inline void attend(const Model& m, const float* q, const float* keys, const floa
         sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
         top = std::max(top, sc[t]);
       }
-      float total = 0.0f;
-      for (int64_t t = 0; t < T; ++t) total += sc[t] = std::exp(sc[t] - top);
+      const float total = exp_sum(sc, T, top);
       float* o = out + h * hd;
       std::fill(o, o + hd, 0.0f);
       for (int64_t t = 0; t < T; ++t) {
@@ -96,7 +95,7 @@ void step(const Model& m, Scratch& s, int64_t token, float* kv, int64_t max_len,
     project(w.gate_up, h, s.gu.data(), m.residual, s.q8);
     const float* gate = s.gu.data();
     const float* up = gate + m.d_ff;
-    for (int64_t i = 0; i < m.d_ff; ++i) s.act[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    silu_mul(gate, up, s.act.data(), m.d_ff);
     project(w.down, s.act.data(), s.out.data(), m.residual, s.q8);
     for (int64_t i = 0; i < d; ++i) x[i] += s.out[i];
   }

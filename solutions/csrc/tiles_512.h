@@ -120,3 +120,49 @@ inline void axpy_f32(float p, const float* v, float* o, int64_t n) {
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, _mm512_fmadd_ps(pv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(o + i)));
   for (; i < n; ++i) o[i] += p * v[i];
 }
+
+// exp(x) for 16 floats, to about 2 ulp (Cephes' expf: x = n ln2 + r, e^r by a degree-6 polynomial,
+// then 2^n in the exponent bits); x clamped to where fp32 neither overflows nor loses all bits.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  for (const float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+// out[i] = exp(v[i] - top) over n floats; returns their sum (softmax's numerators and denominator).
+inline float exp_sum(float* v, int64_t n, float top) {
+  __m512 total = _mm512_setzero_ps();
+  const __m512 t = _mm512_set1_ps(top);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(v + i), t));
+    _mm512_storeu_ps(v + i, e);
+    total = _mm512_add_ps(total, e);
+  }
+  if (i < n) {
+    const __mmask16 rest = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(rest, v + i), t));
+    _mm512_mask_storeu_ps(v + i, rest, e);
+    total = _mm512_add_ps(total, _mm512_maskz_mov_ps(rest, e));
+  }
+  return _mm512_reduce_add_ps(total);
+}
+
+// out[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up, over n floats.
+inline void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}

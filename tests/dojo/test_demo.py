@@ -88,15 +88,18 @@ def test_options_map_to_generate():
 
 
 def test_plan_speculative_for_greedy_by_default():
-    """Greedy with no --weights runs fp32 verifying int4's drafts (where the kernel is); --weights runs a mode
-    alone; --speculative clashes with --sample, --beams and a non-fp32 --weights"""
-    from solutions.weight_modes import default_mode, int4_available
+    """Greedy with no --weights runs fp32 verifying the default packed mode's drafts (int4-q8x2 with the
+    compiled kernel, else int4); --weights runs a mode alone; --speculative clashes with --sample,
+    --beams and a non-fp32 --weights"""
+    from solutions import native
+    from solutions.weight_modes import default_mode, draft_mode, int4_available
 
     def full(**kw):
         return args(**(dict(speculative=False, weights=None, mine=False) | kw))
 
-    draft = "int4" if int4_available() else "bf16"
-    assert demo.plan(full()) == (demo.Plan("fp32", "int4") if int4_available() else demo.Plan(default_mode()))
+    draft = "int4-q8x2" if native.kernel() else "int4" if int4_available() else "bf16"
+    assert draft_mode() == draft
+    assert demo.plan(full()) == (demo.Plan("fp32", draft) if draft != "bf16" else demo.Plan(default_mode()))
     assert demo.plan(full(speculative=True)) == demo.Plan("fp32", draft)
     assert demo.plan(full(weights="int4")) == demo.Plan("int4")
     assert demo.plan(full(sample=True)) == demo.Plan(default_mode())

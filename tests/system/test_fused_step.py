@@ -11,7 +11,6 @@ matrices, a Q8_0 embedding) cover the contract fast; SmolLM2 itself checks the r
 from __future__ import annotations
 
 import gguf
-import numpy as np
 import pytest
 import torch
 

@@ -89,7 +89,9 @@ def test_unknown_mode_is_a_clear_error():
     """A mode that does not exist is a ValueError naming the choices."""
     with pytest.raises(ValueError, match="fp32, bf16, int4"):
         check_mode("int3")
-    assert default_mode() == ("int4" if int4_available() else "fp32")
+    from solutions import native
+
+    assert default_mode() == ("int4-q8x2" if native.kernel() else "int4" if int4_available() else "fp32")
 
 
 @pytest.mark.parametrize("mode", ["bf16", "int4", "int4-q8", "int4-q8x2"])
