@@ -36,21 +36,24 @@ ENV = "DOJO_FUSED"  # "0": never fuse (the readable path only), for comparing th
 PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
 PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
-_calibrated: dict[str, dict[int, float]] = {}  # per instruction set: distance -> median step seconds
+_calibrated: dict[tuple, dict[int, float]] = {}  # per instruction set and model shape: distance -> median seconds
 
 
 def calibrate_prefetch(decoder, kernel, config, rounds: int = 3) -> dict[int, float]:
     """Time the fused step at each PREFETCH_CANDIDATES distance, `rounds` times interleaved, on a
     one-position scratch cache; set the fastest (the distance is process-wide) and return the
-    medians in seconds. Once per process and instruction set; DOJO_PREFETCH=<n> sets n instead."""
+    medians in seconds. Once per process, instruction set and model shape (a later model of the same
+    shape sets the distance measured then); DOJO_PREFETCH=<n> sets n instead."""
     if (fixed := os.environ.get(PREFETCH_ENV)) is not None:
         try:
             kernel.module.set_prefetch(int(fixed))
         except (ValueError, RuntimeError) as exc:
             raise ValueError(f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks") from exc
         return {int(fixed): float("nan")}
-    if kernel.isa in _calibrated:
-        return _calibrated[kernel.isa]
+    key = (kernel.isa, repr(config))
+    if key in _calibrated:
+        kernel.module.set_prefetch(min(_calibrated[key], key=_calibrated[key].get))
+        return _calibrated[key]
     kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
     decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
     times: dict[int, list[float]] = {d: [] for d in PREFETCH_CANDIDATES}
@@ -62,7 +65,7 @@ def calibrate_prefetch(decoder, kernel, config, rounds: int = 3) -> dict[int, fl
             times[distance].append(time.perf_counter() - start)
     medians = {d: statistics.median(t) for d, t in times.items()}
     kernel.module.set_prefetch(min(medians, key=medians.get))
-    _calibrated[kernel.isa] = medians
+    _calibrated[key] = medians
     return medians
 
 

@@ -201,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
         if args.verbose or mode in Q8_MODES:  # a q8 mode's product path (compiled or not, and why) is always said
             out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
                       markup=False)
+            if args.verbose and getattr(m, "fused_step", None) is not None:
+                out.print(f"  batch-1 steps: {m.fused_step.describe()}", markup=False)
     if args.verbose:
         out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:
