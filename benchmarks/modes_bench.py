@@ -62,10 +62,22 @@ def fp32_answers(fp32, tokenizer, tokens: int = 24, chats: list[str] = CHATS) ->
     return out
 
 
+def stepped_logits(model, prompt: list[int], answer: list[int]) -> torch.Tensor:
+    """Logits (len(answer), V) that chose each answer token, teacher-forced the way decoding runs:
+    the prompt prefilled, then each answer token through decode_step (so a mode's fused batch-1
+    step, solutions.fused_step, is what is measured)."""
+    cache = model.new_cache(1, len(prompt) + len(answer))
+    rows = [model.prefill(torch.tensor([prompt]), cache, last_only=True)[0, -1]]
+    for token in answer[:-1]:
+        rows.append(model.decode_step(torch.tensor([token]), cache)[0])
+    return torch.stack(rows)
+
+
 def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHATS) -> dict[str, dict]:
     """{mode: {"max_logit_diff", "agree", "positions", "free"}} against fp32, teacher-forced on fp32's
-    answers; "free": per chat, how many tokens of its own greedy answer equal fp32's before the first
-    that differs (free-running: one flipped near-tie changes the rest of the text)."""
+    answers through each mode's decode steps (stepped_logits); "free": per chat, how many tokens of
+    its own greedy answer equal fp32's before the first that differs (free-running: one flipped
+    near-tie changes the rest of the text)."""
     out = {m: {"max_logit_diff": 0.0, "top_diff": 0.0, "same": 0, "positions": 0, "free": []}
            for m in models if m != "fp32"}
     for prompt, answer in fp32_answers(models["fp32"], tokenizer, tokens, chats):
@@ -76,7 +88,7 @@ def agreement(models: dict, tokenizer, tokens: int = 24, chats: list[str] = CHAT
         with torch.inference_mode():
             ref = models["fp32"](ids)[0, len(prompt) - 1:-1]  # (answer, V): what chose each answer token
             for mode, r in out.items():
-                got = models[mode](ids)[0, len(prompt) - 1:-1]
+                got = stepped_logits(models[mode], prompt, answer)
                 r["max_logit_diff"] = max(r["max_logit_diff"], float((got - ref).abs().max()))
                 top = got.topk(16, dim=-1).indices  # the logits greedy and top-k sampling choose among
                 r["top_diff"] = max(r["top_diff"], float((got - ref).gather(-1, top).abs().max()))
