@@ -15,7 +15,8 @@ was given is not evidence (MOSS's "base file").
 
 similarity = tokens covered by tiles / tokens of the shorter stream (stub tokens left out). A pair is
 near-identical at `THRESHOLD` (0.75) or more, when the shorter stream keeps at least `MIN_TOKENS` tokens
-to judge by. Measured here (tests/dojo/test_similarity.py): each of the nine references padded with
+to judge by. Measured here (tests/dojo/test_similarity.py, which checks every kata): each of the first nine katas'
+references padded with
 `pass` after every third statement and a dead `unused = len(str(n))` after every second, functions
 reordered and locals renamed, scores 0.87-1.00 against it; honest solutions written apart from the
 reference (tests/dojo/honest/) score 0.32 (kv_cache), 0.50 (int4) and 0.61 (mixed_precision, a short
