@@ -38,6 +38,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -412,9 +413,10 @@ class Decoder {
     const int64_t max_len = kv.size(4);
     TORCH_CHECK(pos >= 0 && pos < max_len && pos < m.max_seq, "position ", pos, " is past the cache (",
                 max_len, ") or the context (", m.max_seq, ")");
+    torch::Tensor logits = torch::empty({m.vocab}, torch::kFloat32);
+    const std::lock_guard<std::mutex> one_at_a_time(busy_);  // one scratch: a second thread waits its turn
     if (static_cast<int64_t>(scratch_.scores.size()) < m.n_heads * (pos + 1))
       scratch_.scores.resize(m.n_heads * std::max<int64_t>(pos + 1, 2 * static_cast<int64_t>(scratch_.scores.size()) / m.n_heads));
-    torch::Tensor logits = torch::empty({m.vocab}, torch::kFloat32);
     step_(m, scratch_, token, kv.data_ptr<float>(), max_len, pos, logits.data_ptr<float>());
     return logits;
   }
@@ -423,6 +425,7 @@ class Decoder {
   StepFn step_;
   Model model_;
   Scratch scratch_;
+  std::mutex busy_;
   std::vector<torch::Tensor> keep_;  // the tensors model_ points into
 };
 
