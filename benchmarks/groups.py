@@ -268,6 +268,25 @@ def llama_cpp_timer(llm, prompt: list[int], n: int) -> Callable[[], float]:
     return run
 
 
+FLOOR = "int4-q8x2 on the AVX2 floor"  # the llama_cpp group's row for the fused step forced onto plain AVX2
+
+
+def _avx2_floor(model):
+    """A shallow copy of an int4-q8x2 model whose batch-1 steps run the kernel's AVX2 code (the floor a
+    CPU without VNNI takes), or None where the fused step or AVX2 is missing or AVX2 is already the choice."""
+    import copy
+
+    from solutions import native
+    from solutions.fused_step import FusedStep
+
+    kernel = native.kernel()
+    if model.fused_step is None or kernel is None or kernel.isa == "avx2" or "avx2" not in kernel.isas:
+        return None
+    floor = copy.copy(model)  # shares every weight; only the step differs
+    floor.fused_step = FusedStep.for_model(model, isa="avx2")
+    return floor
+
+
 def llama_cpp(ctx: Context) -> list[Row]:
     """Our fastest mode and fp32 against llama.cpp on the GGUF itself (Q4_1), interleaved, same threads."""
     try:
@@ -291,10 +310,15 @@ def llama_cpp(ctx: Context) -> list[Row]:
     ours = list(dict.fromkeys([fast, "int4", "int4-q8", "int4-q8x2", "fp32"]))  # the default first, each once
     engines = {m: ours_decode(models[m], size["tokens"]) for m in ours} | {
         "llama.cpp": llama_cpp_timer(llm, PROMPT, size["tokens"])}
+    floor = _avx2_floor(models["int4-q8x2"])  # the fused step as a CPU without VNNI runs it, where this one has VNNI
+    if floor is not None:
+        engines[FLOOR] = ours_decode(floor, size["tokens"])
+        ours.append(FLOOR)
     tok_s = {name: size["tokens"] / seconds for name, seconds in medians(engines, size["repeats"]).items()}
     bandwidth = ctx.shared.get("decode", {}).get("copy_GB_s", 0) * 1e9 or _bandwidth()
     gguf_bytes = sum(int(tensor.n_bytes) for tensor in open_gguf(path).tensors)
-    share = {m: tok_s[m] * weight_bytes(models[m]) / bandwidth for m in ours}
+    held = {m: models[m] for m in ours if m in models} | {FLOOR: models["int4-q8x2"]}
+    share = {m: tok_s[m] * weight_bytes(held[m]) / bandwidth for m in ours}
     rows = []
     for m in ours:
         what = f"ours {m}" + (", the default" if m == fast else "")

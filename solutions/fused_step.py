@@ -72,22 +72,30 @@ def calibrate_prefetch(decoder, kernel, config, rounds: int = 3) -> dict[int, fl
 class FusedStep:
     """A callable `(ids, cache, attention_mask) -> logits (1, V) or None` over a native Decoder."""
 
-    def __init__(self, decoder, vocab_size: int, max_seq_len: int, prefetch: dict[int, float]):
-        self.decoder = decoder
+    def __init__(self, decoder, kernel, vocab_size: int, max_seq_len: int, prefetch: dict[int, float]):
+        self.decoder, self.kernel = decoder, kernel
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
         self.prefetch = prefetch  # the calibration: distance -> median step seconds
+        self.distance = kernel.module.prefetch()  # the one it chose, set again before each step
+        # (the setting is process-wide, and another model, or another instruction set, may want another)
 
     @classmethod
-    def for_model(cls, model) -> FusedStep | None:
+    def for_model(cls, model, isa: str | None = None) -> FusedStep | None:
         """The fused step for an int4-q8 / int4-q8x2 model (solutions.weights.build_model), or None
         where there is no compiled kernel, DOJO_FUSED=0, or the model is not in the form the step
-        reads (tiled Q4_1 matrices, a Q8_0 embedding, a rescored head)."""
+        reads (tiled Q4_1 matrices, a Q8_0 embedding, a rescored head). `isa`: an instruction set
+        other than the kernel's own choice (the bench times the AVX2 floor this way); RuntimeError
+        if this CPU cannot run it."""
+        from dataclasses import replace
+
         from solutions import native
         from solutions.weight_modes import Q4Q8Linear, Q8Rows, RescoredHead
 
         kernel = native.kernel()
         if kernel is None or os.environ.get(ENV) == "0":
             return None
+        if isa is not None:
+            kernel = replace(kernel, isa=isa)
         head = model.lm_head
         mats = [getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")]
         if not (isinstance(head, RescoredHead) and isinstance(head.fast, Q4Q8Linear) and head.k == RESCORE
@@ -101,17 +109,15 @@ class FusedStep:
              RESCORE], c.norm_eps, head.fast.residual, [*norms, model.norm.detach().contiguous()],
             [m.tiles for m in mats] + [head.fast.tiles], model.embed.blocks.contiguous(),
             model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
-        return cls(decoder, c.vocab_size, c.max_seq_len, calibrate_prefetch(decoder, kernel, c))
+        return cls(decoder, kernel, c.vocab_size, c.max_seq_len, calibrate_prefetch(decoder, kernel, c))
 
     def describe(self) -> str:
         """The step and its prefetch distance, with what the calibration measured."""
-        from solutions import native
-
-        chosen = native.kernel().module.prefetch()
+        where = f"fused native step on {self.kernel.isa}, prefetching {self.distance} tile-blocks ahead"
         if len(self.prefetch) == 1:
-            return f"fused native step, prefetching {chosen} tile-blocks ahead ({PREFETCH_ENV})"
+            return f"{where} ({PREFETCH_ENV})"
         times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
-        return f"fused native step, prefetching {chosen} tile-blocks ahead (measured ms a step: {times})"
+        return f"{where} (measured ms a step: {times})"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if ids.shape != (1,) or ids.dtype != torch.long or type(cache) is not KVCache:
@@ -130,6 +136,7 @@ class FusedStep:
         token = int(ids[0])
         if not 0 <= token < self.vocab_size:
             return None
+        self.kernel.module.set_prefetch(self.distance)
         logits = self.decoder.step(token, cache.storage, pos)  # (V,); writes K, V at pos of every layer
         cache.advance(1)
         return logits[None]

@@ -83,6 +83,22 @@ def test_fused_step_is_the_readable_step(kernel, tmp_path, mode):
     assert kv_err < 0.01 * float(cache_want.storage.abs().max()), f"cached keys/values differ by {kv_err:.3g}"
 
 
+def test_every_instruction_set_takes_the_same_step(kernel, tmp_path):
+    """The step compiled for each instruction set this CPU runs (the AVX2 floor included, as a CPU
+    without VNNI takes it) gives the readable path's greedy tokens and logits within 1% of their
+    spread; a set the CPU lacks is a clear error."""
+    model = q8_model(tmp_path)
+    readable, want, _ = steps(model, 8, fused=False)
+    spread = float(readable.max() - readable.min())
+    for isa in kernel.isas:
+        model.fused_step = FusedStep.for_model(model, isa=isa)
+        fused, tokens, _ = steps(model, 8, fused=True)
+        err = float((fused - readable).abs().max())
+        assert tokens == want and err < 0.01 * spread, f"{isa}: tokens {tokens} vs {want}, logits off by {err:.3g}"
+    with pytest.raises(RuntimeError, match="cannot run the sse9 kernel"):
+        FusedStep.for_model(model, isa="sse9")
+
+
 def test_generate_takes_the_fused_step(kernel, tmp_path):
     """generate() (batch 1, greedy, its all-true mask) runs the fused step and picks the readable
     path's tokens; sampling with a seed repeats them too."""
@@ -148,8 +164,8 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
         at0 = steps(q8_model(tmp_path), 4, fused=True)[0]
         monkeypatch.setenv(PREFETCH_ENV, "64")
         fixed = q8_model(tmp_path)
-        assert kernel.module.prefetch() == 64 and PREFETCH_ENV in fixed.fused_step.describe()
-        assert torch.equal(steps(fixed, 4, fused=True)[0], at0)
+        assert fixed.fused_step.distance == 64 and PREFETCH_ENV in fixed.fused_step.describe()
+        assert torch.equal(steps(fixed, 4, fused=True)[0], at0) and kernel.module.prefetch() == 64
         monkeypatch.setenv(PREFETCH_ENV, "far")
         with pytest.raises(ValueError, match="DOJO_PREFETCH='far'"):
             q8_model(tmp_path)
