@@ -135,7 +135,8 @@ def modes(ctx: Context) -> list[Row]:
 
 
 def startup(ctx: Context) -> list[Row]:
-    """`dojo demo --max-new-tokens 1 "Hi"` cold (fresh workspace) and warm, per mode; peak RSS."""
+    """`dojo demo --max-new-tokens 1 "Hi"` cold (fresh workspace) and warm, per mode; peak RSS above
+    `import torch`'s floor against the weights held (issue 27's restated goal: at most 1.5x)."""
     from benchmarks import modes_bench
     from solutions.weight_modes import MODES, default_mode, resident_bytes
 
@@ -150,10 +151,10 @@ def startup(ctx: Context) -> list[Row]:
             Row("startup", f"dojo demo --weights {mode} --max-new-tokens 1 \"Hi\", first run (builds the cache)",
                 r["cold_s"], "s", goal=Goal("<=", 6.0, on="ours", unit=" s") if mode == default_mode() else None,
                 note=r["calibration"]),
-            Row("startup", f"peak RSS of dojo demo --weights {mode}, warm / weights held ({held / 1e6:.0f} MB)",
-                r["warm_rss"] / held, "x", goal=Goal("<=", 1.5, on="ours"),
+            Row("startup", f"peak RSS of dojo demo --weights {mode} above `import torch`'s own, warm / weights "
+                f"held ({held / 1e6:.0f} MB)", (r["warm_rss"] - floor) / held, "x", goal=Goal("<=", 1.5, on="ours"),
                 note=f"warm {r['warm_rss'] / 1e6:.0f} MB, first run {r['cold_rss'] / 1e6:.0f} MB; `import torch` "
-                     f"alone {floor / 1e6:.0f} MB, and above that {(r['warm_rss'] - floor) / held:.2f}x"),
+                     f"alone {floor / 1e6:.0f} MB; all of it over the weights, {r['warm_rss'] / held:.2f}x"),
         ]
     return rows
 
