@@ -10,8 +10,9 @@ differs (tests/system/test_fused_step.py holds it to the readable path).
 
 The weights stream from memory once a step, and how far ahead of its reads the kernel should ask
 for them (software prefetch) depends on the CPU and its memory: `calibrate_prefetch` times the step
-itself at a few distances when the first model loads, interleaved, and keeps the fastest
-(DOJO_PREFETCH=<tile-blocks> fixes it instead). Nothing about this machine is written into the code.
+itself at a few distances the first time a model of this shape loads on this machine, interleaved,
+keeps the fastest, and saves what it measured beside the kernel's build (DOJO_PREFETCH=<tile-blocks>
+fixes it instead). Nothing about this machine is written into the code.
 
 It takes a step only when it is plain: one row, the reference KVCache (solutions.kv_cache) in
 fp32, no padding in the mask, room in the cache and the context. Anything else, it declines
@@ -22,9 +23,11 @@ kernel), prefill (a chunk of tokens is already few large products), and other we
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -36,37 +39,91 @@ ENV = "DOJO_FUSED"  # "0": never fuse (the readable path only), for comparing th
 PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
 PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
-_calibrated: dict[tuple, dict[int, float]] = {}  # per instruction set and model shape: distance -> median seconds
+ROUNDS = 3  # interleaved rounds over the candidates, the median kept ...
+BUDGET_S = 1.0  # ... while the calibration has taken less than this: on a busy machine a step can take
+# a hundred times its quiet time, and the first start must not wait minutes (one round always runs)
+_calibrated: dict[str, dict[int, float]] = {}  # this process's, by calibration key: distance -> median seconds
 
 
-def calibrate_prefetch(decoder, kernel, config, rounds: int = 3) -> dict[int, float]:
-    """Time the fused step at each PREFETCH_CANDIDATES distance, `rounds` times interleaved, on a
-    one-position scratch cache; set the fastest (the distance is process-wide) and return the
-    medians in seconds. Once per process, instruction set and model shape (a later model of the same
-    shape sets the distance measured then); DOJO_PREFETCH=<n> sets n instead."""
+def prefetch_file() -> Path:
+    """Where measured distances are kept: beside the compiled kernel, which is per machine."""
+    from solutions import native
+
+    return native.BUILD_DIR / "prefetch.json"
+
+
+def calibration_key(kernel, config) -> str:
+    """What a measured distance depends on: the kernel build, CPU, instruction set, threads, model shape."""
+    from solutions import native
+    from solutions.calibration import cpu_model
+
+    return json.dumps({"build": native.module_name(), "cpu": cpu_model(), "isa": kernel.isa,
+                       "threads": torch.get_num_threads(), "model": repr(config)}, sort_keys=True)
+
+
+def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
+    """The prefetch distance for this decoder: DOJO_PREFETCH's where it is set; else the one measured
+    for this machine and model shape before (prefetch_file(); delete it to measure again); else
+    measured now and saved: the fused step timed at each PREFETCH_CANDIDATES distance on a
+    one-position scratch cache, ROUNDS interleaved rounds within BUDGET_S, the fastest median kept.
+    Sets the distance (process-wide) and returns {distance: median seconds}. Raises ValueError for
+    a DOJO_PREFETCH that is not a distance."""
     if (fixed := os.environ.get(PREFETCH_ENV)) is not None:
         try:
             kernel.module.set_prefetch(int(fixed))
         except (ValueError, RuntimeError) as exc:
             raise ValueError(f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks") from exc
         return {int(fixed): float("nan")}
-    key = (kernel.isa, repr(config))
-    if key in _calibrated:
-        kernel.module.set_prefetch(min(_calibrated[key], key=_calibrated[key].get))
-        return _calibrated[key]
+    key = calibration_key(kernel, config)
+    medians = _calibrated.get(key) or _read_saved(key)
+    if medians is None:
+        medians = _measure(decoder, kernel, config)
+        _save(key, medians)
+    _calibrated[key] = medians
+    kernel.module.set_prefetch(min(medians, key=medians.get))
+    return medians
+
+
+def _measure(decoder, kernel, config) -> dict[int, float]:
     kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
+    start = time.perf_counter()
     decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
     times: dict[int, list[float]] = {d: [] for d in PREFETCH_CANDIDATES}
-    for _ in range(rounds):
+    for round_ in range(ROUNDS):
+        if round_ and time.perf_counter() - start > BUDGET_S:
+            break
         for distance in PREFETCH_CANDIDATES:
             kernel.module.set_prefetch(distance)
-            start = time.perf_counter()
+            began = time.perf_counter()
             decoder.step(0, kv, 0)
-            times[distance].append(time.perf_counter() - start)
-    medians = {d: statistics.median(t) for d, t in times.items()}
-    kernel.module.set_prefetch(min(medians, key=medians.get))
-    _calibrated[key] = medians
-    return medians
+            times[distance].append(time.perf_counter() - began)
+    return {d: statistics.median(t) for d, t in times.items()}
+
+
+def _read_saved(key: str) -> dict[int, float] | None:
+    try:
+        entry = json.loads(prefetch_file().read_text())[key]
+        medians = {int(d): float(t) for d, t in entry.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # none saved, or unreadable: measure again (and rewrite the file)
+    return medians if medians and all(0 <= d <= 4096 for d in medians) else None
+
+
+def _save(key: str, medians: dict[int, float]) -> None:
+    path = prefetch_file()
+    try:
+        saved = json.loads(path.read_text())
+        saved = saved if isinstance(saved, dict) else {}
+    except (OSError, ValueError):
+        saved = {}
+    saved[key] = {str(d): t for d, t in medians.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(saved, indent=1))
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+    except OSError:
+        pass  # a read-only build folder: this process keeps its measurement, the next measures again
 
 
 class FusedStep:

@@ -10,11 +10,13 @@ matrices, a Q8_0 embedding) cover the contract fast; SmolLM2 itself checks the r
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import pytest
 import torch
 
-from solutions import native
+from solutions import fused_step, native
 from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
@@ -32,6 +34,13 @@ def kernel():
     if k is None:
         pytest.skip(f"no kernel on this CPU: {native.why_not()}")
     return k
+
+
+@pytest.fixture(autouse=True)
+def own_prefetch_file(tmp_path, monkeypatch):
+    """Each test measures its prefetch distances afresh, into its own file (not the build's)."""
+    monkeypatch.setattr(fused_step, "prefetch_file", lambda: tmp_path / "prefetch.json")
+    monkeypatch.setattr(fused_step, "_calibrated", {})
 
 
 def q8_model(tmp_path, mode: str = "int4-q8x2", **config):
@@ -171,6 +180,29 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
             q8_model(tmp_path)
     finally:
         kernel.module.set_prefetch(before)
+
+
+def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, monkeypatch):
+    """The first load measures every candidate distance and saves them; a later process (this one's
+    memory cleared) reads the file instead of measuring; a damaged file is measured again and
+    rewritten; a different model shape is measured apart."""
+    first = q8_model(tmp_path).fused_step.prefetch
+    saved = fused_step.prefetch_file().read_text()
+    assert set(first) == set(fused_step.PREFETCH_CANDIDATES) and all(t > 0 for t in first.values())
+    monkeypatch.setattr(fused_step, "_calibrated", {})
+
+    def no_measuring(*args):
+        raise AssertionError("measured again although this machine's distances are saved")
+
+    with monkeypatch.context() as m:
+        m.setattr(fused_step, "_measure", no_measuring)
+        assert q8_model(tmp_path).fused_step.prefetch == first
+    fused_step.prefetch_file().write_text("{not json")
+    monkeypatch.setattr(fused_step, "_calibrated", {})
+    assert set(q8_model(tmp_path).fused_step.prefetch) == set(fused_step.PREFETCH_CANDIDATES)
+    assert fused_step.prefetch_file().read_text() != "{not json"
+    q8_model(tmp_path, d_ff=192)
+    assert len(json.loads(fused_step.prefetch_file().read_text())) == 2 and saved
 
 
 def test_kv_cache_advance_is_checked():
