@@ -64,8 +64,9 @@ def calibration_key(kernel, config) -> str:
 def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
     """The prefetch distance for this decoder: DOJO_PREFETCH's where it is set; else the one measured
     for this machine and model shape before (prefetch_file(); delete it to measure again); else
-    measured now and saved: the fused step timed at each PREFETCH_CANDIDATES distance on a
-    one-position scratch cache, ROUNDS interleaved rounds within BUDGET_S, the fastest median kept.
+    measured now: the fused step timed at each PREFETCH_CANDIDATES distance on a one-position
+    scratch cache, ROUNDS interleaved rounds within BUDGET_S, the fastest median kept, and saved
+    when all the rounds fit the budget (a machine too busy for that is measured again next time).
     Sets the distance (process-wide) and returns {distance: median seconds}. Raises ValueError for
     a DOJO_PREFETCH that is not a distance."""
     if (fixed := os.environ.get(PREFETCH_ENV)) is not None:
@@ -77,14 +78,16 @@ def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
     key = calibration_key(kernel, config)
     medians = _calibrated.get(key) or _read_saved(key)
     if medians is None:
-        medians = _measure(decoder, kernel, config)
-        _save(key, medians)
+        medians, complete = _measure(decoder, kernel, config)
+        if complete:  # all ROUNDS within the budget; else the machine was too busy to trust: measure next time
+            _save(key, medians)
     _calibrated[key] = medians
     kernel.module.set_prefetch(min(medians, key=medians.get))
     return medians
 
 
-def _measure(decoder, kernel, config) -> dict[int, float]:
+def _measure(decoder, kernel, config) -> tuple[dict[int, float], bool]:
+    """{distance: median seconds}, and whether all ROUNDS ran within BUDGET_S."""
     kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
     start = time.perf_counter()
     decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
@@ -97,7 +100,7 @@ def _measure(decoder, kernel, config) -> dict[int, float]:
             began = time.perf_counter()
             decoder.step(0, kv, 0)
             times[distance].append(time.perf_counter() - began)
-    return {d: statistics.median(t) for d, t in times.items()}
+    return {d: statistics.median(t) for d, t in times.items()}, len(times[0]) == ROUNDS
 
 
 def _read_saved(key: str) -> dict[int, float] | None:

@@ -185,7 +185,9 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
 def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, monkeypatch):
     """The first load measures every candidate distance and saves them; a later process (this one's
     memory cleared) reads the file instead of measuring; a damaged file is measured again and
-    rewritten; a different model shape is measured apart."""
+    rewritten; a different model shape is measured apart; a measurement cut short by the time
+    budget (a busy machine) is used but not saved."""
+    monkeypatch.setattr(fused_step, "BUDGET_S", float("inf"))  # this test's machine may be busy itself
     first = q8_model(tmp_path).fused_step.prefetch
     saved = fused_step.prefetch_file().read_text()
     assert set(first) == set(fused_step.PREFETCH_CANDIDATES) and all(t > 0 for t in first.values())
@@ -203,6 +205,9 @@ def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, mon
     assert fused_step.prefetch_file().read_text() != "{not json"
     q8_model(tmp_path, d_ff=192)
     assert len(json.loads(fused_step.prefetch_file().read_text())) == 2 and saved
+    monkeypatch.setattr(fused_step, "BUDGET_S", 0.0)  # as on a machine too busy for three rounds
+    q8_model(tmp_path, d_ff=256)
+    assert len(json.loads(fused_step.prefetch_file().read_text())) == 2, "a rushed measurement was saved"
 
 
 def test_kv_cache_advance_is_checked():
