@@ -8,7 +8,8 @@ table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
 Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
 each run is a fork of this warm process (no per-run interpreter start-up); runs go N at a time,
 references first; a mutant stops at its first failing test (-x) with the tests ordered fastest
-first by the reference's timings; and a run whose inputs (suite, target, the plugin
+first by the reference's timings (machine and candidate-process tests last, as their fixtures' cost
+is not in those timings); and a run whose inputs (suite, target, the plugin
 and the reference modules it imported) are byte-identical to a cached run's is not repeated
 (--no-cache forces everything). A run, its verdict and the cache are dojo.grading.suite_runs.
 """
@@ -138,7 +139,9 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
 
         def finished(run: Run) -> None:
             if run.kind == "reference":
-                order = sorted(run.rows, key=lambda r: r["duration"])
+                # machine and candidate-process tests last: their module fixtures (a machine's ceilings,
+                # timed under the machine-wide lock) cost seconds that a call's duration does not show
+                order = sorted(run.rows, key=lambda r: (bool(r.get("candidate_process")), r["duration"]))
                 for other in waiting.get((run.slug, run.judge), []):
                     if other.kind == "mutant" and order and not run.error:
                         other.order = [r["id"] for r in order]

@@ -30,20 +30,6 @@ def record_pass(slug: str) -> None:
                            passed=True, tests=5, failed=0)
 
 
-@pytest.mark.slow
-def test_demo_streams_answer_and_reports_speed(tmp_path):
-    """`dojo demo` answers on SmolLM2 and prints prompt tokens, time to first token and tokens/s"""
-    dojo = Path(sys.executable).with_name("dojo")
-    cmd = [str(dojo)] if dojo.exists() else [sys.executable, "-m", "dojo"]
-    proc = subprocess.run([*cmd, "demo", "What is the capital of France?", "--max-new-tokens", "8"],
-                          cwd=ROOT, env=os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"dojo demo failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    assert "Paris" in proc.stdout, f"the greedy answer should name Paris:\n{proc.stdout}"
-    for line in ("prompt tokens:", "time to first token:", "tokens/s"):
-        assert line in proc.stdout, f"the report lacks {line!r}:\n{proc.stdout}"
-
-
 def test_mine_without_passes_runs_the_reference(ws):
     """--mine with nothing passed uses every reference part and says why"""
     (ws / "kv_cache.py").write_text("class KVCache: ...\n")  # started, never passed
@@ -143,15 +129,18 @@ def test_decode_line_without_decode_steps_shows_no_nan():
 
 
 @pytest.mark.slow
-def test_demo_weights_modes_and_verbose(tmp_path):
-    """`--weights fp32 --verbose` says the mode, the calibration, start-up times and peak RSS;
-    a second run maps the cache (no "cached" line); an unknown mode is a clear error"""
+def test_demo_on_smollm2(tmp_path):
+    """One workspace, three `dojo demo` runs (each builds caches a fresh workspace lacks, so they share one):
+    `--weights fp32 --verbose` says the mode, the calibration, start-up times and peak RSS, and caches the
+    weights; then the default plan (fp32 verifying int4's drafts) answers the capital question, naming
+    Paris, with prompt tokens, time to first token and tokens/s, mapping the cached fp32 weights and
+    tokenizer (no "cached" line for them); an unknown mode is a clear error"""
     dojo = Path(sys.executable).with_name("dojo")
     cmd = [str(dojo)] if dojo.exists() else [sys.executable, "-m", "dojo"]
     env = os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
 
-    def demo(*extra):
-        return subprocess.run([*cmd, "demo", *extra, "--max-new-tokens", "4", "Hi"], cwd=ROOT, env=env,
+    def demo(*extra, question="Hi", new=4):
+        return subprocess.run([*cmd, "demo", *extra, "--max-new-tokens", str(new), question], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
 
     first = demo("--weights", "fp32", "--verbose")
@@ -159,7 +148,14 @@ def test_demo_weights_modes_and_verbose(tmp_path):
     for want in ("weights: fp32", "by calibration", "start-up:", "peak RSS:", "cached the fp32 weights"):
         assert want in first.stdout, f"{want!r} missing:\n{first.stdout}"
     assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists()
-    again = demo("--weights", "fp32", "--verbose")
-    assert again.returncode == 0 and "cached the" not in again.stdout, again.stdout
+
+    answer = demo("--verbose", question="What is the capital of France?", new=8)
+    assert answer.returncode == 0, f"dojo demo failed ({answer.returncode}):\n{answer.stdout}\n{answer.stderr}"
+    assert "Paris" in answer.stdout, f"the greedy answer should name Paris:\n{answer.stdout}"
+    for line in ("prompt tokens:", "time to first token:", "tokens/s"):
+        assert line in answer.stdout, f"the report lacks {line!r}:\n{answer.stdout}"
+    for rebuilt in ("cached the fp32 weights", "cached the tokenizer"):
+        assert rebuilt not in answer.stdout, f"a second run should map the cache, not say {rebuilt!r}:\n{answer.stdout}"
+
     bad = demo("--weights", "int3")
     assert bad.returncode != 0 and "int3" in bad.stdout + bad.stderr and "fp32, bf16, int4" in bad.stdout + bad.stderr

@@ -1,7 +1,8 @@
 """Session-wide fixtures for the system tests: SmolLM2 loaded once, ours and HuggingFace's.
 
 Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
-fixtures. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1). Nothing here
+fixtures: the GGUF file opened once (its reader takes seconds to build), our fp32 model, each packed
+weights mode built at most once (`smollm2_mode("int4")`), and HuggingFace's model. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1). Nothing here
 is skipped: a missing model or peer is a failure that says to run `make setup`, so CI can't pass
 without the comparisons.
 """
@@ -17,7 +18,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
 from solutions.tokenizer import load_tokenizer
-from solutions.weights import find_gguf, load_smollm2
+from solutions.weights import build_model, find_gguf, load_smollm2, mode_state, open_gguf, read_config
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,28 @@ def smollm2_path():
 def smollm2(smollm2_path):
     """Our fp32 SmolLM2 (solutions.model.Llama with the kata references), in eval mode."""
     return load_smollm2(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_reader(smollm2_path):
+    """The SmolLM2 GGUF file opened once (solutions.weights.open_gguf: a gguf.GGUFReader); read, never written."""
+    return open_gguf(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_mode(smollm2_reader):
+    """smollm2_mode(mode): SmolLM2 in a packed weights mode ("bf16", "int4", "int4-q8x2", ...) as the loader
+    builds it from the GGUF, built on first use and shared by every module after (tests that switch a
+    model's fused_step restore it)."""
+    config = read_config(smollm2_reader)
+    built = {}
+
+    def get(mode: str):
+        if mode not in built:
+            built[mode] = build_model(config, mode_state(smollm2_reader, config, mode), mode)
+        return built[mode]
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -225,17 +225,10 @@ def test_kv_cache_advance_is_checked():
         KVCache(1, 1, 1, 4, 3).advance(-1)
 
 
-@pytest.fixture(scope="module")
-def smollm2_q8x2(smollm2_path):
-    reader = open_gguf(smollm2_path)
-    config = read_config(reader)
-    return build_model(config, mode_state(reader, config, "int4-q8x2"), "int4-q8x2")
-
-
-def test_smollm2_fused_step_is_the_readable_step(kernel, smollm2_q8x2, smollm2_tokenizer):
+def test_smollm2_fused_step_is_the_readable_step(kernel, smollm2_mode, smollm2_tokenizer):
     """SmolLM2 in int4-q8x2 on a chat prompt: 24 greedy tokens from the fused step are the readable
     path's, and every logit is within 1% of the readable path's spread."""
-    tok = smollm2_tokenizer
+    tok, smollm2_q8x2 = smollm2_tokenizer, smollm2_mode("int4-q8x2")
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Name three prime numbers."}]))
     fused, tokens, _ = steps(smollm2_q8x2, 24, fused=True, prompt=prompt)
     readable, want, _ = steps(smollm2_q8x2, 24, fused=False, prompt=prompt)

@@ -1,6 +1,7 @@
 """Beam search on SmolLM2: our generator against HuggingFace `generate` on the same weights.
 
-For num_beams in {2, 4}, length_penalty in {0, 1, 2} and every early_stopping setting, both must
+For num_beams in {2, 4}, length_penalty in {0, 1, 2} and every early_stopping setting, pairwise (every
+pair of two factors' values meets in some case: 9 cases, not the 18 of the full product), both must
 return the same sequences (all num_beams of them, best first) with scores within 1e-4. Short plain
 prompts keep it quick; "." counts as a second EOS id, so hypotheses end inside the 8 new tokens, the
 early-stopping rules matter, and 3 * num_beams candidates are kept per step (two EOS ids). One
@@ -48,10 +49,25 @@ def hf_beam_search(hf_model, prompts: list[list[int]], eos: list[int], **kwargs)
     return rows, out.sequences_scores.tolist()
 
 
+# Pairwise over num_beams {2, 4} x length_penalty {0, 1, 2} x early_stopping {True, False, "never"}: every
+# length_penalty meets every early_stopping once, and each num_beams meets each value of both.
+PAIRWISE = [(4, 0.0, True), (2, 0.0, False), (2, 0.0, "never"),
+            (2, 1.0, True), (2, 1.0, False), (4, 1.0, "never"),
+            (2, 2.0, True), (4, 2.0, False), (2, 2.0, "never")]
+
+
+def test_the_cases_are_pairwise():
+    """The beam cases cover every pair of factor values (a guard on PAIRWISE's hand-written table)"""
+    factors = ([2, 4], [0.0, 1.0, 2.0], [True, False, "never"])
+    for a in range(3):
+        for b in range(a + 1, 3):
+            want = {(x, y) for x in factors[a] for y in factors[b]}
+            got = {(case[a], case[b]) for case in PAIRWISE}
+            assert want <= got, f"factors {a} and {b}: pairs {want - got} are in no case"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("early_stopping", [True, False, "never"])
-@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
-@pytest.mark.parametrize("num_beams", [2, 4])
+@pytest.mark.parametrize(("num_beams", "length_penalty", "early_stopping"), PAIRWISE)
 def test_beam_search_matches_hf(smollm2, hf_smollm2, encode, eos, num_beams, length_penalty, early_stopping):
     """Beam search gives HF's sequences and scores on SmolLM2"""
     prompt = encode("The capital of France is")

@@ -11,14 +11,13 @@ import pytest
 
 from solutions.int4 import dequantize_q4_1, dequantize_q8_0
 
-import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize as gguf_dequantize
 
 
 @pytest.fixture(scope="module")
-def reader(smollm2_path):
-    return gguf.GGUFReader(smollm2_path)
+def reader(smollm2_reader):
+    return smollm2_reader  # a gguf.GGUFReader
 
 
 def test_every_quantized_tensor_is_bit_exact(reader):

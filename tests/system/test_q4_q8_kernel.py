@@ -111,11 +111,9 @@ GGUF_TENSORS = ("blk.0.attn_q.weight", "blk.14.ffn_down.weight", "blk.29.ffn_gat
 
 
 @pytest.fixture(scope="module")
-def gguf_blocks(smollm2_path) -> dict[str, torch.Tensor]:
-    """A few of SmolLM2's Q4_1 matrices as block rows (N, K / 32 * 20), the file parsed once."""
-    from solutions.weights import open_gguf
-
-    tensors = {t.name: t for t in open_gguf(smollm2_path).tensors}
+def gguf_blocks(smollm2_reader) -> dict[str, torch.Tensor]:
+    """A few of SmolLM2's Q4_1 matrices as block rows (N, K / 32 * 20), from the session's parsed file."""
+    tensors = {t.name: t for t in smollm2_reader.tensors}
     return {name: torch.from_numpy(np.asarray(tensors[name].data).reshape(int(tensors[name].shape[-1]), -1).copy())
             for name in GGUF_TENSORS}
 

@@ -13,17 +13,13 @@ import pytest
 from solutions.generate import generate
 from solutions.speculative import speculative_generate
 from solutions.weight_modes import int4_available
-from solutions.weights import build_model, mode_state, open_gguf, read_config
 
 NEW = 32  # past the point where int4 alone leaves fp32's answer
 
 
 @pytest.fixture(scope="module")
-def draft(smollm2_path):
-    reader = open_gguf(smollm2_path)
-    config = read_config(reader)
-    mode = "int4" if int4_available() else "bf16"
-    return build_model(config, mode_state(reader, config, mode), mode)
+def draft(smollm2_mode):
+    return smollm2_mode("int4" if int4_available() else "bf16")
 
 
 def test_speculative_greedy_is_fp32_greedy(smollm2, draft, smollm2_tokenizer):

@@ -112,11 +112,8 @@ def test_tiny_model_in_each_mode(tmp_path, mode):
 
 
 @pytest.fixture(scope="module")
-def modes(smollm2_path, smollm2):
-    reader = open_gguf(smollm2_path)
-    config = read_config(reader)
-    return {"fp32": smollm2} | {m: build_model(config, mode_state(reader, config, m), m)
-                                for m in ("bf16", "int4", "int4-q8x2")}
+def modes(smollm2, smollm2_mode):
+    return {"fp32": smollm2} | {m: smollm2_mode(m) for m in ("bf16", "int4", "int4-q8x2")}
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from solutions.model import LlamaConfig, tiny_model
-from solutions.weights import dequantize, load_smollm2, open_gguf, read_config
+from solutions.weights import dequantize, load_smollm2, read_config
 
 
 @pytest.fixture(scope="module")
-def reader(smollm2_path):
-    return open_gguf(smollm2_path)
+def reader(smollm2_reader):
+    return smollm2_reader
 
 
 def converter_permute(w: np.ndarray, n_heads: int) -> np.ndarray:

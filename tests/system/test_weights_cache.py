@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -91,35 +92,47 @@ def gguf_copy(tmp_path_factory, smollm2_path):
     return path
 
 
+@pytest.fixture(scope="module")
+def cold_int4(tmp_path_factory, gguf_copy):
+    """One cold int4 start (it builds the tokenizer and weights files: seconds) and its cache folder, which
+    each test copies before it changes anything."""
+    folder = tmp_path_factory.mktemp("cold-int4")
+    return folder, weights_cache.load("int4", folder, gguf_copy)
+
+
 def logits(model, tokenizer) -> torch.Tensor:
     ids = torch.tensor([tokenizer.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n")])
     with torch.inference_mode():
         return model(ids)[0, -1]
 
 
-def test_first_start_builds_later_starts_map(gguf_copy, tmp_path):
+def test_first_start_builds_later_starts_map(gguf_copy, cold_int4, tmp_path):
     """The first load builds the tokenizer and int4 files and says so; the second is silent, maps
     the same tensors (no GGUF parse) and gives the same logits; a damaged weights file is rebuilt."""
-    cold = weights_cache.load("int4", tmp_path, gguf_copy)
+    built, cold = cold_int4
+    folder = tmp_path / "cache"
+    shutil.copytree(built, folder)
     assert any("cached the tokenizer" in n for n in cold.notes) and any("int4 weights" in n for n in cold.notes)
-    warm = weights_cache.load("int4", tmp_path, gguf_copy)
+    warm = weights_cache.load("int4", folder, gguf_copy)
     assert warm.notes == [] and "parse GGUF" not in warm.seconds, warm
     want = logits(cold.model, cold.tokenizer)
     assert torch.equal(logits(warm.model, warm.tokenizer), want)
-    with open(tmp_path / "weights-int4.safetensors", "r+b") as f:
+    with open(folder / "weights-int4.safetensors", "r+b") as f:
         f.seek(50_000_000)
         f.write(b"\xff" * 64)
-    fixed = weights_cache.load("int4", tmp_path, gguf_copy)
+    fixed = weights_cache.load("int4", folder, gguf_copy)
     assert any("damaged" in n for n in fixed.notes), fixed.notes
     assert torch.equal(logits(fixed.model, fixed.tokenizer), want)
 
 
-def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, tmp_path):
+def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, cold_int4, tmp_path):
     """A cut tokenizer.json fails its check and is rebuilt from the GGUF, encoding as before."""
-    first = weights_cache.load("int4", tmp_path, gguf_copy)
-    path = tmp_path / "tokenizer.json"
+    built, first = cold_int4
+    folder = tmp_path / "cache"
+    shutil.copytree(built, folder)
+    path = folder / "tokenizer.json"
     path.write_bytes(path.read_bytes()[:1000])
-    again = weights_cache.load("int4", tmp_path, gguf_copy)
+    again = weights_cache.load("int4", folder, gguf_copy)
     assert any("tokenizer.json" in n and "damaged" in n for n in again.notes), again.notes
     text = "Hello, 12345 wörld <|im_end|>"
     assert again.tokenizer.encode(text) == first.tokenizer.encode(text)
