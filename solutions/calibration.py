@@ -162,7 +162,6 @@ def load_or_calibrate(cache_dir: str | Path, timer: Callable[[str, int], float] 
     path = calibration_path(cache_dir)
     here = machine()
     key = json.dumps(here, sort_keys=True)
-    saved: dict = {}
     if path.exists():
         try:
             saved = json.loads(path.read_text())
@@ -174,16 +173,26 @@ def load_or_calibrate(cache_dir: str | Path, timer: Callable[[str, int], float] 
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             if log:
                 log(f"calibration file {path} is unreadable ({type(exc).__name__}): measuring again")
-            saved = {}
     if log:
         log(f"calibrating the fp32 weight layout for {here['cpu']} (torch {here['torch']}, "
             f"{here['threads']} threads) ...")
     found = calibrate(timer)
+    write_entry(path, key, asdict(found))
+    return found
+
+
+def write_entry(path: Path, key: str, entry) -> None:
+    """Set `key` to `entry` in the JSON map kept at `path` (a missing or unreadable file starts an
+    empty map), replacing the file atomically: a reader sees the old file or the new one, never half
+    of one. Raises OSError where the folder cannot be written."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
     if not isinstance(saved, dict):
         saved = {}
-    saved[key] = asdict(found)
+    saved[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(saved, indent=1))
-    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never half of one
-    return found
+    os.replace(tmp, path)

@@ -113,18 +113,10 @@ def _read_saved(key: str) -> dict[int, float] | None:
 
 
 def _save(key: str, medians: dict[int, float]) -> None:
-    path = prefetch_file()
+    from solutions.calibration import write_entry
+
     try:
-        saved = json.loads(path.read_text())
-        saved = saved if isinstance(saved, dict) else {}
-    except (OSError, ValueError):
-        saved = {}
-    saved[key] = {str(d): t for d, t in medians.items()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(saved, indent=1))
-        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+        write_entry(prefetch_file(), key, {str(d): t for d, t in medians.items()})
     except OSError:
         pass  # a read-only build folder: this process keeps its measurement, the next measures again
 
