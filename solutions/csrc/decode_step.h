@@ -1,7 +1,7 @@
 // One decode step of a Llama model at batch 1, all in native code: included once per instruction set
 // inside that set's namespace of q4_1_q8_1.cpp (after its `tiles` and `product`), so the loops here are
 // vectorized for the same target. Not a header to include anywhere else: it relies on the including
-// file's Model, Scratch, Q8Buf, quantize_into and acts.
+// file's Model, Scratch, Q8Buf and acts, and its namespace's quantize_rows, product and fp32 helpers.
 //
 // The same computation as solutions/model.py's `_run` for one token, in the same order: embedding row
 // (Q8_0, q * d in fp32), then per layer RMSNorm, the fused QKV product, RoPE on q and k, k and v
