@@ -6,6 +6,11 @@ Built-in commands: (none) welcome · list · start · prompt · check · hint ·
 INTERVIEW_RULED ask dojo.interview.flow first: that gate is the one interface between them. Other
 modules add commands: each name in PLUGINS is imported (skipped only while that module
 does not exist yet) and its `register(subparsers)` adds parsers whose `func(args) -> int` runs them.
+COMMANDS names which module adds which command, so that `dojo demo` imports the demo and nothing
+else (start-up is one of the demo's goals): only `dojo --help` and unknown commands load them all.
+A command whose parser sets `fast_exit=True` (one that has imported torch) ends the process with
+os._exit once its output is flushed, when run as the `dojo` command: tearing torch's modules down
+takes ~0.4 s and leaves nothing behind that matters. Called as main(argv), it returns as usual.
 Exit codes: 0 success (for check: every test passed), 1 failure, 2 bad usage (unknown kata ...).
 """
 
@@ -13,44 +18,87 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from pathlib import Path
 
-from rich.table import Table
-
-from dojo import catalog
 from dojo.errors import UsageError
-from dojo.grading import grade
-from dojo.interview import takehome
-from dojo.practice import commands as practice, history, report
 
 PLUGINS = ("dojo.tools.demo", "dojo.tools.serve", "dojo.tools.roofline", "dojo.interview.flow", "dojo.notebook.commands", "dojo.notebook.lab", "dojo.tools.bench")
+COMMANDS = {"demo": "dojo.tools.demo", "serve": "dojo.tools.serve", "roofline": "dojo.tools.roofline",
+            **dict.fromkeys(("interview", "submit", "interviewer", "history", "stats", "ask"), "dojo.interview.flow"),
+            "notebook": "dojo.notebook.commands", "lab": "dojo.notebook.lab", "bench": "dojo.tools.bench"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(load_plugins=bool(argv) and argv[0] not in BUILTIN)  # plugins may import torch
+    first = argv[0] if argv else None
+    if first is None or first in BUILTIN:
+        parser = build_parser(load_plugins=False)  # plugins may import torch
+    elif first in COMMANDS and COMMANDS[first] in PLUGINS:
+        parser = build_parser(builtins=False, plugins=(COMMANDS[first],))
+    else:
+        parser = build_parser()
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning
+    code = _run(args)
+    if command_line and getattr(args, "fast_exit", False):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dojo.catalog import UnknownKata
+    from dojo.practice import history
+
     try:
         if (code := _during_interview(args)) is not None:
             return code
         return args.func(args)
-    except (catalog.UnknownKata, UsageError) as exc:
-        report.console(stderr=True).print(f"dojo: {exc}", markup=False)
+    except (UnknownKata, UsageError) as exc:
+        _console().print(f"dojo: {exc}", markup=False)
         return 2
     except (FileNotFoundError, history.ProgressDBError, ValueError) as exc:
-        report.console(stderr=True).print(f"dojo: {exc}", markup=False)
+        _console().print(f"dojo: {exc}", markup=False)
         return 1
     except KeyboardInterrupt:
         return 130
 
 
-def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
+def _console():
+    from dojo.practice import report
+
+    return report.console(stderr=True)
+
+
+def build_parser(load_plugins: bool = True, *, builtins: bool = True, plugins: tuple[str, ...] | None = None
+                 ) -> argparse.ArgumentParser:
+    """The parser: the built-in commands unless `builtins` is false, and the commands of `plugins`
+    (default: PLUGINS) when `load_plugins`."""
     parser = argparse.ArgumentParser(prog="dojo", description="Interview-practice katas for LLM inference engineering.")
-    parser.set_defaults(func=practice.cmd_welcome)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    if builtins:
+        _add_builtins(parser, sub)
+    if load_plugins:
+        for name in PLUGINS if plugins is None else plugins:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name == name:
+                    continue  # not written yet
+                raise
+            module.register(sub)
+    return parser
+
+
+def _add_builtins(parser: argparse.ArgumentParser, sub) -> None:
+    from dojo.practice import commands as practice
+
+    parser.set_defaults(func=practice.cmd_welcome)
 
     sub.add_parser("list", help="every kata, with your progress").set_defaults(func=practice.cmd_list)
     p = sub.add_parser("start", help="copy a kata's stub into your workspace and show its prompt")
@@ -95,22 +143,13 @@ def build_parser(load_plugins: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_grade)
     sub.add_parser("status", help="the kata in progress").set_defaults(func=practice.cmd_status)
 
-    if load_plugins:
-        for name in PLUGINS:
-            try:
-                module = importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name == name:
-                    continue  # not written yet
-                raise
-            module.register(sub)
-    return parser
-
 
 BUILTIN = ("list", "start", "prompt", "check", "hint", "watch", "reset", "solution", "grade", "status")
 
 
 def _grading_args(p: argparse.ArgumentParser) -> None:
+    from dojo.grading import grade
+
     p.add_argument("slug", nargs="?", help="kata to grade (default: the kata in progress)")
     p.add_argument("--timeout", type=float, default=None, help=f"seconds before grading stops (default {grade.DEFAULT_TIMEOUT_S:g})")
 
@@ -131,12 +170,14 @@ def _during_interview(args) -> int | None:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    report.console(stderr=True).print(f"dojo: warning: {message}", markup=False)
+    _console().print(f"dojo: warning: {message}", markup=False)
 
 
 def cmd_check(args) -> int:
     """`dojo check`: a notebook's solution cells with --notebook, or when the kata is only in a notebook
     (dojo.notebook), else the workspace file."""
+    from dojo.practice import commands as practice
+
     if args.notebook is None and not args.rerun_inconclusive and practice.grades_notebook(args.slug):
         args.notebook = ""
     if args.notebook is not None:
@@ -150,6 +191,12 @@ def cmd_check(args) -> int:
 
 
 def cmd_grade(args) -> int:
+    from rich.table import Table
+
+    from dojo import catalog
+    from dojo.interview import takehome
+    from dojo.practice import report
+
     out = report.console()
     for raw in args.paths:
         if not Path(raw).is_dir() and not (raw.endswith(".ipynb") and Path(raw).is_file()):

@@ -307,20 +307,28 @@ class BPETokenizer:
         `whole_tokens`: the `whole_tokens` table of an earlier load of the same vocabulary, which
         skips re-checking every token (solutions.tokenizer caches it).
         Raises ValueError for a token outside the alphabet or a merge whose parts are unknown."""
-        to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
+        alphabet = bytes_to_unicode()
+        # Each alphabet character to the Latin-1 character of its byte; any other character below
+        # U+0100 to one that Latin-1 cannot encode, as every character above it already is.
+        to_latin1 = {c: "\ufffd" for c in range(256)} | {ord(ch): chr(b) for b, ch in alphabet.items()}
         specials = dict(special_tokens or {})
         tok = cls(pattern)
         try:
-            tok.vocab = {i: bytes(to_byte[ch] for ch in s) for s, i in vocab.items() if s not in specials}
-        except KeyError as exc:
-            raise ValueError(f"vocabulary token uses {exc.args[0]!r}, not a byte-level character") from None
-        tok._byte_ids = [vocab.get(ch) for ch in bytes_to_unicode().values()]
+            tok.vocab = {i: s.translate(to_latin1).encode("latin-1") for s, i in vocab.items() if s not in specials}
+        except UnicodeEncodeError:
+            bad = next(ch for s in vocab if s not in specials for ch in s if ord(ch) not in to_latin1
+                       or to_latin1[ord(ch)] == "\ufffd")
+            raise ValueError(f"vocabulary token uses {bad!r}, not a byte-level character") from None
+        tok._byte_ids = [vocab.get(ch) for ch in alphabet.values()]
         tok.merges = {}
-        for rank, merge in enumerate(merges):
+        get = vocab.get
+        for merge in merges:
             a, _, b = merge.partition(" ")
-            if a not in vocab or b not in vocab or a + b not in vocab:
-                raise ValueError(f"merge {rank} ({merge!r}) uses a token missing from the vocabulary")
-            tok.merges[(vocab[a], vocab[b])] = vocab[a + b]
+            tok.merges[(get(a), get(b))] = get(a + b)
+        if None in tok.merges.values() or any(None in pair for pair in tok.merges):  # checked once, after
+            rank, merge = next((r, m) for r, m in enumerate(merges) if not all(
+                get(part) is not None for part in (*m.partition(" ")[::2], m.replace(" ", "", 1))))
+            raise ValueError(f"merge {rank} ({merge!r}) uses a token missing from the vocabulary")
         tok.special_tokens = specials
         tok._rebuild()
         # part of loading a large vocabulary

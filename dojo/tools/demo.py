@@ -26,10 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-from dojo import targets
-from dojo.practice import history, report, workspace
+from dojo.practice import report
 
 STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 
@@ -59,6 +56,9 @@ def choose_parts(mine: bool) -> Parts:
     parts = Parts(generate=generate, speculative=speculative_generate)
     if not mine:
         return parts
+    from dojo import targets
+    from dojo.practice import history, workspace
+
     for slug, (name, part) in MINE.items():
         path = workspace.kata_file(slug)
         if not path.exists():
@@ -167,16 +167,25 @@ def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
     from dojo.targets import workspace_dir
     from solutions import weights_cache
 
-    columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
-               TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
-    with Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False) as bar:
-        task = bar.add_task("load", total=None, visible=False)
+    shown = {}  # the bar and its task, made on the first report: a warm start builds nothing, imports no rich.progress
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, visible=True, refresh=True)
+    def progress(done: int, total: int) -> None:
+        if not shown:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
+                       TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
+            shown["bar"] = Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False)
+            shown["bar"].start()
+            shown["task"] = shown["bar"].add_task("load", total=total)
+        shown["bar"].update(shown["task"], completed=done, total=total, refresh=True)
+
+    try:
         return weights_cache.load(mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress,
                                   attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
+    finally:
+        if shown:
+            shown["bar"].stop()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -280,4 +289,4 @@ def register(subparsers) -> None:
                         "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
                         "compiled kernel is built, else int4 where torch has its kernel, else fp32")
     p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import subprocess
 import shutil
 import sys
 import types
@@ -139,6 +142,30 @@ def test_plugins_load_and_missing_ones_are_skipped(monkeypatch, tmp_path):
     with pytest.raises(ModuleNotFoundError, match="dojo_missing_dependency"):
         cli.build_parser()
     assert cli.main(["status"]) == 0  # built-in commands do not load plugins at all
+
+
+def test_commands_names_each_plugins_commands():
+    """cli.COMMANDS (which module a command loads alone) is exactly what each plugin registers"""
+    import argparse
+
+    for name in cli.PLUGINS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(sub)
+        registered = set(sub.choices)
+        assert registered == {c for c, m in cli.COMMANDS.items() if m == name}, f"{name} registers {registered}"
+    assert set(cli.COMMANDS.values()) <= set(cli.PLUGINS) and not set(cli.COMMANDS) & set(cli.BUILTIN)
+
+
+def test_a_plugin_command_imports_only_its_plugin():
+    """`dojo demo` builds its parser without the practice loop, the grader or pytest (start-up time)"""
+    code = ("import sys; from dojo import cli\ntry: cli.main(['demo', '--help'])\n"
+            "except SystemExit: print('MODULES', *sorted(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage: dojo demo" in out.stdout, out.stderr[-2000:]
+    imported = set(out.stdout.split("MODULES")[-1].split())
+    for heavy in ("pytest", "dojo.grading.grade", "dojo.practice.commands", "dojo.tools.serve", "rich.progress", "torch"):
+        assert heavy not in imported, f"`dojo demo --help` imported {heavy}"
+    assert "dojo.tools.demo" in imported
 
 
 def test_console_script_is_installed():

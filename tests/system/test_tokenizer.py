@@ -10,6 +10,7 @@ emoji, special tokens, scripts from Latin to CJK, and random code points.
 from __future__ import annotations
 
 import random
+import re
 import sysconfig
 from pathlib import Path
 
@@ -161,3 +162,23 @@ def test_bad_message(ours):
     """a chat message without string role and content is a ValueError"""
     with pytest.raises(ValueError, match="message 0"):
         ours.apply_chat_template([{"role": "user"}])
+
+
+def test_gpt2_vocabulary_errors_name_the_problem():
+    """from_gpt2: a token outside the byte-level alphabet (above U+00FF, or a control character the
+    alphabet maps elsewhere) and a merge whose parts are unknown are ValueErrors naming them; a good
+    small vocabulary gives the bytes and merges it spells"""
+    from solutions.bpe import BPETokenizer, bytes_to_unicode
+
+    alphabet = list(bytes_to_unicode().values())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"Ġt": 256, "Ġth": 257}
+    tok = BPETokenizer.from_gpt2(vocab, ["Ġ t", "Ġt h"])
+    assert tok.vocab[256] == b" t" and tok.vocab[257] == b" th" and tok.vocab[10] == b"\n"
+    assert tok.merges == {(32, 116): 256, (256, 104): 257} and tok.encode(" th") == [257]
+    for bad in ("x\u4e00", "a\n"):  # U+4E00: beyond the alphabet; "\n": a byte the alphabet spells as "Ċ"
+        with pytest.raises(ValueError, match=re.escape(f"uses {bad[-1]!r}, not a byte-level character")):
+            BPETokenizer.from_gpt2(vocab | {bad: 258}, [])
+    with pytest.raises(ValueError, match=r"merge 1 \('Ġt q'\) uses a token missing"):
+        BPETokenizer.from_gpt2(vocab, ["Ġ t", "Ġt q"])
+    with pytest.raises(ValueError, match=r"merge 0 \('t h'\) uses a token missing"):  # "th" is not a token
+        BPETokenizer.from_gpt2(vocab, ["t h"])

@@ -45,6 +45,23 @@ def test_a_stored_file_is_valid_until_damaged(fake):
     assert "CRC-32" in said[-1], said
 
 
+def test_the_crc_is_taken_only_when_the_mtime_moved(fake, monkeypatch):
+    """A file whose mtime is the one recorded is not read; the same content with a new mtime passes
+    its CRC-32 once and its mtime is recorded."""
+    import solutions.weights_cache as wc
+
+    gguf, cache_dir = fake
+    said: list[str] = []
+    path = stored(gguf, cache_dir, said).valid("weights-x.bin")
+    digests, real = [], wc.file_digest
+    monkeypatch.setattr(wc, "file_digest", lambda p, algorithm: digests.append(p.name) or real(p, algorithm))
+    assert Cache(cache_dir, gguf, said.append).valid("weights-x.bin") == path and digests == []
+    os.utime(path, ns=(10**18, 10**18))  # touched: same bytes
+    assert Cache(cache_dir, gguf, said.append).valid("weights-x.bin") == path and digests == ["weights-x.bin"]
+    assert Cache(cache_dir, gguf, said.append).valid("weights-x.bin") == path and digests == ["weights-x.bin"]
+    assert said == []
+
+
 def test_a_changed_gguf_drops_every_file(fake):
     """New GGUF content (new size or mtime, new hash) empties the cache and says what changed."""
     gguf, cache_dir = fake
