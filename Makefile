@@ -42,8 +42,10 @@ $(NATIVE): $(STAMP) solutions/native.py $(wildcard solutions/csrc/*)
 practice: $(STAMP) $(NATIVE)
 	@$(VENV)/bin/dojo
 
+# The suite on JOBS pytest workers (most of its time is gradings' child processes starting, one core
+# each), each worker and its children on one thread (tests/conftest.py); then every kata's proof.
 test: $(STAMP) $(NATIVE)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) tests
 	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,

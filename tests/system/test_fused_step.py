@@ -20,7 +20,7 @@ from solutions import fused_step, native
 from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
-from solutions.model import tiny_model
+from solutions.model import project, tiny_model
 from solutions.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
@@ -90,6 +90,27 @@ def test_fused_step_is_the_readable_step(kernel, tmp_path, mode):
     assert cache.length == cache_want.length == len(PROMPT) + 12
     kv_err = float((cache.storage - cache_want.storage).abs().max())
     assert kv_err < 0.01 * float(cache_want.storage.abs().max()), f"cached keys/values differ by {kv_err:.3g}"
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_split_the_step_without_changing_a_bit(kernel, tmp_path, threads):
+    """The products and the fused step on `threads` threads (2: this machine's cores; 3: tiles that do
+    not divide evenly) give the one-thread results bit for bit: each output row is one thread's.
+    (make test runs with one thread per pytest worker, so this is where the split is checked.)"""
+    model = q8_model(tmp_path, d_model=128, d_ff=224)  # gate|up: 448 rows, 28 tiles of 16
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(0))
+    w = model.layers[0].w_gate_up
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = steps(model, 6, fused=True)[0], project(x, w)
+        torch.set_num_threads(threads)
+        assert torch.get_num_threads() == threads
+        many = steps(model, 6, fused=True)[0], project(x, w)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one[0], many[0]), f"the fused step's logits on {threads} threads differ from one thread's"
+    assert torch.equal(one[1], many[1]), f"a product on {threads} threads differs from one thread's"
 
 
 def test_every_instruction_set_takes_the_same_step(kernel, tmp_path):
