@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,15 +159,27 @@ def torch_rss() -> int:
     return int(out.stdout.split()[-1]) * 1024  # kB
 
 
+WARM_RUNS = 5  # warm starts timed, each beside a bare `import torch`: the medians are quoted
+
+
 def startup(mode: str, threads: int) -> dict:
-    """Cold and warm `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace: wall s, peak RSS."""
+    """Cold (a fresh workspace) and warm `dojo demo --max-new-tokens 1 "Hi"`: wall s, peak RSS.
+    Warm is the median of WARM_RUNS runs, interleaved with as many of `python -c "import torch"`,
+    whose median (`torch_s`) is the part of start-up that is torch's own import on this machine."""
     cmd = [sys.executable, "-m", "dojo", "demo", "--weights", mode, "--max-new-tokens", "1", "--verbose", "Hi"]
+    bare = [sys.executable, "-c", "import torch"]
     with tempfile.TemporaryDirectory(prefix="dojo-start-") as ws:
         env = os.environ | {"DOJO_WORKSPACE": ws, "NO_COLOR": "1", "OMP_NUM_THREADS": str(threads)}
         cold = demo_run(cmd, env)
-        warm = demo_run(cmd, env)
+        warm, torch_s = [], []
+        for _ in range(WARM_RUNS):
+            warm.append(demo_run(cmd, env))
+            start = time.perf_counter()
+            subprocess.run(bare, env=env, check=True, timeout=600)
+            torch_s.append(time.perf_counter() - start)
     calibration = next((line.strip() for line in cold[2].splitlines() if "by calibration" in line), "")
-    return {"cold_s": cold[0], "warm_s": warm[0], "cold_rss": cold[1], "warm_rss": warm[1], "calibration": calibration}
+    return {"cold_s": cold[0], "warm_s": statistics.median(w[0] for w in warm), "torch_s": statistics.median(torch_s),
+            "cold_rss": cold[1], "warm_rss": max(w[1] for w in warm), "calibration": calibration}
 
 
 def main() -> None:

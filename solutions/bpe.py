@@ -12,7 +12,8 @@ itself a token in one lookup, merges short chunks by scanning a list of pair ran
 through a heap (the slow oracle in tests/katas/test_bpe.py checks both). The split itself is
 solutions/pretokenize.py's `Splitter`: `regex.findall`'s chunks, faster on ASCII text.
 `from_gpt2` loads a GPT-2-style vocabulary, whose byte tokens are not ids 0..255
-(solutions/tokenizer.py serves SmolLM2 with it).
+(solutions/tokenizer.py serves SmolLM2 with it), and `from_tables` restores one from the tables a
+load built (solutions/tokenizer.py caches SmolLM2's so).
 
 Leaves out: normalisation, offsets, byte fallback, BPE dropout, unknown-token handling beyond
 dropping bytes that a loaded vocabulary lacks.
@@ -299,13 +300,10 @@ class BPETokenizer:
         merges: list[str],
         pattern: str | None = GPT2_PATTERN,
         special_tokens: dict[str, int] | None = None,
-        whole_tokens: dict[str, int] | None = None,
     ) -> BPETokenizer:
         """A tokenizer from a GPT-2-style vocabulary (token strings over the byte-to-unicode
         alphabet) and merges ("Ġ t", ranked by position). Special tokens are left out of the byte
         vocabulary. Bytes with no token are dropped when encoding, as HuggingFace does.
-        `whole_tokens`: the `whole_tokens` table of an earlier load of the same vocabulary, which
-        skips re-checking every token (solutions.tokenizer caches it).
         Raises ValueError for a token outside the alphabet or a merge whose parts are unknown."""
         alphabet = bytes_to_unicode()
         # Each alphabet character to the Latin-1 character of its byte; any other character below
@@ -332,7 +330,32 @@ class BPETokenizer:
         tok.special_tokens = specials
         tok._rebuild()
         # part of loading a large vocabulary
-        tok._whole_tokens = tok._find_whole_tokens() if whole_tokens is None else dict(whole_tokens)
+        tok._whole_tokens = tok._find_whole_tokens()
+        return tok
+
+    @classmethod
+    def from_tables(
+        cls,
+        vocab: dict[int, bytes],
+        merges: dict[tuple[int, int], int],
+        pattern: str | None = GPT2_PATTERN,
+        special_tokens: dict[str, int] | None = None,
+        not_whole: Iterable[int] = (),
+    ) -> BPETokenizer:
+        """A tokenizer from the tables of an earlier one (solutions.tokenizer keeps SmolLM2's so):
+        `vocab` (id -> bytes, the 256 single bytes among them; kept, not copied), `merges` in rank
+        order, and the ids whose text is not a whole token (whole_tokens holds every other).
+        Raises ValueError for a merge whose ids are not in the vocabulary."""
+        tok = cls(pattern)
+        singles = {data[0]: i for i, data in vocab.items() if len(data) == 1}
+        tok._byte_ids = [singles.get(b) for b in range(256)]
+        if not all(a in vocab and b in vocab and c in vocab for (a, b), c in merges.items()):
+            rank, (a, b), c = next((r, p, c) for r, (p, c) in enumerate(merges.items()) if not {*p, c} <= vocab.keys())
+            raise ValueError(f"merge {rank} ({a}, {b}) -> {c} uses an id missing from the vocabulary")
+        tok.vocab, tok.merges, tok.special_tokens = vocab, merges, dict(special_tokens or {})
+        tok._rebuild()
+        skip = set(not_whole)
+        tok._whole_tokens = {data.decode("utf-8"): i for i, data in vocab.items() if i not in skip}
         return tok
 
     @property

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import transformers
 
-from solutions.tokenizer import SMOLLM_PATTERN, load_tokenizer, tokenizer_from_gguf
+from solutions.tokenizer import SMOLLM_PATTERN, load_tokenizer, read_tokenizer, save_tokenizer, tokenizer_from_gguf
 from solutions.weights import find_gguf, open_gguf
 
 
@@ -182,3 +182,49 @@ def test_gpt2_vocabulary_errors_name_the_problem():
         BPETokenizer.from_gpt2(vocab, ["Ġ t", "Ġt q"])
     with pytest.raises(ValueError, match=r"merge 0 \('t h'\) uses a token missing"):  # "th" is not a token
         BPETokenizer.from_gpt2(vocab, ["t h"])
+
+
+def test_a_saved_tokenizer_reads_back_the_same(ours, tmp_path):
+    """save_tokenizer then read_tokenizer: the same vocabulary, merges in the same order, special
+    tokens, byte ids, whole tokens and fields, and the same ids for the corpus"""
+    path = tmp_path / "tokenizer.json"
+    save_tokenizer(ours, path)
+    back = read_tokenizer(path)
+    a, b = ours.bpe, back.bpe
+    assert b.vocab == a.vocab and list(b.merges.items()) == list(a.merges.items())
+    assert b.special_tokens == a.special_tokens and b._byte_ids == a._byte_ids
+    assert b.whole_tokens == a.whole_tokens and back.fields == ours.fields
+    assert (back.eos_token_id, back.bos_token_id, back.chat_template) == (ours.eos_token_id, ours.bos_token_id,
+                                                                         ours.chat_template)
+    for text in corpus()[::7]:
+        assert back.encode(text) == ours.encode(text), text
+
+
+def test_a_damaged_saved_tokenizer_is_a_clear_error(ours, tmp_path):
+    """a file that is not a saved tokenizer, or one whose tables do not fit together, is a ValueError
+    naming the file and the problem, never a tokenizer that encodes wrongly"""
+    import base64
+    import json
+
+    path = tmp_path / "tokenizer.json"
+    save_tokenizer(ours, path)
+    good = json.loads(path.read_text(encoding="utf-8"))
+    triples = base64.b64decode(good["merges"])
+    damaged = {
+        "format 'smollm2-tokenizer v1'": good | {"format": "smollm2-tokenizer v1"},
+        "token lengths add up": good | {"lengths": good["lengths"][:-1]},
+        "not triples": good | {"merges": base64.b64encode(triples[:-4]).decode()},
+        "not triples of token ids": good | {"merges": base64.b64encode(triples[:-4] + (10**6).to_bytes(4, "little")).decode()},
+        "missing from the vocabulary": good | {"merges": base64.b64encode(triples[:-4] + (2).to_bytes(4, "little")).decode()},
+        "binascii|base64|Incorrect padding|Non-base64": good | {"merges": "@@@"},
+        "KeyError": {k: v for k, v in good.items() if k != "special_tokens"},
+        "is not a special token": good | {"special_tokens": {}},
+        "not 'smollm'": good | {"fields": good["fields"] | {"tokenizer.ggml.pre": "llama3"}},
+    }
+    for why, data in damaged.items():
+        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        with pytest.raises(ValueError, match=f"{path.name} is not a saved SmolLM2 tokenizer: .*({why})"):
+            read_tokenizer(path)
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="is not a saved SmolLM2 tokenizer: JSONDecodeError"):
+        read_tokenizer(path)
