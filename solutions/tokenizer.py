@@ -96,7 +96,7 @@ LISTS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.m
 
 
 def tokenizer_from_gguf(reader) -> ChatTokenizer:
-    """The tokenizer held in an open `gguf.GGUFReader` (share one reader with the weights)."""
+    """The tokenizer held in an open GGUF file (solutions.weights.open_gguf; share one with the weights)."""
     for key in FIELDS:
         if key not in reader.fields:
             raise ValueError(f"GGUF metadata lacks {key!r}: no SmolLM2 tokenizer in this file")

@@ -1,7 +1,8 @@
 """SmolLM2-135M-Instruct from its GGUF file: config from the metadata, weights in a chosen mode.
 
-The `gguf` package parses the file (header, metadata, tensor table, memory-mapped data); the
-dequantization of Q4_1 matrices and the Q8_0 embedding is ours (solutions.int4). Two layout facts:
+solutions.gguf_file parses the file (header, metadata, tensor table, memory-mapped data; the `gguf`
+package gives the constants); the dequantization of Q4_1 matrices and the Q8_0 embedding is ours
+(solutions.int4). Two layout facts:
 ggml lists dimensions fastest-first, so a gguf shape [in, out] is a numpy/PyTorch (out, in); and
 llama.cpp's converter permuted the rows of the Q and K projections so that RoPE rotates adjacent
 pairs (2i, 2i+1), while our model rotates dimension i with i + D/2 as HF does: we undo the permute.
@@ -46,12 +47,13 @@ def find_gguf() -> Path:
 
 
 def open_gguf(path: str | Path):
-    """A `gguf.GGUFReader` over a complete GGUF file.
+    """A complete GGUF file, parsed (solutions.gguf_file.GGUFFile: gguf.GGUFReader's interface, 30x
+    faster on SmolLM2's vocabulary).
 
     Raises FileNotFoundError for a missing file and ValueError for one that is not GGUF or is
     truncated (the tensor table points past its end).
     """
-    import gguf
+    from solutions.gguf_file import GGUFFile
 
     path = Path(path)
     if not path.is_file():
@@ -62,7 +64,7 @@ def open_gguf(path: str | Path):
         raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
     size = path.stat().st_size
     try:
-        reader = gguf.GGUFReader(path)
+        reader = GGUFFile(path)
     except (ValueError, IndexError, KeyError, OSError) as e:
         raise ValueError(f"{path} is not a complete GGUF file ({size:,} bytes; truncated?): {e}") from e
     end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)

@@ -1,8 +1,8 @@
 """The start-up cache: what is derived from the GGUF, kept under the workspace and memory-mapped.
 
-Opening the GGUF with `gguf.GGUFReader` takes seconds (it builds a field per vocabulary entry),
-and turning its blocks into a weights mode takes about as long again. So the first start parses
-the file once, for both the tokenizer and the weights, and writes into `cache_dir`:
+Opening the GGUF takes ~0.15 s (solutions.gguf_file), but building the tokenizer's tables from its
+vocabulary takes ~0.7 s and turning its blocks into a weights mode ~1-2 s. So the first start
+parses the file once, for both the tokenizer and the weights, and writes into `cache_dir`:
 - `tokenizer.json` (solutions.tokenizer.save_tokenizer),
 - `weights-<mode>[-<layout>].safetensors`, the mode's tensors (solutions.weights.mode_state) in
   the memory order the model uses, so a later start maps them in place (no copy, no parse; a

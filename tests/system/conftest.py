@@ -1,7 +1,7 @@
 """Session-wide fixtures for the system tests: SmolLM2 loaded once, ours and HuggingFace's.
 
 Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
-fixtures: the GGUF file opened once (its reader takes seconds to build), our fp32 model, each packed
+fixtures: the GGUF file opened once, our fp32 model, each packed
 weights mode built at most once (`smollm2_mode("int4")`), and HuggingFace's model. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1). Nothing here
 is skipped: a missing model or peer is a failure that says to run `make setup`, so CI can't pass
 without the comparisons.
@@ -38,7 +38,7 @@ def smollm2(smollm2_path):
 
 @pytest.fixture(scope="session")
 def smollm2_reader(smollm2_path):
-    """The SmolLM2 GGUF file opened once (solutions.weights.open_gguf: a gguf.GGUFReader); read, never written."""
+    """The SmolLM2 GGUF file opened once (solutions.weights.open_gguf: a solutions.gguf_file.GGUFFile); read, never written."""
     return open_gguf(smollm2_path)
 
 

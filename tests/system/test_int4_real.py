@@ -17,7 +17,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 @pytest.fixture(scope="module")
 def reader(smollm2_reader):
-    return smollm2_reader  # a gguf.GGUFReader
+    return smollm2_reader  # a solutions.gguf_file.GGUFFile
 
 
 def test_every_quantized_tensor_is_bit_exact(reader):
