@@ -149,8 +149,8 @@ def startup(ctx: Context) -> list[Row]:
             Row("startup", f"dojo demo --weights {mode} --max-new-tokens 1 \"Hi\", warm (cache built; median of "
                 f"{modes_bench.WARM_RUNS})", r["warm_s"], "s",
                 goal=Goal("<=", 2.0, on="ours", unit=" s") if mode == default_mode() else None,
-                note=f"`python -c \"import torch\"` alone {r['torch_s']:.2f} s, interleaved with it: the rest, "
-                     f"{r['warm_s'] - r['torch_s']:.2f} s, is the demo's own"),
+                note=f"of which `import torch` {r['torch_s']:.2f} s (a Python that imports it and exits, "
+                     f"interleaved): the demo's own part {r['warm_s'] - r['torch_s']:.2f} s"),
             Row("startup", f"dojo demo --weights {mode} --max-new-tokens 1 \"Hi\", first run (builds the cache)",
                 r["cold_s"], "s", goal=Goal("<=", 6.0, on="ours", unit=" s") if mode == default_mode() else None,
                 note=r["calibration"]),

@@ -164,10 +164,10 @@ WARM_RUNS = 5  # warm starts timed, each beside a bare `import torch`: the media
 
 def startup(mode: str, threads: int) -> dict:
     """Cold (a fresh workspace) and warm `dojo demo --max-new-tokens 1 "Hi"`: wall s, peak RSS.
-    Warm is the median of WARM_RUNS runs, interleaved with as many of `python -c "import torch"`,
-    whose median (`torch_s`) is the part of start-up that is torch's own import on this machine."""
+    Warm is the median of WARM_RUNS runs, interleaved with as many of a Python that imports torch and
+    exits (`torch_s`, their median): the part of start-up that is torch's own import on this machine."""
     cmd = [sys.executable, "-m", "dojo", "demo", "--weights", mode, "--max-new-tokens", "1", "--verbose", "Hi"]
-    bare = [sys.executable, "-c", "import torch"]
+    bare = [sys.executable, "-c", "import os, torch; os._exit(0)"]  # the demo skips torch's teardown too
     with tempfile.TemporaryDirectory(prefix="dojo-start-") as ws:
         env = os.environ | {"DOJO_WORKSPACE": ws, "NO_COLOR": "1", "OMP_NUM_THREADS": str(threads)}
         cold = demo_run(cmd, env)

@@ -140,6 +140,8 @@ class Block(nn.Module):
 class Llama(nn.Module):
     """A Llama decoder with `forward`, `prefill` and `decode_step`; logits are fp32."""
 
+    prefill_last_only = True  # prefill(..., last_only=True) exists: solutions.generate asks for one position
+
     def __init__(self, config: LlamaConfig, *, attention_fn: Callable | None = None,
                  cache_cls: type | None = None):
         super().__init__()

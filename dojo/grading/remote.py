@@ -10,6 +10,8 @@ The two sides do not trust alike. `Endpoint(..., trusted=True)` is the judge: it
 attributes (no leading underscore) and calls of what it lent, never a write to an attribute, never a
 module; it decodes what comes back as plain data, and an error raised over there arrives as an
 exception built here (`RemoteError`, or the builtin type it names), never the other side's object.
+The candidate's side gets the judge's builtin errors as their type too (a missing attribute of a
+lent model is an AttributeError there, as in one process), any other as RemoteError.
 Proxies compare by identity, hash by identity and print without asking the other side: their
 `__eq__` is never the candidate's.
 
@@ -303,8 +305,12 @@ class Endpoint:
                 "where": frames[-1] if frames else ""}  # the innermost line of the candidate's file
 
     def _error(self, err) -> BaseException:
-        if not self.trusted:
-            return RemoteError(str(err.get("message") if isinstance(err, dict) else err))
+        if not self.trusted:  # the candidate's side: the judge's builtin errors as themselves, so that
+            # hasattr, getattr's default and `except KeyError` behave as they would in one process
+            exc = RemoteError(str(err.get("message") if isinstance(err, dict) else err))
+            if isinstance(err, dict) and err.get("type") in SAFE_BUILTIN_ERRORS and err.get("type") == err.get("base"):
+                exc = SAFE_BUILTIN_ERRORS[err["type"]](exc.args[0])
+            return exc
         if type(err) is not dict:
             return BoundaryError(f"the {self.peer} sent a malformed error")
         message, name, base = str(err.get("message", "")), str(err.get("type", "?")), str(err.get("base", ""))

@@ -208,6 +208,21 @@ def test_the_judge_lends_only_public_attributes_read_only():
     b.close()
 
 
+def test_the_judges_builtin_errors_reach_the_candidate_as_themselves():
+    """in the candidate's process, a builtin error the judge's object raised is that builtin type (so
+    hasattr and getattr's default work on a lent model); any other is a RemoteError naming it"""
+    a, b = socket.socketpair()
+    worker = remote.Endpoint(b, "worker", trusted=False)
+    missing = worker._error({"type": "AttributeError", "base": "AttributeError", "message": "no x"})
+    assert type(missing) is AttributeError and str(missing) == "no x"
+    assert type(worker._error({"type": "KeyError", "base": "KeyError", "message": "k"})) is KeyError
+    other = worker._error({"type": "CacheFullError", "base": "RuntimeError", "message": "full"})
+    assert type(other) is remote.RemoteError and str(other) == "full"
+    assert type(worker._error("garbled")) is remote.RemoteError
+    a.close()
+    b.close()
+
+
 def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
     """load_state_dict on the model the judge lends changes a copy: the suite's own model (its oracle) is
     untouched, and each new call from the judge lends a fresh copy"""

@@ -149,3 +149,24 @@ def test_rope_rotates_each_pair_i_and_i_plus_half_by_its_angle():
             want[:, t, :, i + D // 2] = b * angle.cos() + a * angle.sin()
     worst = (got - want).abs().max().item()
     assert worst < 1e-5, f"RoPE differs from the pair rotation by {worst:.2e}"
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_generate_asks_a_llama_for_the_last_position_only(beams):
+    """solutions.generate prefills a model that offers `prefill_last_only` with last_only=True (one
+    position through the LM head) and any other with the kata's plain call: the same tokens, scores"""
+    from solutions.generate import generate
+    from solutions.model import tiny_model
+
+    model = tiny_model(0)
+    calls, real = [], model.prefill
+    model.prefill = lambda *args, **kwargs: calls.append(kwargs) or real(*args, **kwargs)
+    prompts = [[5, 17, 200, 3], [9, 42]]  # two lengths: the shorter is left-padded
+    how = {"strategy": "beam", "num_beams": beams} if beams > 1 else {}
+    got = generate(model, prompts, max_new_tokens=6, **how)
+    assert calls == [{"last_only": True}], calls
+    model.prefill_last_only = False
+    calls.clear()
+    want = generate(model, prompts, max_new_tokens=6, **how)
+    assert calls == [{}], calls
+    assert got.tokens == want.tokens and got.scores == pytest.approx(want.scores, abs=1e-5)
