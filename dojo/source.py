@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import io
+import re
+import string
 import tokenize
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,7 +67,8 @@ def cookie_finding(encoding: str, text: str) -> tuple[int, str] | None:
 
 def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, depth: int = 0) -> str | None:
     """The text `node` always evaluates to when it is built from string constants only ("ex" + "ec",
-    f"{'gg'}uf", "".join(["a", "b"]), a name in `consts`, bound once to such an expression); else None."""
+    f"{'gg'}uf", "".join(["a", "b"]), "%sec" % "ex", "{}ec".format("ex"), a name in `consts`, bound
+    once to such an expression); else None."""
     if node is None or depth > 50:
         return None
     if isinstance(node, ast.Constant):
@@ -82,4 +85,39 @@ def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, dept
             and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
         sep, parts = fold(node.func.value, consts, depth + 1), [fold(e, consts, depth + 1) for e in node.args[0].elts]
         return sep.join(parts) if sep is not None and None not in parts else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):  # "%sec" % "ex", "%s%s" % ("ex", "ec")
+        template = fold(node.left, consts, depth + 1)
+        items = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        parts = [fold(e, consts, depth + 1) for e in items]
+        if template is None or None in parts or not PERCENT_S.fullmatch(template):
+            return None  # only %s and %%: a width ("%999999999s") would build the string it names
+        try:
+            return template % tuple(parts)
+        except (TypeError, ValueError):
+            return None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+            and not any(isinstance(a, ast.Starred) for a in node.args) and all(k.arg for k in node.keywords)):
+        template = fold(node.func.value, consts, depth + 1)  # "{}{}".format("ex", "ec"), "{a}".format(a="ex")
+        args = [fold(a, consts, depth + 1) for a in node.args]
+        kwargs = {k.arg: fold(k.value, consts, depth + 1) for k in node.keywords}
+        if template is None or None in args or None in kwargs.values() or not _plain_fields(template):
+            return None
+        try:
+            return template.format(*args, **kwargs)
+        except (IndexError, KeyError, ValueError):
+            return None
     return None
+
+
+PERCENT_S = re.compile(r"(?:[^%]|%%|%s)*", re.DOTALL)
+
+
+def _plain_fields(template: str) -> bool:
+    """Every replacement field of a str.format template is {}, {0} or {name}: no conversion, no format
+    spec (a width would build the string it names), no attribute or index (they would run code)."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        return False
+    return all((name == "" or name.isdigit() or name.isidentifier()) and not spec and conv is None
+               for name, spec, conv in fields)

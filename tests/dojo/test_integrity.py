@@ -71,6 +71,10 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "object.__setattr__ on an imported class": ("attention", "import torch\nobject.__setattr__(torch.Tensor, 'x', 1)\n", 2),
     "setattr on an imported class": ("attention", "from torch import Tensor\nsetattr(Tensor, 'allclose', print)\n", 2),
     "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
+    "exec from a %-format of pieces": ("int4", "name = '%sec' % 'ex'\n", 1),
+    "a reference's name %-formatted from a tuple": ("bpe", "x = 1\nname = '%s.%s' % ('solutions', 'bpe')\n", 2),
+    "exec from str.format of pieces": ("int4", "a = 'ex'\nname = '{}ec'.format(a)\n", 2),
+    "a module's name from str.format with a keyword": ("bpe", "name = '{s}.{m}'.format(s='solutions', m='bpe')\n", 1),
 }
 
 
