@@ -10,14 +10,7 @@ faults the page back in from the file); pages at either end, which t may share w
 neighbouring tensor, are kept.
 
 Only for tensors mapped from a file and never written: on anonymous memory MADV_DONTNEED zeroes
-the pages.
-
-`read_sparsely(t)` is for a mapped table read a few rows at a time (the embedding beside a packed
-head): madvise(MADV_RANDOM | MADV_NOHUGEPAGE) on its whole pages, so a lookup maps the 4 KiB page
-it reads and not its neighbours (fault-around) or a 2 MiB page-cache folio around it. Measured:
-a freshly written cache file, whose page cache the kernel keeps in large folios, had SmolLM2's
-30 MB Q8_0 embedding counted resident (FilePmdMapped) after a 31-token prefill that reads 31 rows.
-Left out: platforms other than Linux (both do nothing there).
+the pages. Left out: platforms other than Linux (release does nothing there).
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ import sys
 
 from torch import Tensor
 
-MADV_RANDOM, MADV_DONTNEED, MADV_NOHUGEPAGE = 1, 4, 15  # Linux's values (asm-generic/mman-common.h)
+MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
 
 
 @functools.cache
@@ -58,19 +51,4 @@ def release(t: Tensor) -> int:
     if _madvise()(first, length, MADV_DONTNEED) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"madvise(MADV_DONTNEED) on {length} bytes of a mapped tensor failed")
-    return length
-
-
-def read_sparsely(t: Tensor) -> int:
-    """Ask the kernel to map t's whole pages one 4 KiB page per fault (a mapped table read by rows);
-    returns the bytes advised (0 off Linux, or under a page). Raises OSError if madvise refuses."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    first, length = page_range(t.data_ptr(), t.numel() * t.element_size())
-    if length == 0:
-        return 0
-    for advice, name in ((MADV_RANDOM, "MADV_RANDOM"), (MADV_NOHUGEPAGE, "MADV_NOHUGEPAGE")):
-        if _madvise()(first, length, advice) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"madvise({name}) on {length} bytes of a mapped tensor failed")
     return length

@@ -250,7 +250,7 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     layout included: memory-mapped tensors stay mapped). `mapped`: the tensors are mapped from a
     file, so one copied into a packed layout has its pages released (solutions.mapped_pages)
     at once. `model_kwargs` go to `Llama`. Raises ValueError for a missing or extra tensor."""
-    from solutions.mapped_pages import read_sparsely, release
+    from solutions.mapped_pages import release
     from solutions.weight_modes import (
         MATRICES,
         Q8_MODES,
@@ -309,8 +309,6 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         else:
             model.embed = nn.Parameter(take("embed"), requires_grad=False)
             rows = partial(F.embedding, weight=model.embed)
-        if mapped:  # read by rows only (the input token's, the head's rescored few): resident as read
-            read_sparsely(state["embed.blocks" if "embed.blocks" in state else "embed"])
         model.lm_head = RescoredHead(packed("lm_head"), rows)
     for i, layer in enumerate(model.layers):
         for name in MATRICES:

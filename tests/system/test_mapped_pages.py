@@ -39,26 +39,3 @@ def test_released_pages_leave_resident_memory_and_keep_their_values(tmp_path):
     assert released >= w.numel() * 4 - 2 * mmap.PAGESIZE
     assert before - resident_file_kb() >= released // 1024 // 2, "the pages are still resident"
     assert torch.equal(w, want), "released pages came back with other values"
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="read_sparsely does nothing off Linux")
-def test_a_table_read_sparsely_is_mapped_a_page_at_a_time(tmp_path):
-    """read_sparsely marks the mapping of t's whole pages random-read and never huge (VmFlags rr, nh),
-    and t keeps its values"""
-    from solutions.mapped_pages import read_sparsely
-
-    want = torch.arange(4 << 20, dtype=torch.int32)  # 16 MiB
-    save_file({"w": want}, str(tmp_path / "w.safetensors"))
-    with safe_open(str(tmp_path / "w.safetensors"), framework="pt") as f:
-        w = f.get_tensor("w")
-    assert read_sparsely(w) >= w.numel() * 4 - 2 * mmap.PAGESIZE
-    middle = w.data_ptr() + w.numel() * 2
-    flags = None
-    for line in open("/proc/self/smaps"):
-        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            inside = lo <= middle < hi
-        elif line.startswith("VmFlags:") and inside:
-            flags = line.split()[1:]
-    assert flags is not None and {"rr", "nh"} <= set(flags), flags
-    assert torch.equal(w, want)
