@@ -19,6 +19,7 @@ of `general.alignment` (default 32) after the table. Left out: big-endian files,
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -96,7 +97,9 @@ class GGUFFile:
                 self.fields[key] = Field(key, (kind,), self._value(kind))
         table = [(self._string(), [self._read("<Q") for _ in range(self._read("<I"))], self._read("<I"),
                   self._read("<Q")) for _ in range(n_tensors)]
-        align = int(self.fields["general.alignment"].value) if "general.alignment" in self.fields else 32
+        align = self.fields["general.alignment"].value if "general.alignment" in self.fields else 32
+        if type(align) is not int or align <= 0 or align & (align - 1):
+            raise ValueError(f"{self.path}: general.alignment is {align!r}, not a power of two")
         start = -(-self._pos // align) * align
         whole = np.frombuffer(self._map, dtype=np.uint8) if len(self._map) else np.empty(0, np.uint8)
         self.tensors = [self._tensor(name, dims, kind, start + offset, whole) for name, dims, kind, offset in table]
@@ -144,10 +147,10 @@ class GGUFFile:
     def _tensor(self, name: str, dims: list[int], code: int, offset: int, whole: np.ndarray) -> Tensor:
         try:
             kind = Q(code)
-        except ValueError:
+            block, size = GGML_QUANT_SIZES[kind]
+        except (ValueError, KeyError):
             raise ValueError(f"{self.path}: tensor {name} has unknown type {code}") from None
-        block, size = GGML_QUANT_SIZES[kind]
-        n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        n_elements = math.prod(dims)  # Python ints: garbled dims read as truncated, never as an overflow
         if dims and dims[0] % block:
             raise ValueError(f"{self.path}: tensor {name}'s rows of {dims[0]} are not whole {kind.name} blocks")
         n_bytes = n_elements // block * size

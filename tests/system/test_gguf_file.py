@@ -78,8 +78,9 @@ def test_every_value_type_and_tensor_kind(tmp_path, alignment):
 
 
 def test_bad_files_are_clear_errors(tmp_path):
-    """not GGUF, an unknown version, an unknown value type, a file cut inside its metadata, and a
-    string longer than the file: ValueErrors that name the file and the problem"""
+    """not GGUF, an unknown version, an unknown value type, a file cut inside its metadata, a string
+    longer than the file, an alignment that is not a power of two: ValueErrors that name the file and
+    the problem"""
     write(tmp_path / "good.gguf")
     data = (tmp_path / "good.gguf").read_bytes()
     cases = {
@@ -91,6 +92,10 @@ def test_bad_files_are_clear_errors(tmp_path):
         "runs past the end": data[:data.index(b"t.str") + 9] + (2**40).to_bytes(8, "little")
         + data[data.index(b"t.str") + 17:],
     }
+    aligned = tmp_path / "aligned.gguf"
+    write(aligned, 64)
+    at = aligned.read_bytes().index(b"general.alignment") + len("general.alignment") + 4  # past the value type
+    cases["not a power of two"] = aligned.read_bytes()[:at] + (48).to_bytes(4, "little") + aligned.read_bytes()[at + 4:]
     for why, content in cases.items():
         path = tmp_path / "bad.gguf"
         path.write_bytes(content)
