@@ -56,6 +56,7 @@ class Level:
     samples: list[Sample]
     seconds: float
     errors: int
+    first_error: str = ""  # what the first failed request said
 
     @property
     def tokens_per_s(self) -> float:
@@ -102,23 +103,24 @@ async def run_level(url: str, model: str, concurrency: int, seconds: float, max_
     import httpx
 
     samples: list[Sample] = []
-    errors = 0
+    errors, first_error = 0, ""
     start = time.perf_counter()
 
     async def client_loop(worker: int, client) -> None:
-        nonlocal errors
+        nonlocal errors, first_error
         n = worker
         while time.perf_counter() - start < seconds:
             try:
                 samples.append(await one_request(client, url, model, QUESTIONS[n % len(QUESTIONS)], max_tokens))
-            except (httpx.HTTPError, ValueError):
+            except (httpx.HTTPError, ValueError) as exc:
                 errors += 1
+                first_error = first_error or f"{type(exc).__name__}: {exc}"[:200]
             n += concurrency
 
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), limits=limits) as client:
         await asyncio.gather(*(client_loop(w, client) for w in range(concurrency)))
-    return Level(concurrency, samples, time.perf_counter() - start, errors)
+    return Level(concurrency, samples, time.perf_counter() - start, errors, first_error)
 
 
 # --------------------------------------------------------------------------- the servers
@@ -186,7 +188,8 @@ def measure_server(name: str, command: list[str], url: str | None, model: str, a
         for c in args.concurrency:
             level = asyncio.run(run_level(base, model, c, args.seconds, args.max_tokens))
             print(f"  {name}: concurrency {c:>2}: {len(level.samples)} requests, "
-                  f"{level.tokens_per_s:.1f} tokens/s" + (f", {level.errors} errors" if level.errors else ""),
+                  f"{level.tokens_per_s:.1f} tokens/s"
+                  + (f", {level.errors} errors (the first: {level.first_error})" if level.errors else ""),
                   flush=True)
             levels.append(level)
     return levels
@@ -268,13 +271,20 @@ def run(args: argparse.Namespace) -> int:
               "(`pip install 'llama-cpp-python[server]'`, or `make bench-peers`)")
     else:
         port = free_port()
+        # --n_batch 1: prompts go in a token at a time. Its batched path uses AMX tiles where the CPU
+        # lists them, and a VM that lists AMX without the kernel enabling it (one of ours) kills the
+        # server on its first request ("invalid opcode" in libggml-cpu); decode is one token anyway.
+        # --interrupt_requests False: it serves one request at a time, and by default a new request
+        # cuts off the one streaming (the client sees an incomplete chunked read); this queues them.
         peer = [sys.executable, "-m", "llama_cpp.server", "--model", str(find_gguf()), "--port", str(port),
-                "--n_ctx", "8192", "--chat_format", "chatml", "--model_alias", MODEL_ID]
+                "--n_ctx", "8192", "--chat_format", "chatml", "--model_alias", MODEL_ID, "--n_batch", "1",
+                "--interrupt_requests", "False"]
         peer += ["--n_threads", str(args.threads)] if args.threads else []
         try:
             results["llama.cpp"] = measure_server("llama.cpp", peer, f"http://127.0.0.1:{port}", MODEL_ID, args)
-        except RuntimeError as exc:
-            print(f"  llama.cpp: its server did not run ({exc}); the table shows ours alone")
+        except Exception as exc:  # noqa: BLE001 - the peer is another program: whatever it does, ours stay measured
+            print(f"  llama.cpp: its server did not run or answer ({type(exc).__name__}: {exc}); "
+                  "the table shows ours alone")
     print("\n".join(table(results)))
     ours_levels = {lv.concurrency: lv.tokens_per_s for lv in results["dojo"]}
     if 1 in ours_levels and 8 in ours_levels and ours_levels[1] > 0:
