@@ -13,8 +13,8 @@ parses the file once, for both the tokenizer and the weights, and writes into `c
   the row counts whose fp32 products go through MKL's packed GEMM (solutions.packed_gemm).
 A start whose GGUF size or mtime differ re-hashes it; a changed hash rebuilds every file, saying
 why. Each cached file is checked before use (its size; its CRC-32 when its mtime is not the one
-recorded), and a damaged, missing or unreadable one is rebuilt, saying which. Files are written to a temporary name and renamed, so a crash or a
-second process never leaves half a file in place.
+recorded), and a damaged, missing or unreadable one is rebuilt, saying which. Files are written to
+a temporary name and renamed, so a crash or a second process never leaves half a file in place.
 
 Left out: eviction (one cache per GGUF path; a changed file replaces it), and locking (two first
 starts at once both build; the last rename wins, both valid).
@@ -143,7 +143,8 @@ class Cache:
         path = self.dir / name
         _replace(path, write)
         st = path.stat()
-        self.manifest["files"][name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": file_digest(path, "crc32")}
+        self.manifest["files"][name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                        "crc32": file_digest(path, "crc32")}
         self._write_manifest()
         return path
 
