@@ -29,10 +29,9 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 V = GGUFValueType
+# struct's format for each scalar value type; numpy reads the same codes (np.dtype("<H") is uint16)
 SCALARS = {V.UINT8: "<B", V.INT8: "<b", V.UINT16: "<H", V.INT16: "<h", V.UINT32: "<I", V.INT32: "<i",
            V.FLOAT32: "<f", V.BOOL: "<?", V.UINT64: "<Q", V.INT64: "<q", V.FLOAT64: "<d"}
-NUMPY = {V.UINT8: "<u1", V.INT8: "<i1", V.UINT16: "<u2", V.INT16: "<i2", V.UINT32: "<u4", V.INT32: "<i4",
-         V.FLOAT32: "<f4", V.BOOL: "?", V.UINT64: "<u8", V.INT64: "<i8", V.FLOAT64: "<f8"}
 Q = GGMLQuantizationType
 PLAIN = {Q.F32: np.float32, Q.F16: np.float16, Q.F64: np.float64, Q.I8: np.int8, Q.I16: np.int16,
          Q.I32: np.int32, Q.I64: np.int64}  # held as their dtype; any other type as bytes
@@ -136,7 +135,7 @@ class GGUFFile:
             return [self._string() for _ in range(count)]
         if item == V.ARRAY:
             raise ValueError(f"{self.path}: an array of arrays at byte {self._pos:,} (not supported)")
-        dtype = np.dtype(NUMPY[item])
+        dtype = np.dtype(SCALARS[item])  # numpy reads struct's codes
         end = self._pos + count * dtype.itemsize
         if end > len(self._map):
             raise IndexError(f"an array of {count:,} values runs past the end")

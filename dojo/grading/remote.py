@@ -307,18 +307,17 @@ class Endpoint:
     def _error(self, err) -> BaseException:
         if not self.trusted:  # the candidate's side: the judge's builtin errors as themselves, so that
             # hasattr, getattr's default and `except KeyError` behave as they would in one process
-            exc = RemoteError(str(err.get("message") if isinstance(err, dict) else err))
-            if isinstance(err, dict) and err.get("type") in SAFE_BUILTIN_ERRORS and err.get("type") == err.get("base"):
-                exc = SAFE_BUILTIN_ERRORS[err["type"]](exc.args[0])
-            return exc
+            message = str(err.get("message") if isinstance(err, dict) else err)
+            builtin = _builtin(err.get("type"), err.get("base")) if isinstance(err, dict) else None
+            return (builtin or RemoteError)(message)
         if type(err) is not dict:
             return BoundaryError(f"the {self.peer} sent a malformed error")
         message, name, base = str(err.get("message", "")), str(err.get("type", "?")), str(err.get("base", ""))
         cls = err.get("class")
         if isinstance(cls, type) and issubclass(cls, RemoteError):
             exc = cls(message)
-        elif name in SAFE_BUILTIN_ERRORS and name == base:
-            exc = SAFE_BUILTIN_ERRORS[name](message)
+        elif builtin := _builtin(name, base):
+            exc = builtin(message)
         else:
             exc = self._error_class(wire.Ref(self.peer, -1, f"exception class {name}:{base}"))(message)
         exc.remote_type, exc.where = name, str(err.get("where", ""))
@@ -349,6 +348,12 @@ def _check_lent_use(op: str, args: list) -> None:
         name = args[0] if args else None
         if type(name) is not str or name.startswith("_"):
             raise AttributeError(f"your code may read only public attributes of the judge's objects, not {name!r}")
+
+
+def _builtin(name, base) -> type | None:
+    """The builtin exception class an error names, if it is one of SAFE_BUILTIN_ERRORS itself (not a
+    subclass of one, which has its own name)."""
+    return SAFE_BUILTIN_ERRORS[name] if name in SAFE_BUILTIN_ERRORS and name == base else None
 
 
 def _builtin_base(cls: type) -> str:
