@@ -1,10 +1,10 @@
 """Session-wide fixtures for the system tests: SmolLM2 loaded once, ours and HuggingFace's.
 
 Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
-fixtures: the GGUF file opened once, our fp32 model, each packed
-weights mode built at most once (`smollm2_mode("int4")`), and HuggingFace's model. HuggingFace transformers reads the same GGUF file offline (HF_HUB_OFFLINE=1). Nothing here
-is skipped: a missing model or peer is a failure that says to run `make setup`, so CI can't pass
-without the comparisons.
+fixtures: the GGUF file opened once, our fp32 model, each packed weights mode built at most once
+(`smollm2_mode("int4")`), and HuggingFace's model. HuggingFace transformers reads the same GGUF
+file offline (HF_HUB_OFFLINE=1). Nothing here is skipped: a missing model or peer is a failure
+that says to run `make setup`, so CI can't pass without the comparisons.
 """
 
 from __future__ import annotations
