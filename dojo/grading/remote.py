@@ -35,7 +35,7 @@ SAFE_BUILTIN_ERRORS = {
         "ValueError", "TypeError", "KeyError", "IndexError", "RuntimeError", "NotImplementedError",
         "AttributeError", "AssertionError", "ZeroDivisionError", "OverflowError", "ArithmeticError",
         "LookupError", "MemoryError", "RecursionError", "StopIteration", "OSError", "FileNotFoundError",
-        "UnicodeDecodeError", "UnicodeEncodeError", "UnicodeError", "ImportError", "ModuleNotFoundError",
+        "UnicodeError", "ImportError", "ModuleNotFoundError",  # (not Unicode{De,En}codeError: five arguments)
         "NameError", "UnboundLocalError", "FloatingPointError", "IOError", "EOFError", "BufferError",
         "Exception",
     )
@@ -147,8 +147,8 @@ class Endpoint:
     def _export(self, obj: Any):
         if isinstance(obj, Proxy) and obj._endpoint is self:
             return obj._ref
-        if self.trusted and isinstance(obj, types.ModuleType):
-            raise TypeError("a module cannot be lent to the candidate's code")
+        if self.trusted and (why := _unlendable(obj)):
+            raise TypeError(f"{why} cannot be lent to the candidate's code")
         if self.lend is not None and id(obj) not in self._export_ids:
             if id(obj) not in self._lent:
                 lent = self.lend(obj)
@@ -271,7 +271,7 @@ class Endpoint:
             raise BoundaryError("a request about an object this side did not lend")
         obj = ref
         if self.trusted:
-            _check_lent_use(op, args)
+            _check_lent_use(op, args, obj)
         if op == "getattr":
             return getattr(obj, args[0])
         if op == "setattr":
@@ -337,9 +337,31 @@ class Endpoint:
         return self._error_classes[key]
 
 
-def _check_lent_use(op: str, args: list) -> None:
+INTROSPECTION = (types.FrameType, types.CodeType, types.TracebackType)
+RUNNING = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+BUILTIN_FUNCTIONS = {id(v): k for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}
+
+
+def _unlendable(obj) -> str:
+    """Why the judge never lends `obj`, or "": a module (its namespace is the judge's), a frame, code
+    object or traceback (a frame's f_globals and f_builtins are the judge's namespace and exec), or a
+    function of the builtins module (exec, eval, open, setattr, __import__ ... run in the judge)."""
+    if isinstance(obj, types.ModuleType):
+        return "a module"
+    if isinstance(obj, INTROSPECTION):
+        return f"a {type(obj).__name__}"
+    if BUILTIN_FUNCTIONS.get(id(obj)) and getattr(builtins, BUILTIN_FUNCTIONS[id(obj)], None) is obj:
+        return f"the builtin {BUILTIN_FUNCTIONS[id(obj)]}"
+    return ""
+
+
+def _check_lent_use(op: str, args: list, obj=None) -> None:
     """The judge's rule for what the candidate may do with what it lent: read public attributes, call,
-    iterate, index; never write an attribute, never read a private or dunder one."""
+    iterate, index; never write an attribute, never read a private or dunder one, nor any attribute of
+    a running generator or coroutine (model.parameters() is for iterating: its gi_frame is the judge's
+    frame). What it lends is checked too (_unlendable)."""
+    if op == "getattr" and isinstance(obj, RUNNING):
+        raise AttributeError(f"your code may iterate the judge's {type(obj).__name__}, not read its attributes")
     if op == "setattr":
         raise PermissionError("the judge's objects are read-only to your code")
     if op == "setitem":

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import pytest
 import torch
 
+from dojo import catalog
 from dojo.grading import grade, remote, wire
 
 
@@ -208,6 +209,37 @@ def test_the_judge_lends_only_public_attributes_read_only():
     b.close()
 
 
+def test_the_judge_never_lends_a_way_into_its_own_process():
+    """frames, code objects, tracebacks and the builtins module's functions are never lent; a
+    generator the judge lends can be iterated but its attributes (gi_frame: a judge frame, whose
+    f_builtins hold exec) are not readable"""
+    import builtins
+    import sys
+
+    a, b = socket.socketpair()
+    judge = remote.Endpoint(a, "judge", trusted=True)
+
+    def rows():
+        yield 1
+        yield 2
+
+    for unlendable in (sys._getframe(), rows.__code__, builtins.exec, builtins.open, builtins.setattr, os):
+        with pytest.raises(TypeError, match="cannot be lent"):
+            judge._export(unlendable)
+    try:
+        raise ValueError("x")
+    except ValueError as exc:
+        with pytest.raises(TypeError, match="traceback cannot be lent"):
+            judge._export(exc.__traceback__)
+    lent = judge._resolve(judge._export(rows()))
+    with pytest.raises(AttributeError, match="iterate"):
+        judge._do("getattr", lent, ["gi_frame"])
+    assert judge._do("next", lent, []) == 1 and judge._do("next", lent, []) == 2
+    judge._export(len.__call__)  # a method-wrapper, not a builtins-module function: lendable as before
+    a.close()
+    b.close()
+
+
 def test_the_judges_builtin_errors_reach_the_candidate_as_themselves():
     """in the candidate's process, a builtin error the judge's object raised is that builtin type (so
     hasattr and getattr's default work on a lent model); any other is a RemoteError naming it"""
@@ -219,6 +251,22 @@ def test_the_judges_builtin_errors_reach_the_candidate_as_themselves():
     other = worker._error({"type": "CacheFullError", "base": "RuntimeError", "message": "full"})
     assert type(other) is remote.RemoteError and str(other) == "full"
     assert type(worker._error("garbled")) is remote.RemoteError
+    a.close()
+    b.close()
+
+
+def test_an_error_that_needs_more_than_a_message_crosses_as_its_base():
+    """a UnicodeDecodeError (five constructor arguments) raised by the candidate reaches the judge as a
+    UnicodeError and ValueError named after it, not as a TypeError from rebuilding it"""
+    a, b = socket.socketpair()
+    judge, worker = remote.Endpoint(a, "judge", trusted=True), remote.Endpoint(b, "worker", trusted=False)
+    try:
+        b"\xff".decode("utf-8")
+    except UnicodeDecodeError as exc:
+        described = worker._describe(exc)
+    got = judge._error(described)
+    assert isinstance(got, UnicodeError) and isinstance(got, ValueError), type(got).__mro__
+    assert type(got).__name__ == "UnicodeDecodeError" and "0xff" in str(got)
     a.close()
     b.close()
 
@@ -251,3 +299,34 @@ def test_banned_names_built_from_pieces_are_found(tmp_path):
                     'q = importlib.import_module(f"{\'gg\'}uf.quants")\n')
     found = banned_uses(path, {"scaled_dot_product_attention", "gguf"})
     assert found == ["line 4: scaled_dot_product_attention", "line 5: gguf.quants"], found
+
+
+ZEROS = '''
+def generate(model, prompts, *, max_new_tokens, **kw):
+    {escape}
+    return GenerationResult([[0] * max_new_tokens for _ in prompts], [0.0] * len(prompts), 0.0, 0.0, 0)
+'''
+ESCAPE = '''if hasattr(model, "modules"):  # a lent torch model: its generator's frame holds the judge's exec
+        b = model.modules().gi_frame.f_builtins
+        b["exec"]("import sys; p = sys.modules['dojo.grading.plugin']\\n"
+                  "def _outcome(report, call, item):\\n"
+                  "    report.outcome = 'passed'; report.longrepr = None; return 'passed'\\n"
+                  "p._outcome = _outcome\\n", {})'''
+
+
+def test_a_lent_generators_frame_does_not_reach_the_judge(toy, monkeypatch):
+    """the red team's escape on the generate kata (model.modules().gi_frame.f_builtins['exec'] patching
+    the judge's plugin so that every later test passes; it scored 99/100 before) earns nothing: the
+    same wrong answers without it score the same, and neither passes"""
+    monkeypatch.delenv("DOJO_KATAS_DIR")
+    stub = catalog.get("generate").stub.read_text()
+    scores = {}
+    for name, escape in (("escape", ESCAPE), ("plain", "pass")):
+        folder = toy.toy.parent / name
+        folder.mkdir()
+        (folder / "generate.py").write_text(stub + ZEROS.format(escape=escape))
+        result = grade.grade("generate", str(folder), sandboxed=True, timeout=120)
+        assert result.judged, result.to_json()
+        scores[name] = (result.points, result.total)
+    assert scores["escape"] == scores["plain"], scores
+    assert scores["escape"][0] < scores["escape"][1] / 2, scores
