@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import socket
+import sys
 import traceback
 import types
 from typing import Any
@@ -342,6 +343,25 @@ RUNNING = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 BUILTIN_FUNCTIONS = {id(v): k for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}
 
 
+# The torch.nn.Module methods a lent model offers: reading and casting its weights, training mode,
+# iterating its parts, hooks that call back the candidate's code. The rest of the base class's API is
+# not lent (compile reaches Dynamo and Inductor, whose options end up in a compiler's command line: a
+# red team ran a shell command in the judge that way). A model's own attributes (prefill, config ...)
+# are lent as before.
+MODULE_API = frozenset({
+    "forward", "training", "parameters", "named_parameters", "buffers", "named_buffers", "children",
+    "named_children", "modules", "named_modules", "get_submodule", "get_parameter", "get_buffer",
+    "state_dict", "load_state_dict", "train", "eval", "zero_grad", "requires_grad_", "to", "float",
+    "double", "half", "bfloat16", "apply", "register_forward_hook", "register_forward_pre_hook"})
+
+
+def _torch_module_api(obj, name: str) -> bool:
+    """Whether `name` is the torch.nn.Module base class's own API on `obj` (not the model's own)."""
+    nn = sys.modules.get("torch.nn")
+    return nn is not None and isinstance(obj, nn.Module) and hasattr(nn.Module, name) and not any(
+        name in vars(cls) for cls in type(obj).__mro__ if cls is not nn.Module and not issubclass(nn.Module, cls))
+
+
 def _unlendable(obj) -> str:
     """Why the judge never lends `obj`, or "": a module (its namespace is the judge's), a frame, code
     object or traceback (a frame's f_globals and f_builtins are the judge's namespace and exec), or a
@@ -362,6 +382,9 @@ def _check_lent_use(op: str, args: list, obj=None) -> None:
     frame). What it lends is checked too (_unlendable)."""
     if op == "getattr" and isinstance(obj, RUNNING):
         raise AttributeError(f"your code may iterate the judge's {type(obj).__name__}, not read its attributes")
+    if op == "getattr" and args and args[0] not in MODULE_API and _torch_module_api(obj, args[0]):
+        raise AttributeError(f"your code may not use {type(obj).__name__}.{args[0]} of the judge's model: its "
+                             f"torch.nn.Module methods lent are {', '.join(sorted(MODULE_API))}")
     if op == "setattr":
         raise PermissionError("the judge's objects are read-only to your code")
     if op == "setitem":

@@ -240,6 +240,26 @@ def test_the_judge_never_lends_a_way_into_its_own_process():
     b.close()
 
 
+def test_a_lent_model_offers_its_own_api_and_torchs_weights_api_only():
+    """on a lent torch model the candidate reads the model's own attributes and the nn.Module methods
+    for weights, modes and parts; not the rest of nn.Module's API: compile (Dynamo and Inductor, whose
+    options reach a compiler's command line: a red team ran a shell command in the judge through it),
+    register_module, share_memory ..."""
+    from solutions.model import tiny_model
+
+    a, b = socket.socketpair()
+    judge = remote.Endpoint(a, "judge", trusted=True)
+    model = judge._resolve(judge._export(tiny_model(0)))
+    for name in ("compile", "register_module", "share_memory", "register_full_backward_hook", "type"):
+        with pytest.raises(AttributeError, match=f"may not use Llama.{name}"):
+            judge._do("getattr", model, [name])
+    for name in ("prefill", "decode_step", "new_cache", "config", "layers", "parameters", "state_dict",
+                 "load_state_dict", "train", "eval", "to", "zero_grad", "named_parameters"):
+        judge._do("getattr", model, [name])
+    a.close()
+    b.close()
+
+
 def test_the_judges_builtin_errors_reach_the_candidate_as_themselves():
     """in the candidate's process, a builtin error the judge's object raised is that builtin type (so
     hasattr and getattr's default work on a lent model); any other is a RemoteError naming it"""
