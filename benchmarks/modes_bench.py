@@ -115,15 +115,24 @@ def llama_cpp_agreement(llm, answers: list[tuple[list[int], list[int]]]) -> dict
 
 def products_timer(model, rows: int = 1) -> Callable[[], float]:
     """Seconds for one decode step's matrix products alone: every matrix once (each layer's, then
-    the head), on `rows` input rows, through the model's own product path (`project`)."""
+    the head), on `rows` input rows, through the product the step itself uses: the model's own
+    (`project`), or for an fp32 model with the fused step, that step's native fp32 product."""
+    from solutions.fused_step import FusedStepF32
+
     mats = step_matrices(model)
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in mats}
+    fused = model.fused_step if isinstance(model.fused_step, FusedStepF32) else None
+    if fused is not None:
+        native_product, isa = fused.kernel.module.matmul_f32, fused.kernel.isa
+        product = lambda x, w: native_product(x, w, isa)  # noqa: E731
+    else:
+        product = project
 
     @torch.inference_mode()
     def run() -> float:
         start = time.perf_counter()
         for w in mats:
-            project(inputs[w.shape[1]], w)
+            product(inputs[w.shape[1]], w)
         return time.perf_counter() - start
 
     return run
@@ -177,7 +186,8 @@ def startup(mode: str, threads: int) -> dict:
             start = time.perf_counter()
             subprocess.run(bare, env=env, check=True, timeout=600)
             torch_s.append(time.perf_counter() - start)
-    calibration = next((line.strip() for line in cold[2].splitlines() if "by calibration" in line), "")
+    calibration = next((line.strip() for line in cold[2].splitlines()
+                        if "by calibration" in line or "decode steps:" in line), "")
     return {"cold_s": cold[0], "warm_s": statistics.median(w[0] for w in warm), "torch_s": statistics.median(torch_s),
             "cold_rss": cold[1], "warm_rss": max(w[1] for w in warm), "calibration": calibration}
 

@@ -1,4 +1,4 @@
-"""A whole batch-1 decode step in native code, for the models whose products are Q4_1 x Q8_1.
+"""A whole decode step in native code: batch 1 for the int4-q8 modes, 1-8 rows for fp32.
 
 `Llama.decode_step` spends about half of a small model's step dispatching some forty small torch
 ops a layer. `FusedStep` hands the step for one token to solutions/csrc/decode_step.h instead:
@@ -8,17 +8,25 @@ each product over torch's threads. It computes what solutions/model.py computes,
 order, with the same Q8_1 quantization of every product's activations; only fp32 summation order
 differs (tests/system/test_fused_step.py holds it to the readable path).
 
-The weights stream from memory once a step, and how far ahead of its reads the kernel should ask
+`FusedStepF32` does the same for the fp32 model (solutions/csrc/decode_step_f32.h) on 1 to 8 rows
+at one position, so a beam search's step is one call too, and its products read each weight once
+for every row (tests/system/test_fused_step_f32.py). No quantization: logits match the readable
+path's to fp32 rounding, and the text stays HuggingFace's (tests/system/test_generate_hf.py).
+
+The Q4_1 weights stream from memory once a step, and how far ahead of its reads the kernel should ask
 for them (software prefetch) depends on the CPU and its memory: `calibrate_prefetch` times the step
 itself at a few distances the first time a model of this shape loads on this machine, interleaved,
 keeps the fastest, and saves what it measured beside the kernel's build (DOJO_PREFETCH=<tile-blocks>
-fixes it instead). Nothing about this machine is written into the code.
+fixes it instead). Nothing about this machine is written into the code. (The fp32 product asks for
+none: it reads four streams of rows a thread, which keep enough of memory's requests in flight.)
 
-It takes a step only when it is plain: one row, the reference KVCache (solutions.kv_cache) in
-fp32, no padding in the mask, room in the cache and the context. Anything else, it declines
-(returns None) and the readable path runs, which also raises the errors bad input deserves.
-Left out: batches (beams and `dojo serve` take the readable path, whose products are the same
-kernel), prefill (a chunk of tokens is already few large products), and other weights modes.
+Each takes a step only when it is plain: its rows (one, or 1-8), the reference KVCache
+(solutions.kv_cache) in fp32 with one row per token, no padding in the mask, room in the cache and
+the context. Anything else, it declines (returns None) and the readable path runs, which also raises
+the errors bad input deserves.
+Left out: `dojo serve`'s batches (their steps read the paged KV cache: the readable path, whose
+products in the int4-q8 modes are the same kernel), prefill (a chunk of tokens is already few large
+products), and the bf16 and int4 modes.
 """
 
 from __future__ import annotations
@@ -32,10 +40,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from solutions import native
 from solutions.kv_cache import KVCache
 
 RESCORE = 16  # the LM head's top logits recomputed exactly, as solutions.weight_modes.RescoredHead
-ENV = "DOJO_FUSED"  # "0": never fuse (the readable path only), for comparing the two
+ENV = native.FUSED_ENV  # "0": never fuse (the readable path only), for comparing the two
 PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
 PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
@@ -47,14 +56,11 @@ _calibrated: dict[str, dict[int, float]] = {}  # this process's, by calibration 
 
 def prefetch_file() -> Path:
     """Where measured distances are kept: beside the compiled kernel, which is per machine."""
-    from solutions import native
-
     return native.BUILD_DIR / "prefetch.json"
 
 
 def calibration_key(kernel, config) -> str:
     """What a measured distance depends on: the kernel build, CPU, instruction set, threads, model shape."""
-    from solutions import native
     from solutions.calibration import cpu_model
 
     return json.dumps({"build": native.module_name(), "cpu": cpu_model(), "isa": kernel.isa,
@@ -121,6 +127,28 @@ def _save(key: str, medians: dict[int, float]) -> None:
         pass  # a read-only build folder: this process keeps its measurement, the next measures again
 
 
+def _plain_step_cache(ids: Tensor, cache, attention_mask: Tensor | None, max_seq_len: int, max_rows: int,
+                      vocab_size: int) -> bool:
+    """Whether a fused step can take this decode step: 1..max_rows rows of token ids in the vocabulary,
+    the reference KVCache in fp32 on the CPU with one row per id, every layer at the same length, room
+    for one more position in the cache and the context, and no padding in the mask."""
+    if ids.dim() != 1 or not 1 <= ids.shape[0] <= max_rows or ids.dtype != torch.long or type(cache) is not KVCache:
+        return False
+    rows = ids.shape[0]
+    if cache.batch_size != rows or cache.dtype != torch.float32 or cache.device.type != "cpu":
+        return False
+    pos = cache.length
+    if pos >= cache.max_len or pos >= max_seq_len:
+        return False
+    try:
+        cache.advance(0)  # raises where a pass was left half written
+    except ValueError:
+        return False
+    if attention_mask is not None and (attention_mask.shape != (rows, pos + 1) or not bool(attention_mask.all())):
+        return False
+    return bool(((ids >= 0) & (ids < vocab_size)).all())
+
+
 class FusedStep:
     """A callable `(ids, cache, attention_mask) -> logits (1, V) or None` over a native Decoder."""
 
@@ -140,12 +168,11 @@ class FusedStep:
         if this CPU cannot run it."""
         from dataclasses import replace
 
-        from solutions import native
         from solutions.weight_modes import Q4Q8Linear, Q8Rows, RescoredHead
 
-        kernel = native.kernel()
-        if kernel is None or os.environ.get(ENV) == "0":
+        if not native.fused_enabled():
             return None
+        kernel = native.kernel()
         if isa is not None:
             kernel = replace(kernel, isa=isa)
         head = model.lm_head
@@ -172,23 +199,59 @@ class FusedStep:
         return f"{where} (measured ms a step: {times})"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        if ids.shape != (1,) or ids.dtype != torch.long or type(cache) is not KVCache:
-            return None
-        if cache.batch_size != 1 or cache.dtype != torch.float32 or cache.device.type != "cpu":
-            return None
-        pos = cache.length
-        if pos >= cache.max_len or pos >= self.max_seq_len:
-            return None
-        try:
-            cache.advance(0)  # raises where a pass was left half written
-        except ValueError:
-            return None
-        if attention_mask is not None and (attention_mask.shape != (1, pos + 1) or not bool(attention_mask.all())):
-            return None
-        token = int(ids[0])
-        if not 0 <= token < self.vocab_size:
+        if not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size):
             return None
         self.kernel.module.set_prefetch(self.distance)
-        logits = self.decoder.step(token, cache.storage, pos)  # (V,); writes K, V at pos of every layer
+        logits = self.decoder.step(int(ids[0]), cache.storage, cache.length)  # (V,); writes K, V at pos of every layer
         cache.advance(1)
         return logits[None]
+
+
+class FusedStepF32:
+    """The fp32 model's decode step in native code (solutions/csrc/decode_step_f32.h), for 1..MAX_ROWS
+    rows at one position: a greedy step, or the beams of a beam search. A callable `(ids, cache,
+    attention_mask) -> logits (B, V) or None`, declining what is not plain, as FusedStep does."""
+
+    MAX_ROWS = 8
+
+    def __init__(self, decoder, kernel, vocab_size: int, max_seq_len: int):
+        self.decoder, self.kernel = decoder, kernel
+        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+
+    @classmethod
+    def for_model(cls, model, isa: str | None = None) -> FusedStepF32 | None:
+        """The fused step for an fp32 `Llama` (tied embedding, fp32 matrices row- or column-major as
+        solutions.calibration lays them out, the reference attention), or None where there is no
+        compiled kernel, DOJO_FUSED=0, or the model is not in that form. `isa` as in FusedStep."""
+        from dataclasses import replace
+
+        from solutions.attention_fast import attention as fast_attention
+
+        if not native.fused_enabled():
+            return None
+        kernel = native.kernel()
+        if isa is not None:
+            kernel = replace(kernel, isa=isa)
+        mats = [getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")]
+        tensors = [model.embed, *mats]
+        if not (model.lm_head is None and model.attention_fn is fast_attention
+                and all(isinstance(t, Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"
+                        for t in tensors)):
+            return None
+        c = model.config
+        norms = [n.detach().contiguous() for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
+        decoder = kernel.module.DecoderF32(
+            [c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.vocab_size, c.max_seq_len],
+            c.norm_eps, [*norms, model.norm.detach().contiguous()], [m.detach() for m in mats],
+            model.embed.detach(), model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
+        return cls(decoder, kernel, c.vocab_size, c.max_seq_len)
+
+    def describe(self) -> str:
+        return f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
+
+    def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
+        if not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS, self.vocab_size):
+            return None
+        logits = self.decoder.step(ids, cache.storage, cache.length)  # (B, V); writes K, V at pos of every layer
+        cache.advance(1)
+        return logits

@@ -1,5 +1,5 @@
-"""The one compiled piece: the Q4_1 x Q8_1 kernel and fused decode step of solutions/csrc, built at
-setup, found at run time.
+"""The one compiled piece: the Q4_1 x Q8_1 kernel and the fused decode steps (int4-q8, fp32) of
+solutions/csrc, built at setup, found at run time.
 
 `make setup` runs `python -m solutions.native`, which compiles solutions/csrc/q4_1_q8_1.cpp with
 the system compiler through torch.utils.cpp_extension (setuptools-style: no ninja needed) into
@@ -34,6 +34,7 @@ ISA_ENV = "DOJO_Q8_ISA"
 # then shares torch's own libgomp.so.1, loaded first). -ffp-contract=off: no multiply-add is fused
 # unless the source says so, so the quantizers round as solutions/q8_1.py does. GCC 12 warns "may be
 # used uninitialized" inside its own AVX-512 headers.
+FUSED_ENV = "DOJO_FUSED"  # "0": never take a fused step (solutions.fused_step)
 COMPILE_FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-Wno-maybe-uninitialized"]
 
 
@@ -97,6 +98,12 @@ def _load() -> tuple[Kernel | None, str]:
 def kernel() -> Kernel | None:
     """The kernel on this machine's best instruction set (or DOJO_Q8_ISA's), or None: see why_not()."""
     return _load()[0]
+
+
+def fused_enabled() -> bool:
+    """Whether decode steps may run fused here (solutions.fused_step): the kernel is built and runs on
+    this CPU, and DOJO_FUSED is not "0" (the readable path only, for comparing the two)."""
+    return kernel() is not None and os.environ.get(FUSED_ENV) != "0"
 
 
 def why_not() -> str:

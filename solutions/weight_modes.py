@@ -76,6 +76,10 @@ def describe_mode(mode: str) -> str:
     """What a mode runs on this machine, in a few words."""
     check_mode(mode)
     if mode == "fp32":
+        from solutions import native
+
+        if native.fused_enabled():
+            return "fp32 matrices; decode steps of 1-8 rows in the fused native step, prefill through BLAS"
         return "fp32 matrices, BLAS"
     if mode == "bf16":
         return f"bf16 through {'oneDNN, prepacked' if bf16_kernel() == 'onednn' else 'plain F.linear'}"

@@ -269,6 +269,9 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         if missing := sorted(names - set(state)):
             raise ValueError(f"the fp32 weights lack {missing[:3]}")
         model.load_state_dict(state, strict=True, assign=True)
+        from solutions.fused_step import FusedStepF32
+
+        model.fused_step = FusedStepF32.for_model(model)  # None where the kernel is missing
         return model.eval()
     state = dict(state)
     used = set()

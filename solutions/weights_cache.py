@@ -9,8 +9,10 @@ parses the file once, for both the tokenizer and the weights, and writes into `c
   matrix that oneDNN copies into its prepacked bf16 layout has its mapped pages released at once,
   solutions.mapped_pages, so it is not resident twice),
 - `manifest.json`: the GGUF's key (size, mtime, BLAKE2b hash) and each file's size, mtime and CRC-32,
-- and beside them the machine's calibration (solutions.calibration), which picks the layout and
-  the row counts whose fp32 products go through MKL's packed GEMM (solutions.packed_gemm).
+- and beside them, for fp32 where the compiled kernel is missing (or DOJO_FUSED=0), the machine's
+  calibration (solutions.calibration), which picks the layout and the row counts whose fp32
+  products go through MKL's packed GEMM (solutions.packed_gemm). With the kernel, fp32 decode steps
+  are native (solutions.fused_step.FusedStepF32) and the weights row-major, uncalibrated.
 A start whose GGUF size or mtime differ re-hashes it; a changed hash rebuilds every file, saying
 why. Each cached file is checked before use (its size; its CRC-32 when its mtime is not the one
 recorded), and a damaged, missing or unreadable one is rebuilt, saying which. Files are written to
@@ -191,8 +193,15 @@ def load(mode: str = "int4", cache_dir: str | Path | None = None, gguf: str | Pa
     started = time.perf_counter()
     cache = Cache(cache_dir, gguf, say)
     seconds["check"] = time.perf_counter() - started
-    calib = calibration.load_or_calibrate(cache_dir, calibration_timer, say) if mode == "fp32" else None
-    layout = calib.layout if calib else "row"
+    calib = None
+    from solutions import native
+
+    # with the compiled kernel, fp32 decode steps run fused (solutions.fused_step.FusedStepF32), whose
+    # product streams row-major weights fastest; BLAS's layout is calibrated only where they do not
+    # (torch's products then run prefill alone, whose many rows make either layout fast)
+    if mode == "fp32" and (calibration_timer is not None or not native.fused_enabled()):
+        calib = calibration.load_or_calibrate(cache_dir, calibration_timer, say)
+    layout = calib.layout if calib else "row"  # the fused fp32 step reads row-major weights fastest
     reader = None
 
     def gguf_reader():

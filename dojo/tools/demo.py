@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
                       markup=False)
             if args.verbose and getattr(m, "fused_step", None) is not None:
-                out.print(f"  batch-1 steps: {m.fused_step.describe()}", markup=False)
+                out.print(f"  decode steps: {m.fused_step.describe()}", markup=False)
     if args.verbose:
         out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:

@@ -23,8 +23,10 @@
 // (the floor: vpmaddubsw then vpmaddwd, two instructions where VNNI has one). Each kernel is compiled
 // for its own target with a function attribute, so one build runs on any x86-64 CPU and `isas()` says
 // which kernels this CPU can run.
-// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), non-x86, a fused step for more
-// than one row (batches take the product alone, through solutions/model.py).
+// The file also holds the fp32 model's fused step (decode_step_f32.h, 1-8 rows), which shares the
+// dispatch, the fp32 helpers and the build.
+// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), non-x86, a Q4_1 fused step for
+// more than one row (batches take the product alone, through solutions/model.py).
 
 #include <torch/extension.h>
 
@@ -149,12 +151,42 @@ struct Scratch {
   Q8Buf q8;
 };
 
+// The fp32 model for decode_step_f32.h: matrices in either memory order, the embedding doubling as
+// the LM head (tied), as solutions/model.py's fp32 Llama holds them.
+struct MatF32 {
+  const float* w;
+  int64_t n, k;
+  bool col;  // stored column-major: (k, n) contiguous; else row-major (n, k)
+};
+
+struct LayerF32 {
+  const float* attn_norm;
+  const float* ffn_norm;
+  MatF32 wqkv, wo, gate_up, down;
+};
+
+struct ModelF32 {
+  int64_t d, n_layers, n_heads, n_kv, head_dim, d_ff, vocab, max_seq;
+  float eps;
+  std::vector<LayerF32> layers;
+  const float* norm;
+  MatF32 embed;  // (vocab, d): rows are tokens' embeddings, and the LM head's output rows
+  const float* cos;
+  const float* sin;
+};
+
+// An fp32 step's working memory for up to kMaxRows rows, allocated once.
+struct ScratchF32 {
+  std::vector<float> x, h, qkv, att, out, gu, act, tmp, scores;
+};
+
 // How far ahead of the block it multiplies a tile loop asks for weights (`prefetch`), in tile-blocks of
 // 320 bytes; 0 asks for none. The hardware prefetcher alone leaves the stream of weights well under the
 // memory's bandwidth on some CPUs, and the best distance depends on the CPU and its memory, so it is
 // not a constant here: solutions.fused_step measures a few distances on the model's own weights when
 // it loads and sets the fastest (set_prefetch). A prefetch never faults, even past the end.
 std::atomic<int64_t> g_prefetch_blocks{0};
+
 
 void set_prefetch(int64_t blocks) {
   TORCH_CHECK(blocks >= 0 && blocks <= 4096, "the prefetch distance must be 0..4096 tile-blocks, got ", blocks);
@@ -231,6 +263,7 @@ inline __m256i dot(__m256i acc, __m256i u, __m256i s) {
 #include "tiles_256.h"
 DOJO_PRODUCT_AND_STEP
 #include "decode_step.h"
+#include "decode_step_f32.h"
 }  // namespace avx2
 #pragma GCC pop_options
 
@@ -241,6 +274,7 @@ inline __m256i dot(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx
 #include "tiles_256.h"
 DOJO_PRODUCT_AND_STEP
 #include "decode_step.h"
+#include "decode_step_f32.h"
 }  // namespace avxvnni
 #pragma GCC pop_options
 
@@ -250,6 +284,7 @@ namespace avx512vnni {
 #include "tiles_512.h"
 DOJO_PRODUCT_AND_STEP
 #include "decode_step.h"
+#include "decode_step_f32.h"
 }  // namespace avx512vnni
 #pragma GCC pop_options
 
@@ -291,6 +326,12 @@ QuantizeFn quantize_for(const std::string& isa) {
 
 StepFn step_for(const std::string& isa) {
   return isa == "avx2" ? avx2::step : isa == "avxvnni" ? avxvnni::step : avx512vnni::step;
+}
+
+using StepF32Fn = void (*)(const ModelF32&, ScratchF32&, const int64_t*, int64_t, float*, int64_t, int64_t, float*);
+
+StepF32Fn step_f32_for(const std::string& isa) {
+  return isa == "avx2" ? avx2::step_f32 : isa == "avxvnni" ? avxvnni::step_f32 : avx512vnni::step_f32;
 }
 
 // A tiled weight's checks: uint8 (T, K / 32, 320) holding n rows; K from the tiles.
@@ -429,6 +470,127 @@ class Decoder {
   std::vector<torch::Tensor> keep_;  // the tensors model_ points into
 };
 
+using GemvF32Fn = void (*)(const MatF32&, const float*, int64_t, float*);
+
+GemvF32Fn gemv_f32_for(const std::string& isa) {
+  return isa == "avx2" ? avx2::gemv_f32 : isa == "avxvnni" ? avxvnni::gemv_f32 : avx512vnni::gemv_f32;
+}
+
+// x (M, K) fp32 @ W.T for an fp32 W (N, K), row-major or the transpose of a contiguous (K, N), with the
+// fused fp32 step's product (M at most 8): for tests, against F.linear.
+torch::Tensor matmul_f32(const torch::Tensor& x, const torch::Tensor& w, const std::string& isa) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.size(0) >= 1 && x.size(0) <= kMaxRows,
+              "x must be a 2-D fp32 tensor of 1..", kMaxRows, " rows; got ", x.sizes(), " ", x.scalar_type());
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.size(1) == x.size(1),
+              "w must be fp32 (N, ", x.size(1), "); got ", w.sizes(), " ", w.scalar_type());
+  const int64_t n = w.size(0), k = w.size(1);
+  const bool row = w.stride(0) == k && w.stride(1) == 1, col = w.stride(0) == 1 && w.stride(1) == n;
+  TORCH_CHECK(row || col, "w must be row-major or the transpose of a contiguous matrix; strides ", w.strides());
+  check_isa(isa);
+  const torch::Tensor xc = x.contiguous();
+  torch::Tensor y = torch::empty({x.size(0), n}, x.options());
+  gemv_f32_for(isa)(MatF32{w.data_ptr<float>(), n, k, !row}, xc.data_ptr<float>(), x.size(0), y.data_ptr<float>());
+  return y;
+}
+
+// A Llama model's fp32 weights, held for the fused decode step at 1..8 rows (decode_step_f32.h).
+class DecoderF32 {
+ public:
+  // config: d, n_layers, n_heads, n_kv_heads, head_dim, d_ff, vocab, max_seq; norms: each layer's
+  // attn_norm and ffn_norm, then the final norm; mats: each layer's wqkv, wo, w_gate_up, w_down as
+  // (N, K) fp32 views, each row-major or column-major (the transpose of a contiguous (K, N)); embed:
+  // (vocab, d), the same; cos, sin (max_seq, head_dim) fp32.
+  DecoderF32(std::vector<int64_t> config, double eps, std::vector<torch::Tensor> norms,
+             std::vector<torch::Tensor> mats, torch::Tensor embed, torch::Tensor cos, torch::Tensor sin,
+             const std::string& isa)
+      : step_(step_f32_for(isa)) {
+    TORCH_CHECK(config.size() == 8, "config must hold 8 sizes, got ", config.size());
+    check_isa(isa);
+    ModelF32& m = model_;
+    m.d = config[0], m.n_layers = config[1], m.n_heads = config[2], m.n_kv = config[3], m.head_dim = config[4];
+    m.d_ff = config[5], m.vocab = config[6], m.max_seq = config[7];
+    m.eps = static_cast<float>(eps);
+    TORCH_CHECK(m.d > 0 && m.n_layers > 0 && m.n_kv > 0 && m.n_heads % m.n_kv == 0 && m.head_dim % 2 == 0 &&
+                    m.n_heads * m.head_dim == m.d && m.d_ff > 0 && m.vocab > 0 && m.max_seq > 0,
+                "unsupported sizes: n_heads must be a multiple of n_kv_heads, head_dim even, n_heads * head_dim = d");
+    TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * m.n_layers + 1, "expected ", 2 * m.n_layers + 1,
+                " norms, got ", norms.size());
+    TORCH_CHECK(static_cast<int64_t>(mats.size()) == 4 * m.n_layers, "expected ", 4 * m.n_layers,
+                " matrices, got ", mats.size());
+    auto vec = [&](const torch::Tensor& t, int64_t n, const char* what) {
+      TORCH_CHECK(t.dim() == 1 && t.size(0) == n && t.scalar_type() == torch::kFloat32 && t.is_contiguous(),
+                  what, " must be a contiguous fp32 vector of ", n);
+      keep_.push_back(t);
+      return t.data_ptr<float>();
+    };
+    auto mat = [&](const torch::Tensor& t, int64_t n, int64_t k, const char* what) {
+      TORCH_CHECK(t.dim() == 2 && t.scalar_type() == torch::kFloat32 && t.size(0) == n && t.size(1) == k, what,
+                  " must be fp32 (", n, ", ", k, "); got ", t.sizes(), " ", t.scalar_type());
+      const bool row = t.stride(0) == k && t.stride(1) == 1, col = t.stride(0) == 1 && t.stride(1) == n;
+      TORCH_CHECK(row || col, what, " must be row-major or the transpose of a contiguous matrix; strides ",
+                  t.strides());
+      keep_.push_back(t);
+      return MatF32{t.data_ptr<float>(), n, k, !row};
+    };
+    const int64_t hd = m.head_dim, qkv = (m.n_heads + 2 * m.n_kv) * hd;
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      m.layers.push_back({vec(norms[2 * l], m.d, "attn_norm"), vec(norms[2 * l + 1], m.d, "ffn_norm"),
+                          mat(mats[4 * l], qkv, m.d, "wqkv"), mat(mats[4 * l + 1], m.d, m.d, "wo"),
+                          mat(mats[4 * l + 2], 2 * m.d_ff, m.d, "w_gate_up"),
+                          mat(mats[4 * l + 3], m.d, m.d_ff, "w_down")});
+    }
+    m.norm = vec(norms.back(), m.d, "the final norm");
+    m.embed = mat(embed, m.vocab, m.d, "the embedding");
+    for (const auto& t : {cos, sin})
+      TORCH_CHECK(t.dim() == 2 && t.size(0) == m.max_seq && t.size(1) == hd && t.is_contiguous() &&
+                      t.scalar_type() == torch::kFloat32,
+                  "the RoPE tables must be contiguous fp32 (max_seq, head_dim)");
+    keep_.push_back(cos), keep_.push_back(sin);
+    m.cos = cos.data_ptr<float>(), m.sin = sin.data_ptr<float>();
+    ScratchF32& s = scratch_;
+    const int64_t r = kMaxRows;
+    s.x.resize(r * m.d), s.h.resize(r * m.d), s.qkv.resize(r * qkv), s.att.resize(r * m.d), s.out.resize(r * m.d);
+    s.gu.resize(r * 2 * m.d_ff), s.act.resize(r * m.d_ff), s.tmp.resize(hd);
+  }
+
+  // Logits (rows, vocab) after tokens (rows,) int64, 1 <= rows <= 8, their keys and values written at
+  // position `pos` of kv (2, n_layers, rows, n_kv_heads, max_len, head_dim) fp32, which holds
+  // positions 0..pos-1 of every row.
+  torch::Tensor step(torch::Tensor tokens, torch::Tensor kv, int64_t pos) {
+    const ModelF32& m = model_;
+    TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kInt64 && tokens.size(0) >= 1 &&
+                    tokens.size(0) <= kMaxRows,
+                "tokens must be an int64 vector of 1..", kMaxRows, " ids; got ", tokens.sizes(), " ",
+                tokens.scalar_type());
+    const torch::Tensor ids = tokens.contiguous();
+    const int64_t rows = ids.size(0);
+    const int64_t* t = ids.data_ptr<int64_t>();
+    for (int64_t b = 0; b < rows; ++b)
+      TORCH_CHECK(t[b] >= 0 && t[b] < m.vocab, "token ", t[b], " is not in [0, ", m.vocab, ")");
+    TORCH_CHECK(kv.dim() == 6 && kv.scalar_type() == torch::kFloat32 && kv.is_contiguous() && kv.size(0) == 2 &&
+                    kv.size(1) == m.n_layers && kv.size(2) == rows && kv.size(3) == m.n_kv &&
+                    kv.size(5) == m.head_dim,
+                "the cache must be contiguous fp32 (2, n_layers, ", rows, ", n_kv_heads, max_len, head_dim); got ",
+                kv.sizes());
+    const int64_t max_len = kv.size(4);
+    TORCH_CHECK(pos >= 0 && pos < max_len && pos < m.max_seq, "position ", pos, " is past the cache (",
+                max_len, ") or the context (", m.max_seq, ")");
+    torch::Tensor logits = torch::empty({rows, m.vocab}, torch::kFloat32);
+    const std::lock_guard<std::mutex> one_at_a_time(busy_);
+    if (static_cast<int64_t>(scratch_.scores.size()) < rows * m.n_heads * (pos + 1))
+      scratch_.scores.resize(kMaxRows * m.n_heads * std::max<int64_t>(pos + 1, 2 * static_cast<int64_t>(scratch_.scores.size()) / (kMaxRows * m.n_heads)));
+    step_(m, scratch_, t, rows, kv.data_ptr<float>(), max_len, pos, logits.data_ptr<float>());
+    return logits;
+  }
+
+ private:
+  StepF32Fn step_;
+  ModelF32 model_;
+  ScratchF32 scratch_;
+  std::mutex busy_;
+  std::vector<torch::Tensor> keep_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -440,6 +602,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W (n, K) as Q4_1 tiles (solutions.q8_1.repack)",
              pybind11::arg("x"), pybind11::arg("tiles"), pybind11::arg("n"), pybind11::arg("isa"),
              pybind11::arg("residual"));
+  module.def("matmul_f32", &matmul_f32, "x (M <= 8, K) fp32 @ W.T for an fp32 W (N, K), row- or column-major",
+             pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("isa"));
   module.def("quantize", &quantize, "x (M, K) fp32 as Q8_1: [q, d, s], or [q, lo, d, s] with the residual",
              pybind11::arg("x"), pybind11::arg("residual"), pybind11::arg("isa"));
   pybind11::class_<Decoder>(module, "Decoder")
@@ -447,4 +611,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
                           torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
       .def("step", &Decoder::step, "logits (vocab) after token, its K and V written at pos of kv",
            pybind11::arg("token"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>());
+  pybind11::class_<DecoderF32>(module, "DecoderF32")
+      .def(pybind11::init<std::vector<int64_t>, double, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
+                          torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
+      .def("step", &DecoderF32::step, "logits (rows, vocab) after tokens (rows,), their K and V written at pos of kv",
+           pybind11::arg("tokens"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>());
 }

@@ -15,6 +15,7 @@ import pytest
 from dojo import ROOT
 from dojo.practice import history
 from dojo.tools import demo
+from solutions import native
 
 
 @pytest.fixture
@@ -131,8 +132,8 @@ def test_decode_line_without_decode_steps_shows_no_nan():
 @pytest.mark.slow
 def test_demo_on_smollm2(tmp_path):
     """One workspace, three `dojo demo` runs (each builds caches a fresh workspace lacks, so they share one):
-    `--weights fp32 --verbose` says the mode, the calibration, start-up times and peak RSS, and caches the
-    weights; then the default plan (fp32 verifying int4's drafts) answers the capital question, naming
+    `--weights fp32 --verbose` says the mode, its decode step (the fused native step where the kernel is
+    built, else the BLAS layout's calibration), start-up times and peak RSS, and caches the weights; then the default plan (fp32 verifying int4's drafts) answers the capital question, naming
     Paris, with prompt tokens, time to first token and tokens/s, mapping the cached fp32 weights and
     tokenizer (no "cached" line for them); an unknown mode is a clear error"""
     dojo = Path(sys.executable).with_name("dojo")
@@ -145,9 +146,11 @@ def test_demo_on_smollm2(tmp_path):
 
     first = demo("--weights", "fp32", "--verbose")
     assert first.returncode == 0, first.stdout + first.stderr
-    for want in ("weights: fp32", "by calibration", "start-up:", "peak RSS:", "cached the fp32 weights"):
+    fused = native.fused_enabled()
+    how = "decode steps: fused native fp32 step" if fused else "by calibration"
+    for want in ("weights: fp32", how, "start-up:", "peak RSS:", "cached the fp32 weights"):
         assert want in first.stdout, f"{want!r} missing:\n{first.stdout}"
-    assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists()
+    assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists() != fused, "calibrated only without the step"
 
     answer = demo("--verbose", question="What is the capital of France?", new=8)
     assert answer.returncode == 0, f"dojo demo failed ({answer.returncode}):\n{answer.stdout}\n{answer.stderr}"

@@ -1,0 +1,171 @@
+// One decode step of a Llama model with fp32 weights, for 1..8 rows at once (greedy decode, and the
+// beams of a beam search, which share one position): included once per instruction set inside that
+// set's namespace of q4_1_q8_1.cpp, after decode_step.h (it uses rms_norm, rope, dot_f32, axpy_f32,
+// exp_sum and silu_mul from there and from tiles_*.h). Not a header to include anywhere else.
+//
+// The same computation as solutions/model.py's `_run` for one token a row, in the same order, only
+// fp32 summation order differing: each row's embedding, then per layer RMSNorm, the QKV product, RoPE
+// on q and k, k and v written into the row's cache at `pos`, attention over positions 0..pos, the
+// output product and residual add, RMSNorm, gate|up, SiLU(gate) * up, down and residual add; then the
+// final norm and the tied LM head (the embedding). No quantization: every product is fp32.
+//
+// Products read each weight once for all rows. Row-major (N, K) is the fast form: one dot product per
+// output row, rows split over threads (rows_f32). Column-major (K, N contiguous), the layout
+// solutions.calibration may choose for torch's BLAS, is taken too, plainly: each input k scales a
+// contiguous run of outputs, columns split over threads and kColumns at a time, so a run of every
+// row's outputs sits in L1 while the weights stream past. 256-bit registers on every instruction
+// set: the loops are memory-bound, and AVX2 + FMA is the floor this build runs on.
+
+constexpr int64_t kColumns = 256;  // outputs a column-major pass keeps in L1: 8 rows x 1 KB
+
+inline float hsum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+// y[b * n + j] = dot(w row j, x row b) for j in [j0, j1) and B rows of x (B, k): each weight row is
+// read once for all B. The range is cut into J runs read side by side (rows j, j + S, j + 2S, ... for
+// S = a J-th of the range): J streams of weights a thread, not one, keep more of memory's requests in
+// flight (one stream per thread left a quarter of the bandwidth unused on the Xeon measured), and J
+// independent sums hide the FMA's latency even for one row.
+template <int B, int J>
+void rows_f32(const MatF32& m, const float* x, float* y, int64_t j0, int64_t j1) {
+  const int64_t k = m.k, n = m.n, S = (j1 - j0) / J;
+  for (int64_t j = j0; j < j0 + S; ++j) {
+    __m256 acc[J][B];
+    for (int r = 0; r < J; ++r)
+      for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+      for (int r = 0; r < J; ++r) {
+        const __m256 wv = _mm256_loadu_ps(m.w + (j + r * S) * k + i);
+        for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + b * k + i), acc[r][b]);
+      }
+    for (int r = 0; r < J; ++r)
+      for (int b = 0; b < B; ++b) {
+        float s = hsum8(acc[r][b]);
+        for (int64_t t = i; t < k; ++t) s += m.w[(j + r * S) * k + t] * x[b * k + t];
+        y[b * n + j + r * S] = s;
+      }
+  }
+  if (J > 1 && j0 + J * S < j1) rows_f32<B, 1>(m, x, y, j0 + J * S, j1);  // the rows left over, one stream
+}
+
+// The same for a column-major weight: outputs [j0, j1) in runs of kColumns, each run summing
+// x[b][i] * w[i][run] over every input i.
+template <int B>
+void cols_f32(const MatF32& m, const float* x, float* y, int64_t j0, int64_t j1) {
+  const int64_t k = m.k, n = m.n;
+  alignas(64) float acc[B][kColumns];
+  for (int64_t c0 = j0; c0 < j1; c0 += kColumns) {
+    const int64_t width = std::min(kColumns, j1 - c0);
+    for (int b = 0; b < B; ++b) std::fill(acc[b], acc[b] + width, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const float* wi = m.w + i * n + c0;
+      int64_t c = 0;
+      for (; c + 8 <= width; c += 8) {
+        const __m256 wv = _mm256_loadu_ps(wi + c);
+        for (int b = 0; b < B; ++b)
+          _mm256_store_ps(acc[b] + c, _mm256_fmadd_ps(_mm256_set1_ps(x[b * k + i]), wv, _mm256_load_ps(acc[b] + c)));
+      }
+      for (; c < width; ++c)
+        for (int b = 0; b < B; ++b) acc[b][c] += x[b * k + i] * wi[c];
+    }
+    for (int b = 0; b < B; ++b) std::memcpy(y + b * n + c0, acc[b], width * sizeof(float));
+  }
+}
+
+template <int B>
+void gemv_rows(const MatF32& m, const float* x, float* y) {
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t chunk = (m.n + threads - 1) / threads;
+  at::parallel_for(0, m.n, chunk, [&](int64_t j0, int64_t j1) {
+    if (m.col) return cols_f32<B>(m, x, y, j0, j1);
+    rows_f32<B, (B <= 4 ? 4 : 2)>(m, x, y, j0, j1);  // J * B sums in 16 registers where they fit
+  });
+}
+
+// y (rows, n) = x (rows, k) @ W.T, 1 <= rows <= 8.
+inline void gemv_f32(const MatF32& m, const float* x, int64_t rows, float* y) {
+  switch (rows) {
+    case 1: return gemv_rows<1>(m, x, y);
+    case 2: return gemv_rows<2>(m, x, y);
+    case 3: return gemv_rows<3>(m, x, y);
+    case 4: return gemv_rows<4>(m, x, y);
+    case 5: return gemv_rows<5>(m, x, y);
+    case 6: return gemv_rows<6>(m, x, y);
+    case 7: return gemv_rows<7>(m, x, y);
+    default: return gemv_rows<8>(m, x, y);
+  }
+}
+
+// Attention of every row's n_heads query heads over its own keys and values 0..T-1; rows x heads
+// split over threads. q: row b's heads at q + b * q_stride (n_heads * hd); kv_row(b, 0 | 1) the row's keys | values (n_kv, max_len,
+// hd) of this layer; out (rows, n_heads * hd).
+template <typename KV>
+void attend_rows(const ModelF32& m, int64_t rows, const float* q, int64_t q_stride, KV kv_row, int64_t max_len, int64_t T,
+                 float* scores, float* out) {
+  const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv, qd = nh * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  at::parallel_for(0, rows * nh, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / nh, h = u % nh;
+      const float* qh = q + b * q_stride + h * hd;
+      const float* K = kv_row(b, 0) + (h / group) * max_len * hd;
+      const float* V = kv_row(b, 1) + (h / group) * max_len * hd;
+      float* sc = scores + u * T;
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < T; ++t) {
+        sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
+        top = std::max(top, sc[t]);
+      }
+      const float total = exp_sum(sc, T, top);
+      float* o = out + b * qd + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + t * hd, o, hd);
+    }
+  });
+}
+
+// Logits (rows, vocab) for the tokens after `tokens` (one a row), whose keys and values go to position
+// `pos` of kv (2, n_layers, rows, n_kv, max_len, hd), which already holds positions 0..pos-1.
+void step_f32(const ModelF32& m, ScratchF32& s, const int64_t* tokens, int64_t rows, float* kv, int64_t max_len,
+              int64_t pos, float* logits) {
+  const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv, T = pos + 1;
+  const int64_t qkv_dim = (nh + 2 * nkv) * hd, ff = m.d_ff;
+  const int64_t row_kv = nkv * max_len * hd;  // floats of one row's keys (or values) in one layer
+  float *x = s.x.data(), *h = s.h.data(), *qkv = s.qkv.data(), *att = s.att.data(), *out = s.out.data();
+  for (int64_t b = 0; b < rows; ++b)  // the embedding's row for each token
+    for (int64_t i = 0; i < d; ++i)
+      x[b * d + i] = m.embed.col ? m.embed.w[i * m.vocab + tokens[b]] : m.embed.w[tokens[b] * d + i];
+  const float* cos = m.cos + pos * hd;
+  const float* sin = m.sin + pos * hd;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    const LayerF32& w = m.layers[l];
+    for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, w.attn_norm, d, m.eps, h + b * d);
+    gemv_f32(w.wqkv, h, rows, qkv);
+    const auto kv_row = [&](int64_t b, int which) { return kv + ((which * m.n_layers + l) * rows + b) * row_kv; };
+    for (int64_t b = 0; b < rows; ++b) {
+      float* r = qkv + b * qkv_dim;
+      for (int64_t head = 0; head < nh + nkv; ++head) rope(r + head * hd, cos, sin, hd, s.tmp.data());
+      for (int64_t g = 0; g < nkv; ++g) {
+        std::memcpy(kv_row(b, 0) + (g * max_len + pos) * hd, r + (nh + g) * hd, hd * sizeof(float));
+        std::memcpy(kv_row(b, 1) + (g * max_len + pos) * hd, r + (nh + nkv + g) * hd, hd * sizeof(float));
+      }
+    }
+    attend_rows(m, rows, qkv, qkv_dim, kv_row, max_len, T, s.scores.data(), att);
+    gemv_f32(w.wo, att, rows, out);
+    for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
+    for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, w.ffn_norm, d, m.eps, h + b * d);
+    gemv_f32(w.gate_up, h, rows, s.gu.data());
+    for (int64_t b = 0; b < rows; ++b) {
+      const float* gate = s.gu.data() + b * 2 * ff;
+      silu_mul(gate, gate + ff, s.act.data() + b * ff, ff);
+    }
+    gemv_f32(w.down, s.act.data(), rows, out);
+    for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
+  }
+  for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, m.norm, d, m.eps, h + b * d);
+  gemv_f32(m.embed, h, rows, logits);
+}
