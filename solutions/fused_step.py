@@ -35,6 +35,7 @@ import json
 import os
 import statistics
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -149,8 +150,17 @@ def _plain_step_cache(ids: Tensor, cache, attention_mask: Tensor | None, max_seq
     return bool(((ids >= 0) & (ids < vocab_size)).all())
 
 
+def _not_copied(self, memo) -> None:
+    """copy.deepcopy of a model holding a fused step: the copy's weights are new tensors, which this step
+    (native, pointing into the original's) does not read, so the copy gets no fused step and runs the
+    readable path; its own `for_model` gives it one."""
+    return None
+
+
 class FusedStep:
     """A callable `(ids, cache, attention_mask) -> logits (1, V) or None` over a native Decoder."""
+
+    __deepcopy__ = _not_copied
 
     def __init__(self, decoder, kernel, vocab_size: int, max_seq_len: int, prefetch: dict[int, float]):
         self.decoder, self.kernel = decoder, kernel
@@ -207,16 +217,36 @@ class FusedStep:
         return logits[None]
 
 
+def _reads(model) -> tuple:
+    """Where each tensor the fp32 step reads lives (data pointer, strides), with the model's head and
+    attention function: what must not change under a built step."""
+    tensors = [model.embed, model.norm, model.rope_cos, model.rope_signed_sin]
+    tensors += [getattr(layer, name) for layer in model.layers
+                for name in ("attn_norm", "ffn_norm", "wqkv", "wo", "w_gate_up", "w_down")]
+    return (model.lm_head, model.attention_fn, *((t.data_ptr(), t.stride(), t.dtype) for t in tensors))
+
+
 class FusedStepF32:
     """The fp32 model's decode step in native code (solutions/csrc/decode_step_f32.h), for 1..MAX_ROWS
     rows at one position: a greedy step, or the beams of a beam search. A callable `(ids, cache,
     attention_mask) -> logits (B, V) or None`, declining what is not plain, as FusedStep does."""
 
     MAX_ROWS = 8
+    __deepcopy__ = _not_copied
 
-    def __init__(self, decoder, kernel, vocab_size: int, max_seq_len: int):
+    def __init__(self, decoder, kernel, model):
         self.decoder, self.kernel = decoder, kernel
-        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+        self.vocab_size, self.max_seq_len = model.config.vocab_size, model.config.max_seq_len
+        self.model = weakref.ref(model)  # (the model holds this step: no cycle)
+        self.read = _reads(model)  # what the native step points into, as it was when built
+
+    def current(self) -> bool:
+        """Whether the model still holds the weights the step was built on: a weight replaced since (a
+        Parameter assigned anew, `.data` swapped by `.to()` or `.half()`, load_state_dict(assign=True),
+        another attention function or head) would leave the native step reading the old ones, so the
+        step then declines and the readable path runs. Writes into a weight in place are read as made."""
+        model = self.model()
+        return model is not None and _reads(model) == self.read
 
     @classmethod
     def for_model(cls, model, isa: str | None = None) -> FusedStepF32 | None:
@@ -244,13 +274,15 @@ class FusedStepF32:
             [c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.vocab_size, c.max_seq_len],
             c.norm_eps, [*norms, model.norm.detach().contiguous()], [m.detach() for m in mats],
             model.embed.detach(), model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
-        return cls(decoder, kernel, c.vocab_size, c.max_seq_len)
+        return cls(decoder, kernel, model)
 
     def describe(self) -> str:
         return f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS, self.vocab_size):
+            return None
+        if not self.current():
             return None
         logits = self.decoder.step(ids, cache.storage, cache.length)  # (B, V); writes K, V at pos of every layer
         cache.advance(1)

@@ -212,6 +212,44 @@ def test_fused_step_declines_what_it_does_not_take(kernel):
         model.decode_step(torch.tensor([model.config.vocab_size]), cache())
 
 
+def test_a_replaced_weight_or_a_copy_never_runs_stale_weights(kernel):
+    """The native step points into the tensors the model held when it was built. A weight replaced
+    since (assigned anew, or its .data swapped) makes it decline, so the readable path runs on the new
+    weight; a write into a weight in place is read as made; a deep copy of the model (new tensors)
+    gets no fused step and runs the readable path, alike."""
+    import copy
+
+    model = fused_model()
+    ids = torch.tensor([3])
+
+    def step(m):
+        cache = m.new_cache(1, 16)
+        m.prefill(torch.tensor([PROMPT]), cache)
+        return m.decode_step(ids, cache)
+
+    def readable(m):
+        saved, m.fused_step = m.fused_step, None
+        try:
+            return step(m)
+        finally:
+            m.fused_step = saved
+
+    copied = copy.deepcopy(model)
+    assert copied.fused_step is None, "a copy's fused step would read the original's weights"
+    assert torch.allclose(step(copied), step(model), atol=1e-5)
+    with torch.no_grad():
+        model.layers[1].wo.mul_(0.5)  # in place: the step reads it
+    assert model.fused_step.current()
+    assert torch.allclose(step(model), readable(model), atol=1e-5)
+    model.layers[0].w_down = torch.nn.Parameter(model.layers[0].w_down.detach() * 2, requires_grad=False)
+    assert not model.fused_step.current(), "a replaced weight must make the step decline"
+    assert torch.allclose(step(model), readable(model), atol=1e-5)
+    model.fused_step = FusedStepF32.for_model(model)
+    model.norm.data = model.norm.detach() * 0.9  # .data swapped, as .to() does
+    assert not model.fused_step.current()
+    assert torch.allclose(step(model), readable(model), atol=1e-5)
+
+
 def test_switched_off_and_other_models(kernel, monkeypatch):
     """DOJO_FUSED=0 and models the step does not read (an untied head, another attention) get none."""
     monkeypatch.setenv(ENV, "0")
