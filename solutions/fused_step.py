@@ -10,7 +10,9 @@ differs (tests/system/test_fused_step.py holds it to the readable path).
 
 `FusedStepF32` does the same for the fp32 model (solutions/csrc/decode_step_f32.h) on 1 to 8 rows
 at one position, so a beam search's step is one call too, and its products read each weight once
-for every row (tests/system/test_fused_step_f32.py). No quantization: logits match the readable
+for every row; its `prefill` takes up to 8 tokens of one row the same way (speculative decoding's
+verification pass), each position's logits bit for bit what feeding its token alone gives
+(tests/system/test_fused_step_f32.py). No quantization: logits match the readable
 path's to fp32 rounding, and the text stays HuggingFace's (tests/system/test_generate_hf.py).
 
 The Q4_1 weights stream from memory once a step, and how far ahead of its reads the kernel should ask
@@ -25,8 +27,8 @@ Each takes a step only when it is plain: its rows (one, or 1-8), the reference K
 the context. Anything else, it declines (returns None) and the readable path runs, which also raises
 the errors bad input deserves.
 Left out: `dojo serve`'s batches (their steps read the paged KV cache: the readable path, whose
-products in the int4-q8 modes are the same kernel), prefill (a chunk of tokens is already few large
-products), and the bf16 and int4 modes.
+products in the int4-q8 modes are the same kernel), prompts of more than 8 tokens (already few large
+products) and any prompt in the int4-q8 modes, and the bf16 and int4 modes.
 """
 
 from __future__ import annotations
@@ -216,6 +218,10 @@ class FusedStep:
         cache.advance(1)
         return logits[None]
 
+    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
+        """Declines: a prompt takes the readable path (its products are this step's kernel)."""
+        return None
+
 
 def _reads(model) -> tuple:
     """Where each tensor the fp32 step reads lives (data pointer, strides), with the model's head and
@@ -229,7 +235,8 @@ def _reads(model) -> tuple:
 class FusedStepF32:
     """The fp32 model's decode step in native code (solutions/csrc/decode_step_f32.h), for 1..MAX_ROWS
     rows at one position: a greedy step, or the beams of a beam search. A callable `(ids, cache,
-    attention_mask) -> logits (B, V) or None`, declining what is not plain, as FusedStep does."""
+    attention_mask) -> logits (B, V) or None`, declining what is not plain, as FusedStep does; and
+    `prefill` for up to MAX_ROWS tokens of one row."""
 
     MAX_ROWS = 8
     __deepcopy__ = _not_copied
@@ -284,6 +291,27 @@ class FusedStepF32:
             return None
         if not self.current():
             return None
-        logits = self.decoder.step(ids, cache.storage, cache.length)  # (B, V); writes K, V at pos of every layer
+        logits = self.decoder.step(ids.contiguous(), cache.storage, cache.length)  # (B, V); K, V written at pos
         cache.advance(1)
         return logits
+
+    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
+        """Logits (1, T, V) for a few tokens ids (1, T), 1 <= T <= MAX_ROWS, of one sequence after the
+        cache's positions, in one native call (speculative decoding's verification: each weight read once
+        for all T), or None where it is not plain (the readable path then runs). Each position's logits
+        are bit for bit those of feeding its token alone through `__call__`."""
+        if ids.dim() != 2 or ids.shape[0] != 1 or not 1 <= ids.shape[1] <= self.MAX_ROWS:
+            return None
+        T = ids.shape[1]
+        if not _plain_step_cache(ids[0, :1], cache, None, self.max_seq_len, 1, self.vocab_size):
+            return None
+        pos = cache.length
+        if pos + T > cache.max_len or pos + T > self.max_seq_len:
+            return None
+        if attention_mask is not None and (attention_mask.shape != (1, pos + T) or not bool(attention_mask.all())):
+            return None
+        if not bool(((ids >= 0) & (ids < self.vocab_size)).all()) or not self.current():
+            return None
+        logits = self.decoder.chunk(ids[0].contiguous(), cache.storage, pos)  # (T, V); K, V written at pos..
+        cache.advance(T)
+        return logits[None]

@@ -13,9 +13,10 @@ reference, dispatched to torch's fused kernel) and
 `F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
 from solutions.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
 stream, norms, attention and cache stay fp32 whatever the weights. A model may carry a
-`fused_step` (solutions.fused_step: the int4-q8 modes' whole step in native code), which
-`decode_step` hands a batch-1 step to; this file's path stays the readable one and the one it is
-tested against. Left out: training
+`fused_step` (solutions.fused_step: the whole step in native code, batch 1 in the int4-q8 modes,
+1-8 rows in fp32), which `decode_step` hands the steps it takes to, and `prefill` a few tokens of
+one row where it offers `prefill`; this file's path stays the readable one and the one it is tested
+against. Left out: training
 conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
 `Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
 `smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
@@ -154,7 +155,7 @@ class Llama(nn.Module):
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
-        self.fused_step = None  # a native whole step for batch 1 (solutions.fused_step), where the mode has one
+        self.fused_step = None  # a native whole step (solutions.fused_step), where the mode has one
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
@@ -185,6 +186,9 @@ class Llama(nn.Module):
         Raises ValueError if the tokens would run past the context, and the cache's error
         (`CacheFullError`) if they would run past the cache.
         """
+        fused = getattr(self.fused_step, "prefill", None)
+        if fused is not None and (logits := fused(ids, cache, attention_mask)) is not None:
+            return logits[:, -1:] if last_only else logits  # a few tokens of one row: one native call
         return self._run(ids, cache, attention_mask, last_only)
 
     @torch.no_grad()

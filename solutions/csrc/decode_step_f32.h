@@ -1,5 +1,5 @@
-// One decode step of a Llama model with fp32 weights, for 1..8 rows at once (greedy decode, and the
-// beams of a beam search, which share one position): included once per instruction set inside that
+// One decode step of a Llama model with fp32 weights, for 1..8 rows at once (greedy decode, the
+// beams of a beam search, which share one position, or a few positions of one sequence): included once per instruction set inside that
 // set's namespace of q4_1_q8_1.cpp, after decode_step.h (it uses rms_norm, rope, dot_f32, axpy_f32,
 // exp_sum and silu_mul from there and from tiles_*.h). Not a header to include anywhere else.
 //
@@ -100,72 +100,78 @@ inline void gemv_f32(const MatF32& m, const float* x, int64_t rows, float* y) {
   }
 }
 
-// Attention of every row's n_heads query heads over its own keys and values 0..T-1; rows x heads
-// split over threads. q: row b's heads at q + b * q_stride (n_heads * hd); kv_row(b, 0 | 1) the row's keys | values (n_kv, max_len,
-// hd) of this layer; out (rows, n_heads * hd).
+// Attention of every row's n_heads query heads over its own sequence's keys and values 0..pos (its
+// position; a row sees the rows before it in the same sequence, written first); rows x heads split
+// over threads. q: row r's heads at q + r * q_stride (n_heads * hd); kv_seq(seq, 0 | 1) a sequence's
+// keys | values (n_kv, max_len, hd) of this layer; scores: t_max floats per row and head; out (rows,
+// n_heads * hd).
 template <typename KV>
-void attend_rows(const ModelF32& m, int64_t rows, const float* q, int64_t q_stride, KV kv_row, int64_t max_len, int64_t T,
-                 float* scores, float* out) {
+void attend_rows(const ModelF32& m, const RowF32* rs, int64_t rows, const float* q, int64_t q_stride, KV kv_seq,
+                 int64_t max_len, int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv, qd = nh * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   at::parallel_for(0, rows * nh, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / nh, h = u % nh;
-      const float* qh = q + b * q_stride + h * hd;
-      const float* K = kv_row(b, 0) + (h / group) * max_len * hd;
-      const float* V = kv_row(b, 1) + (h / group) * max_len * hd;
-      float* sc = scores + u * T;
+      const int64_t r = u / nh, h = u % nh, T = rs[r].pos + 1;
+      const float* qh = q + r * q_stride + h * hd;
+      const float* K = kv_seq(rs[r].seq, 0) + (h / group) * max_len * hd;
+      const float* V = kv_seq(rs[r].seq, 1) + (h / group) * max_len * hd;
+      float* sc = scores + u * t_max;
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t t = 0; t < T; ++t) {
         sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
         top = std::max(top, sc[t]);
       }
       const float total = exp_sum(sc, T, top);
-      float* o = out + b * qd + h * hd;
+      float* o = out + r * qd + h * hd;
       std::fill(o, o + hd, 0.0f);
       for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + t * hd, o, hd);
     }
   });
 }
 
-// Logits (rows, vocab) for the tokens after `tokens` (one a row), whose keys and values go to position
-// `pos` of kv (2, n_layers, rows, n_kv, max_len, hd), which already holds positions 0..pos-1.
-void step_f32(const ModelF32& m, ScratchF32& s, const int64_t* tokens, int64_t rows, float* kv, int64_t max_len,
-              int64_t pos, float* logits) {
-  const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv, T = pos + 1;
+// Logits (rows, vocab) for `rows` tokens, each of a sequence (a row of kv (2, n_layers, n_seq, n_kv,
+// max_len, hd)) at a position: its keys and values go there, and it attends to its sequence's
+// positions 0..its own. The beams of a beam search are rows of different sequences at one position;
+// a chunk of one sequence (speculative decoding's verification) is rows at consecutive positions.
+// Every row's sums are the same whichever rows share the step: one token's logits do not depend on it.
+void step_f32(const ModelF32& m, ScratchF32& s, const RowF32* rs, int64_t rows, float* kv, int64_t n_seq,
+              int64_t max_len, float* logits) {
+  const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv;
   const int64_t qkv_dim = (nh + 2 * nkv) * hd, ff = m.d_ff;
-  const int64_t row_kv = nkv * max_len * hd;  // floats of one row's keys (or values) in one layer
+  const int64_t seq_kv = nkv * max_len * hd;  // floats of one sequence's keys (or values) in one layer
+  int64_t t_max = 0;
+  for (int64_t r = 0; r < rows; ++r) t_max = std::max(t_max, rs[r].pos + 1);
   float *x = s.x.data(), *h = s.h.data(), *qkv = s.qkv.data(), *att = s.att.data(), *out = s.out.data();
-  for (int64_t b = 0; b < rows; ++b)  // the embedding's row for each token
+  for (int64_t r = 0; r < rows; ++r)  // the embedding's row for each token
     for (int64_t i = 0; i < d; ++i)
-      x[b * d + i] = m.embed.col ? m.embed.w[i * m.vocab + tokens[b]] : m.embed.w[tokens[b] * d + i];
-  const float* cos = m.cos + pos * hd;
-  const float* sin = m.sin + pos * hd;
+      x[r * d + i] = m.embed.col ? m.embed.w[i * m.vocab + rs[r].token] : m.embed.w[rs[r].token * d + i];
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const LayerF32& w = m.layers[l];
-    for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, w.attn_norm, d, m.eps, h + b * d);
+    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.attn_norm, d, m.eps, h + r * d);
     gemv_f32(w.wqkv, h, rows, qkv);
-    const auto kv_row = [&](int64_t b, int which) { return kv + ((which * m.n_layers + l) * rows + b) * row_kv; };
-    for (int64_t b = 0; b < rows; ++b) {
-      float* r = qkv + b * qkv_dim;
-      for (int64_t head = 0; head < nh + nkv; ++head) rope(r + head * hd, cos, sin, hd, s.tmp.data());
+    const auto kv_seq = [&](int64_t seq, int which) { return kv + ((which * m.n_layers + l) * n_seq + seq) * seq_kv; };
+    for (int64_t r = 0; r < rows; ++r) {  // every row's keys and values written before any row attends
+      float* q = qkv + r * qkv_dim;
+      const int64_t pos = rs[r].pos;
+      for (int64_t head = 0; head < nh + nkv; ++head) rope(q + head * hd, m.cos + pos * hd, m.sin + pos * hd, hd, s.tmp.data());
       for (int64_t g = 0; g < nkv; ++g) {
-        std::memcpy(kv_row(b, 0) + (g * max_len + pos) * hd, r + (nh + g) * hd, hd * sizeof(float));
-        std::memcpy(kv_row(b, 1) + (g * max_len + pos) * hd, r + (nh + nkv + g) * hd, hd * sizeof(float));
+        std::memcpy(kv_seq(rs[r].seq, 0) + (g * max_len + pos) * hd, q + (nh + g) * hd, hd * sizeof(float));
+        std::memcpy(kv_seq(rs[r].seq, 1) + (g * max_len + pos) * hd, q + (nh + nkv + g) * hd, hd * sizeof(float));
       }
     }
-    attend_rows(m, rows, qkv, qkv_dim, kv_row, max_len, T, s.scores.data(), att);
+    attend_rows(m, rs, rows, qkv, qkv_dim, kv_seq, max_len, t_max, s.scores.data(), att);
     gemv_f32(w.wo, att, rows, out);
     for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
-    for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, w.ffn_norm, d, m.eps, h + b * d);
+    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.ffn_norm, d, m.eps, h + r * d);
     gemv_f32(w.gate_up, h, rows, s.gu.data());
-    for (int64_t b = 0; b < rows; ++b) {
-      const float* gate = s.gu.data() + b * 2 * ff;
-      silu_mul(gate, gate + ff, s.act.data() + b * ff, ff);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* gate = s.gu.data() + r * 2 * ff;
+      silu_mul(gate, gate + ff, s.act.data() + r * ff, ff);
     }
     gemv_f32(w.down, s.act.data(), rows, out);
     for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
   }
-  for (int64_t b = 0; b < rows; ++b) rms_norm(x + b * d, m.norm, d, m.eps, h + b * d);
+  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, m.norm, d, m.eps, h + r * d);
   gemv_f32(m.embed, h, rows, logits);
 }

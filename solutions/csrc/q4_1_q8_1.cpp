@@ -175,6 +175,11 @@ struct ModelF32 {
   const float* sin;
 };
 
+// A row of an fp32 step: its token, the sequence (cache row) it belongs to, and its position there.
+struct RowF32 {
+  int64_t token, seq, pos;
+};
+
 // An fp32 step's working memory for up to kMaxRows rows, allocated once.
 struct ScratchF32 {
   std::vector<float> x, h, qkv, att, out, gu, act, tmp, scores;
@@ -328,7 +333,7 @@ StepFn step_for(const std::string& isa) {
   return isa == "avx2" ? avx2::step : isa == "avxvnni" ? avxvnni::step : avx512vnni::step;
 }
 
-using StepF32Fn = void (*)(const ModelF32&, ScratchF32&, const int64_t*, int64_t, float*, int64_t, int64_t, float*);
+using StepF32Fn = void (*)(const ModelF32&, ScratchF32&, const RowF32*, int64_t, float*, int64_t, int64_t, float*);
 
 StepF32Fn step_f32_for(const std::string& isa) {
   return isa == "avx2" ? avx2::step_f32 : isa == "avxvnni" ? avxvnni::step_f32 : avx512vnni::step_f32;
@@ -553,37 +558,68 @@ class DecoderF32 {
     s.gu.resize(r * 2 * m.d_ff), s.act.resize(r * m.d_ff), s.tmp.resize(hd);
   }
 
-  // Logits (rows, vocab) after tokens (rows,) int64, 1 <= rows <= 8, their keys and values written at
-  // position `pos` of kv (2, n_layers, rows, n_kv_heads, max_len, head_dim) fp32, which holds
-  // positions 0..pos-1 of every row.
+  // Logits (rows, vocab) after tokens (rows,) int64, 1 <= rows <= 8, one a sequence, their keys and
+  // values written at position `pos` of kv (2, n_layers, rows, n_kv_heads, max_len, head_dim) fp32,
+  // which holds positions 0..pos-1 of every sequence.
   torch::Tensor step(torch::Tensor tokens, torch::Tensor kv, int64_t pos) {
-    const ModelF32& m = model_;
-    TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kInt64 && tokens.size(0) >= 1 &&
-                    tokens.size(0) <= kMaxRows,
-                "tokens must be an int64 vector of 1..", kMaxRows, " ids; got ", tokens.sizes(), " ",
-                tokens.scalar_type());
-    const torch::Tensor ids = tokens.contiguous();
-    const int64_t rows = ids.size(0);
-    const int64_t* t = ids.data_ptr<int64_t>();
-    for (int64_t b = 0; b < rows; ++b)
-      TORCH_CHECK(t[b] >= 0 && t[b] < m.vocab, "token ", t[b], " is not in [0, ", m.vocab, ")");
-    TORCH_CHECK(kv.dim() == 6 && kv.scalar_type() == torch::kFloat32 && kv.is_contiguous() && kv.size(0) == 2 &&
-                    kv.size(1) == m.n_layers && kv.size(2) == rows && kv.size(3) == m.n_kv &&
-                    kv.size(5) == m.head_dim,
-                "the cache must be contiguous fp32 (2, n_layers, ", rows, ", n_kv_heads, max_len, head_dim); got ",
-                kv.sizes());
-    const int64_t max_len = kv.size(4);
-    TORCH_CHECK(pos >= 0 && pos < max_len && pos < m.max_seq, "position ", pos, " is past the cache (",
-                max_len, ") or the context (", m.max_seq, ")");
-    torch::Tensor logits = torch::empty({rows, m.vocab}, torch::kFloat32);
-    const std::lock_guard<std::mutex> one_at_a_time(busy_);
-    if (static_cast<int64_t>(scratch_.scores.size()) < rows * m.n_heads * (pos + 1))
-      scratch_.scores.resize(kMaxRows * m.n_heads * std::max<int64_t>(pos + 1, 2 * static_cast<int64_t>(scratch_.scores.size()) / (kMaxRows * m.n_heads)));
-    step_(m, scratch_, t, rows, kv.data_ptr<float>(), max_len, pos, logits.data_ptr<float>());
-    return logits;
+    const int64_t rows = check_tokens(tokens);
+    check_cache(kv, rows, pos + 1);
+    std::vector<RowF32> rs;
+    const int64_t* t = tokens.data_ptr<int64_t>();
+    for (int64_t b = 0; b < rows; ++b) rs.push_back({t[b], b, pos});
+    return run(rs, kv);
+  }
+
+  // Logits (T, vocab) after each of tokens (T,) int64, 1 <= T <= 8, consecutive tokens of one
+  // sequence, their keys and values written at positions pos..pos+T-1 of kv (2, n_layers, 1,
+  // n_kv_heads, max_len, head_dim) fp32, which holds positions 0..pos-1: a short prefill.
+  torch::Tensor chunk(torch::Tensor tokens, torch::Tensor kv, int64_t pos) {
+    const int64_t rows = check_tokens(tokens);
+    check_cache(kv, 1, pos + rows);
+    std::vector<RowF32> rs;
+    const int64_t* t = tokens.data_ptr<int64_t>();
+    for (int64_t i = 0; i < rows; ++i) rs.push_back({t[i], 0, pos + i});
+    return run(rs, kv);
   }
 
  private:
+  int64_t check_tokens(const torch::Tensor& tokens) const {
+    TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kInt64 && tokens.is_contiguous() &&
+                    tokens.size(0) >= 1 && tokens.size(0) <= kMaxRows,
+                "tokens must be a contiguous int64 vector of 1..", kMaxRows, " ids; got ", tokens.sizes(), " ",
+                tokens.scalar_type());
+    const int64_t* t = tokens.data_ptr<int64_t>();
+    for (int64_t i = 0; i < tokens.size(0); ++i)
+      TORCH_CHECK(t[i] >= 0 && t[i] < model_.vocab, "token ", t[i], " is not in [0, ", model_.vocab, ")");
+    return tokens.size(0);
+  }
+
+  // kv must hold n_seq sequences and `end` positions (the last one written is end - 1).
+  void check_cache(const torch::Tensor& kv, int64_t n_seq, int64_t end) const {
+    const ModelF32& m = model_;
+    TORCH_CHECK(kv.dim() == 6 && kv.scalar_type() == torch::kFloat32 && kv.is_contiguous() && kv.size(0) == 2 &&
+                    kv.size(1) == m.n_layers && kv.size(2) == n_seq && kv.size(3) == m.n_kv &&
+                    kv.size(5) == m.head_dim,
+                "the cache must be contiguous fp32 (2, n_layers, ", n_seq, ", n_kv_heads, max_len, head_dim); got ",
+                kv.sizes());
+    TORCH_CHECK(end >= 1 && end <= kv.size(4) && end <= m.max_seq, "positions up to ", end - 1,
+                " are past the cache (", kv.size(4), ") or the context (", m.max_seq, ")");
+  }
+
+  torch::Tensor run(const std::vector<RowF32>& rs, const torch::Tensor& kv) {
+    const ModelF32& m = model_;
+    const int64_t rows = static_cast<int64_t>(rs.size());
+    int64_t t_max = 0;
+    for (const RowF32& r : rs) t_max = std::max(t_max, r.pos + 1);
+    torch::Tensor logits = torch::empty({rows, m.vocab}, torch::kFloat32);
+    const std::lock_guard<std::mutex> one_at_a_time(busy_);
+    const int64_t need = kMaxRows * m.n_heads * t_max;
+    if (static_cast<int64_t>(scratch_.scores.size()) < need)
+      scratch_.scores.resize(std::max(need, 2 * static_cast<int64_t>(scratch_.scores.size())));
+    step_(m, scratch_, rs.data(), rows, kv.data_ptr<float>(), kv.size(2), kv.size(4), logits.data_ptr<float>());
+    return logits;
+  }
+
   StepF32Fn step_;
   ModelF32 model_;
   ScratchF32 scratch_;
@@ -615,5 +651,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def(pybind11::init<std::vector<int64_t>, double, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
                           torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
       .def("step", &DecoderF32::step, "logits (rows, vocab) after tokens (rows,), their K and V written at pos of kv",
+           pybind11::arg("tokens"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def("chunk", &DecoderF32::chunk, "logits (T, vocab) after each of T tokens of one sequence, written at pos.. of kv",
            pybind11::arg("tokens"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>());
 }

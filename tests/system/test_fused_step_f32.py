@@ -212,6 +212,59 @@ def test_fused_step_declines_what_it_does_not_take(kernel):
         model.decode_step(torch.tensor([model.config.vocab_size]), cache())
 
 
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_a_few_tokens_prefill_in_one_call_as_the_steps_do(kernel, layout):
+    """prefill of 1-8 tokens of one row runs in one native call (speculative decoding's verification)
+    and gives, bit for bit, the logits and cache of feeding the tokens one step at a time; against the
+    readable path, within fp32 rounding; then decoding goes on from the cache it left."""
+    model = fused_model(layout)
+    for start in (0, 3):
+        for T in (1, 2, 5, 8):
+            ids = torch.tensor([PROMPT[:start] + [(7 * i + 1) % 256 for i in range(T)]])
+            chunked = model.new_cache(1, 24)
+            if start:
+                model.prefill(ids[:, :start], chunked)
+            assert chunked.length == start
+            got = model.prefill(ids[:, start:], chunked)  # (1, T, V)
+            assert got.shape == (1, T, model.config.vocab_size) and chunked.length == start + T
+            stepped = model.new_cache(1, 24)
+            if start:
+                model.prefill(ids[:, :start], stepped)
+            want = torch.stack([model.decode_step(ids[:, i], stepped)[0] for i in range(start, start + T)])[None]
+            assert torch.equal(got, want), f"{T} tokens after {start}: the chunk differs from one step at a time"
+            assert torch.equal(chunked.storage, stepped.storage)
+            saved, model.fused_step = model.fused_step, None
+            readable_cache = model.new_cache(1, 24)
+            if start:
+                model.prefill(ids[:, :start], readable_cache)
+            readable = model.prefill(ids[:, start:], readable_cache)
+            model.fused_step = saved
+            spread = float(readable.max() - readable.min())
+            assert float((got - readable).abs().max()) < 1e-4 * spread
+            last = model.prefill(torch.tensor([[4]]), chunked, last_only=True)
+            assert last.shape == (1, 1, model.config.vocab_size)
+
+
+def test_prefill_declines_what_it_does_not_take(kernel):
+    """More than 8 tokens, two rows, a padded mask, too little room: the readable path runs (and raises
+    where it should, naming the problem)."""
+    from solutions.kv_cache import CacheFullError
+
+    model = fused_model()
+    chunk = model.fused_step.prefill
+    ids = torch.tensor([list(range(1, 10))])
+    assert chunk(ids, model.new_cache(1, 16), None) is None, "9 tokens"
+    assert chunk(torch.tensor([[1, 2], [3, 4]]), model.new_cache(2, 16), None) is None, "two rows"
+    mask = torch.tensor([[False, True, True]])
+    assert chunk(torch.tensor([[1, 2, 3]]), model.new_cache(1, 16), mask) is None, "padding"
+    assert chunk(torch.tensor([[1, 2, 3]]), model.new_cache(1, 2), None) is None, "room for 2"
+    assert chunk(torch.tensor([[1, 256]]), model.new_cache(1, 4), None) is None, "a token outside the vocabulary"
+    with pytest.raises(CacheFullError):
+        model.prefill(torch.tensor([[1, 2, 3]]), model.new_cache(1, 2))
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        model.prefill(torch.tensor([[1, 256]]), model.new_cache(1, 4))
+
+
 def test_a_replaced_weight_or_a_copy_never_runs_stale_weights(kernel):
     """The native step points into the tensors the model held when it was built. A weight replaced
     since (assigned anew, or its .data swapped) makes it decline, so the readable path runs on the new
