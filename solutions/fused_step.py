@@ -218,9 +218,28 @@ class FusedStep:
         cache.advance(1)
         return logits[None]
 
+    PREFILL_STEPS = 2  # tokens a prefill takes as that many steps (a draft model's catch-up in speculative
+    # decoding: the last accepted draft and the target's token); a readable pass costs more than two steps
+
     def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        """Declines: a prompt takes the readable path (its products are this step's kernel)."""
-        return None
+        """Logits (1, T, V) for 1 or 2 tokens ids (1, T) of one row as T fused steps, or None (a longer
+        prompt, and anything a step declines, takes the readable path, whose products are this kernel)."""
+        if ids.dim() != 2 or ids.shape[0] != 1 or not 1 <= ids.shape[1] <= self.PREFILL_STEPS:
+            return None
+        T = ids.shape[1]
+        if type(cache) is not KVCache or cache.length + T > min(cache.max_len, self.max_seq_len):
+            return None
+        if attention_mask is not None and (attention_mask.shape != (1, cache.length + T) or not bool(attention_mask.all())):
+            return None
+        rows = []
+        for i in range(T):
+            mask = None if attention_mask is None else attention_mask[:, :cache.length + 1]
+            if (row := self(ids[:, i], cache, mask)) is None:
+                if i:  # (cannot happen: the checks above cover what a later step would decline)
+                    raise RuntimeError("a fused prefill declined half way")
+                return None
+            rows.append(row)
+        return torch.stack(rows, dim=1)  # (1, T, V)
 
 
 def _reads(model) -> tuple:

@@ -24,30 +24,53 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-// y[b * n + j] = dot(w row j, x row b) for j in [j0, j1) and B rows of x (B, k): each weight row is
-// read once for all B. The range is cut into J runs read side by side (rows j, j + S, j + 2S, ... for
-// S = a J-th of the range): J streams of weights a thread, not one, keep more of memory's requests in
-// flight (one stream per thread left a quarter of the bandwidth unused on the Xeon measured), and J
-// independent sums hide the FMA's latency even for one row.
+// s[r][b] = dot(w[r], x row b) for J weight rows and G rows of x (G, k), each weight row loaded once
+// for all G: J * G independent sums (at most 16, what 16 registers hold), each summed in the same order
+// whatever J and G are, so one output does not depend on which rows share the step.
+template <int J, int G>
+inline void dots(const float* const* w, const float* x, int64_t k, float (*s)[4]) {
+  __m256 acc[J][G];
+  for (int r = 0; r < J; ++r)
+    for (int b = 0; b < G; ++b) acc[r][b] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 wv[J];
+    for (int r = 0; r < J; ++r) wv[r] = _mm256_loadu_ps(w[r] + i);
+    for (int b = 0; b < G; ++b) {
+      const __m256 xv = _mm256_loadu_ps(x + b * k + i);
+      for (int r = 0; r < J; ++r) acc[r][b] = _mm256_fmadd_ps(wv[r], xv, acc[r][b]);
+    }
+  }
+  for (int r = 0; r < J; ++r)
+    for (int b = 0; b < G; ++b) {
+      float sum = hsum8(acc[r][b]);
+      for (int64_t t = i; t < k; ++t) sum += w[r][t] * x[b * k + t];
+      s[r][b] = sum;
+    }
+}
+
+// y[b * n + j] = dot(w row j, x row b) for j in [j0, j1) and B rows of x (B, k), each weight row read
+// from memory once for all B (rows of x four at a time while the weight rows sit in L1). The range is
+// cut into J runs read side by side (rows j, j + S, j + 2S, ... for S = a J-th of the range): J streams
+// of weights a thread, not one, keep more of memory's requests in flight (one stream per thread left a
+// quarter of the bandwidth unused on the Xeon measured), and J sums hide the FMA's latency for one row.
 template <int B, int J>
 void rows_f32(const MatF32& m, const float* x, float* y, int64_t j0, int64_t j1) {
   const int64_t k = m.k, n = m.n, S = (j1 - j0) / J;
   for (int64_t j = j0; j < j0 + S; ++j) {
-    __m256 acc[J][B];
-    for (int r = 0; r < J; ++r)
-      for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8)
-      for (int r = 0; r < J; ++r) {
-        const __m256 wv = _mm256_loadu_ps(m.w + (j + r * S) * k + i);
-        for (int b = 0; b < B; ++b) acc[r][b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + b * k + i), acc[r][b]);
+    const float* w[J];
+    for (int r = 0; r < J; ++r) w[r] = m.w + (j + r * S) * k;
+    for (int b0 = 0; b0 < B; b0 += 4) {
+      float s[J][4];
+      switch (std::min(4, B - b0)) {
+        case 1: dots<J, 1>(w, x + b0 * k, k, s); break;
+        case 2: dots<J, 2>(w, x + b0 * k, k, s); break;
+        case 3: dots<J, 3>(w, x + b0 * k, k, s); break;
+        default: dots<J, 4>(w, x + b0 * k, k, s); break;
       }
-    for (int r = 0; r < J; ++r)
-      for (int b = 0; b < B; ++b) {
-        float s = hsum8(acc[r][b]);
-        for (int64_t t = i; t < k; ++t) s += m.w[(j + r * S) * k + t] * x[b * k + t];
-        y[b * n + j + r * S] = s;
-      }
+      for (int r = 0; r < J; ++r)
+        for (int b = 0; b < std::min(4, B - b0); ++b) y[(b0 + b) * n + j + r * S] = s[r][b];
+    }
   }
   if (J > 1 && j0 + J * S < j1) rows_f32<B, 1>(m, x, y, j0 + J * S, j1);  // the rows left over, one stream
 }
@@ -82,7 +105,7 @@ void gemv_rows(const MatF32& m, const float* x, float* y) {
   const int64_t chunk = (m.n + threads - 1) / threads;
   at::parallel_for(0, m.n, chunk, [&](int64_t j0, int64_t j1) {
     if (m.col) return cols_f32<B>(m, x, y, j0, j1);
-    rows_f32<B, (B <= 4 ? 4 : 2)>(m, x, y, j0, j1);  // J * B sums in 16 registers where they fit
+    rows_f32<B, 4>(m, x, y, j0, j1);
   });
 }
 
