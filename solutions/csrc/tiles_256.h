@@ -31,50 +31,56 @@ inline __m256i half_sums(const __m256i* lo, const __m256i* hi, const int8_t* q, 
   return s;
 }
 
-// Tiles [t0, t1) of W against M activation rows, as tiles_512.h's `tiles`.
-template <int M, bool R>
+// Tiles [t0, t1) of W against M activation rows, as tiles_512.h's `tiles` (P runs read side by side).
+template <int M, bool R, int P = (M <= 2 ? 4 : M <= 4 ? 2 : 1)>
 void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t n) {
-  const int64_t nb = a.k / kBlock;
+  const int64_t nb = a.k / kBlock, S = (t1 - t0) / P;
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const int64_t ahead = g_prefetch_blocks.load(std::memory_order_relaxed);
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* tile = w + t * nb * kTileBlockBytes;
-    __m256 acc[M][2];
-    for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t t = t0; t < t0 + S; ++t) {
+    __m256 acc[P][M][2];
+    for (int p = 0; p < P; ++p)
+      for (int r = 0; r < M; ++r) acc[p][r][0] = acc[p][r][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = tile + b * kTileBlockBytes;
-      prefetch(blk, ahead);
-      for (int h = 0; h < 2; ++h) {  // rows 0-7, then 8-15
-        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-        __m256i lo[4], hi[4];
-        for (int g = 0; g < 4; ++g) {
-          const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 64 * g + 32 * h));
-          lo[g] = _mm256_and_si256(c, mask);
-          hi[g] = _mm256_and_si256(_mm256_srli_epi16(c, 4), mask);
-        }
-        for (int r = 0; r < M; ++r) {
-          const int64_t at = r * a.k + b * kBlock;
-          const __m256i s = half_sums<R>(lo, hi, a.q + at, R ? a.lo + at : nullptr);
-          const int64_t i = r * nb + b;
-          acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dv, _mm256_set1_ps(a.unit[i])), acc[r][h]);
-          acc[r][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a.s[i]), acc[r][h]);
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* blk = w + ((t + p * S) * nb + b) * kTileBlockBytes;
+        prefetch(blk, ahead);
+        for (int h = 0; h < 2; ++h) {  // rows 0-7, then 8-15
+          const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+          const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
+          __m256i lo[4], hi[4];
+          for (int g = 0; g < 4; ++g) {
+            const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 64 * g + 32 * h));
+            lo[g] = _mm256_and_si256(c, mask);
+            hi[g] = _mm256_and_si256(_mm256_srli_epi16(c, 4), mask);
+          }
+          for (int r = 0; r < M; ++r) {
+            const int64_t at = r * a.k + b * kBlock;
+            const __m256i s = half_sums<R>(lo, hi, a.q + at, R ? a.lo + at : nullptr);
+            const int64_t i = r * nb + b;
+            acc[p][r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dv, _mm256_set1_ps(a.unit[i])),
+                                           acc[p][r][h]);
+            acc[p][r][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(a.s[i]), acc[p][r][h]);
+          }
         }
       }
     }
-    const int64_t j0 = t * kTileRows, keep = std::min<int64_t>(kTileRows, n - j0);
-    for (int r = 0; r < M; ++r) {
-      if (keep == kTileRows) {
-        _mm256_storeu_ps(y + r * ldy + j0, acc[r][0]);
-        _mm256_storeu_ps(y + r * ldy + j0 + 8, acc[r][1]);
-      } else {
-        alignas(32) float out[kTileRows];
-        _mm256_store_ps(out, acc[r][0]);
-        _mm256_store_ps(out + 8, acc[r][1]);
-        std::memcpy(y + r * ldy + j0, out, keep * sizeof(float));
+    for (int p = 0; p < P; ++p) {
+      const int64_t j0 = (t + p * S) * kTileRows, keep = std::min<int64_t>(kTileRows, n - j0);
+      for (int r = 0; r < M; ++r) {
+        if (keep == kTileRows) {
+          _mm256_storeu_ps(y + r * ldy + j0, acc[p][r][0]);
+          _mm256_storeu_ps(y + r * ldy + j0 + 8, acc[p][r][1]);
+        } else {
+          alignas(32) float out[kTileRows];
+          _mm256_store_ps(out, acc[p][r][0]);
+          _mm256_store_ps(out + 8, acc[p][r][1]);
+          std::memcpy(y + r * ldy + j0, out, keep * sizeof(float));
+        }
       }
     }
   }
+  if (P > 1 && t0 + P * S < t1) tiles<M, R, 1>(w, a, y, ldy, t0 + P * S, t1, n);  // the tiles left over
 }
 
 // One 32-block of x as Q8_1: tiles_512.h's quantize_block on 256-bit registers.
