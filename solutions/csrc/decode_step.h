@@ -31,32 +31,31 @@ inline void project(const Matrix& w, const float* x, float* y, bool residual, Q8
   product(w.tiles, acts(q8, w.k), 1, w.n, w.k, y, residual);
 }
 
+// One query head qh (hd) over keys K and values V (T rows of hd each): softmax(qh K^T / sqrt(hd)) V into
+// o (hd), with sc (T) as scratch.
+inline void attend_head(const float* qh, const float* K, const float* V, int64_t T, int64_t hd, float* sc, float* o) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < T; ++t) {
+    sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
+    top = std::max(top, sc[t]);
+  }
+  const float total = exp_sum(sc, T, top);
+  std::fill(o, o + hd, 0.0f);
+  for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + t * hd, o, hd);
+}
+
 // Attention of the n_heads query heads in q (n_heads * hd) over keys and values 0..T-1 of one layer's
 // cache (each (n_kv, max_len, hd)), into out (n_heads * hd); heads split over threads.
 inline void attend(const Model& m, const float* q, const float* keys, const float* values, int64_t max_len,
                    int64_t T, float* scores, float* out) {
   const int64_t hd = m.head_dim, group = m.n_heads / m.n_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const auto run = [&](int64_t h0, int64_t h1) {
+  at::parallel_for(0, m.n_heads, 1, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
-      const float* qh = q + h * hd;
-      const float* K = keys + (h / group) * max_len * hd;
-      const float* V = values + (h / group) * max_len * hd;
-      float* sc = scores + h * T;
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < T; ++t) {
-        sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
-        top = std::max(top, sc[t]);
-      }
-      const float total = exp_sum(sc, T, top);
-      float* o = out + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t t = 0; t < T; ++t) {
-        axpy_f32(sc[t] / total, V + t * hd, o, hd);
-      }
+      const int64_t kv_at = (h / group) * max_len * hd;
+      attend_head(q + h * hd, keys + kv_at, values + kv_at, T, hd, scores + h * T, out + h * hd);
     }
-  };
-  at::parallel_for(0, m.n_heads, 1, run);
+  });
 }
 
 // Logits (vocab) for the token after `token`, whose keys and values go to position `pos` of kv

@@ -1,7 +1,8 @@
 // One decode step of a Llama model with fp32 weights, for 1..8 rows at once (greedy decode, the
-// beams of a beam search, which share one position, or a few positions of one sequence): included once per instruction set inside that
-// set's namespace of q4_1_q8_1.cpp, after decode_step.h (it uses rms_norm, rope, dot_f32, axpy_f32,
-// exp_sum and silu_mul from there and from tiles_*.h). Not a header to include anywhere else.
+// beams of a beam search, which share one position, or a few positions of one sequence): included
+// once per instruction set inside that set's namespace of q4_1_q8_1.cpp, after decode_step.h (it
+// uses rms_norm, rope, attend_head and silu_mul from there and from tiles_*.h). Not a header to
+// include anywhere else.
 //
 // The same computation as solutions/model.py's `_run` for one token a row, in the same order, only
 // fp32 summation order differing: each row's embedding, then per layer RMSNorm, the QKV product, RoPE
@@ -132,23 +133,11 @@ template <typename KV>
 void attend_rows(const ModelF32& m, const RowF32* rs, int64_t rows, const float* q, int64_t q_stride, KV kv_seq,
                  int64_t max_len, int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv, qd = nh * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   at::parallel_for(0, rows * nh, 1, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t r = u / nh, h = u % nh, T = rs[r].pos + 1;
-      const float* qh = q + r * q_stride + h * hd;
-      const float* K = kv_seq(rs[r].seq, 0) + (h / group) * max_len * hd;
-      const float* V = kv_seq(rs[r].seq, 1) + (h / group) * max_len * hd;
-      float* sc = scores + u * t_max;
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < T; ++t) {
-        sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
-        top = std::max(top, sc[t]);
-      }
-      const float total = exp_sum(sc, T, top);
-      float* o = out + r * qd + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + t * hd, o, hd);
+      const int64_t r = u / nh, h = u % nh, kv_at = (h / group) * max_len * hd;
+      attend_head(q + r * q_stride + h * hd, kv_seq(rs[r].seq, 0) + kv_at, kv_seq(rs[r].seq, 1) + kv_at,
+                  rs[r].pos + 1, hd, scores + u * t_max, out + r * qd + h * hd);
     }
   });
 }

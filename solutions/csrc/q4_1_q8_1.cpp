@@ -384,6 +384,43 @@ std::vector<torch::Tensor> quantize(const torch::Tensor& x, bool residual, const
   return {bytes(a.q), floats(a.d), floats(a.s)};
 }
 
+// What both decoders check and keep alive of the tensors they point into: an fp32 vector of n, the
+// norms' and matrices' counts, each layer's two norms and four matrices (made by `mat`), and the RoPE
+// tables (max_seq, head_dim).
+const float* keep_vector(std::vector<torch::Tensor>& keep, const torch::Tensor& t, int64_t n, const char* what) {
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == n && t.scalar_type() == torch::kFloat32 && t.is_contiguous(), what,
+              " must be a contiguous fp32 vector of ", n);
+  keep.push_back(t);
+  return t.data_ptr<float>();
+}
+
+template <typename Layer, typename MatFn>
+std::vector<Layer> keep_layers(std::vector<torch::Tensor>& keep, const std::vector<torch::Tensor>& norms,
+                               const std::vector<torch::Tensor>& mats, int64_t n_layers, int64_t extra_mats,
+                               int64_t d, int64_t qkv, int64_t d_ff, MatFn mat) {
+  TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * n_layers + 1, "expected ", 2 * n_layers + 1, " norms, got ",
+              norms.size());
+  TORCH_CHECK(static_cast<int64_t>(mats.size()) == 4 * n_layers + extra_mats, "expected ", 4 * n_layers + extra_mats,
+              " matrices, got ", mats.size());
+  std::vector<Layer> layers;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    layers.push_back({keep_vector(keep, norms[2 * l], d, "attn_norm"), keep_vector(keep, norms[2 * l + 1], d, "ffn_norm"),
+                      mat(mats[4 * l], qkv, d, "wqkv"), mat(mats[4 * l + 1], d, d, "wo"),
+                      mat(mats[4 * l + 2], 2 * d_ff, d, "w_gate_up"), mat(mats[4 * l + 3], d, d_ff, "w_down")});
+  }
+  return layers;
+}
+
+void keep_rope(std::vector<torch::Tensor>& keep, const torch::Tensor& cos, const torch::Tensor& sin, int64_t max_seq,
+               int64_t hd, const float** cos_out, const float** sin_out) {
+  for (const auto& t : {cos, sin})
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == max_seq && t.size(1) == hd && t.is_contiguous() &&
+                    t.scalar_type() == torch::kFloat32,
+                "the RoPE tables must be contiguous fp32 (max_seq, head_dim)");
+  keep.push_back(cos), keep.push_back(sin);
+  *cos_out = cos.data_ptr<float>(), *sin_out = sin.data_ptr<float>();
+}
+
 // A Llama model's weights, held for the fused decode step at batch 1 (decode_step.h).
 class Decoder {
  public:
@@ -405,16 +442,6 @@ class Decoder {
                     m.rescore >= 1 && m.rescore <= m.vocab,
                 "unsupported sizes: d and d_ff must be multiples of 32, n_heads a multiple of n_kv_heads, "
                 "head_dim even, 1 <= rescore <= vocab");
-    TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * m.n_layers + 1, "expected ", 2 * m.n_layers + 1,
-                " norms, got ", norms.size());
-    TORCH_CHECK(static_cast<int64_t>(mats.size()) == 4 * m.n_layers + 1, "expected ", 4 * m.n_layers + 1,
-                " matrices, got ", mats.size());
-    auto vec = [&](const torch::Tensor& t, int64_t n, const char* what) {
-      TORCH_CHECK(t.dim() == 1 && t.size(0) == n && t.scalar_type() == torch::kFloat32 && t.is_contiguous(),
-                  what, " must be a contiguous fp32 vector of ", n);
-      keep_.push_back(t);
-      return t.data_ptr<float>();
-    };
     auto mat = [&](const torch::Tensor& t, int64_t n, int64_t k, const char* what) {
       TORCH_CHECK(check_tiles(t, n, what) == k, what, " has K = ", t.size(1) * kBlock, ", expected ", k);
       keep_.push_back(t);
@@ -422,25 +449,15 @@ class Decoder {
     };
     const int64_t hd = m.head_dim, qkv = (m.n_heads + 2 * m.n_kv) * hd;
     TORCH_CHECK(m.n_heads * hd == m.d, "n_heads * head_dim must be d");
-    for (int64_t l = 0; l < m.n_layers; ++l) {
-      m.layers.push_back({vec(norms[2 * l], m.d, "attn_norm"), vec(norms[2 * l + 1], m.d, "ffn_norm"),
-                          mat(mats[4 * l], qkv, m.d, "wqkv"), mat(mats[4 * l + 1], m.d, m.d, "wo"),
-                          mat(mats[4 * l + 2], 2 * m.d_ff, m.d, "w_gate_up"),
-                          mat(mats[4 * l + 3], m.d, m.d_ff, "w_down")});
-    }
-    m.norm = vec(norms.back(), m.d, "the final norm");
+    m.layers = keep_layers<LayerW>(keep_, norms, mats, m.n_layers, 1, m.d, qkv, m.d_ff, mat);
+    m.norm = keep_vector(keep_, norms.back(), m.d, "the final norm");
     m.head = mat(mats.back(), m.vocab, m.d, "the LM head");
     TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == torch::kUInt8 && embed.is_contiguous() &&
                     embed.size(0) == m.vocab && embed.size(1) == m.d / kBlock * 34,
                 "embed must be contiguous Q8_0 rows (vocab, d / 32 * 34) uint8; got ", embed.sizes());
     keep_.push_back(embed);
     m.embed = embed.data_ptr<uint8_t>();
-    for (const auto& t : {cos, sin})
-      TORCH_CHECK(t.dim() == 2 && t.size(0) == m.max_seq && t.size(1) == hd && t.is_contiguous() &&
-                      t.scalar_type() == torch::kFloat32,
-                  "the RoPE tables must be contiguous fp32 (max_seq, head_dim)");
-    keep_.push_back(cos), keep_.push_back(sin);
-    m.cos = cos.data_ptr<float>(), m.sin = sin.data_ptr<float>();
+    keep_rope(keep_, cos, sin, m.max_seq, hd, &m.cos, &m.sin);
     Scratch& s = scratch_;
     s.x.resize(m.d), s.h.resize(m.d), s.qkv.resize(qkv), s.att.resize(m.d), s.out.resize(m.d);
     s.gu.resize(2 * m.d_ff), s.act.resize(m.d_ff), s.tmp.resize(hd);
@@ -518,16 +535,6 @@ class DecoderF32 {
     TORCH_CHECK(m.d > 0 && m.n_layers > 0 && m.n_kv > 0 && m.n_heads % m.n_kv == 0 && m.head_dim % 2 == 0 &&
                     m.n_heads * m.head_dim == m.d && m.d_ff > 0 && m.vocab > 0 && m.max_seq > 0,
                 "unsupported sizes: n_heads must be a multiple of n_kv_heads, head_dim even, n_heads * head_dim = d");
-    TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * m.n_layers + 1, "expected ", 2 * m.n_layers + 1,
-                " norms, got ", norms.size());
-    TORCH_CHECK(static_cast<int64_t>(mats.size()) == 4 * m.n_layers, "expected ", 4 * m.n_layers,
-                " matrices, got ", mats.size());
-    auto vec = [&](const torch::Tensor& t, int64_t n, const char* what) {
-      TORCH_CHECK(t.dim() == 1 && t.size(0) == n && t.scalar_type() == torch::kFloat32 && t.is_contiguous(),
-                  what, " must be a contiguous fp32 vector of ", n);
-      keep_.push_back(t);
-      return t.data_ptr<float>();
-    };
     auto mat = [&](const torch::Tensor& t, int64_t n, int64_t k, const char* what) {
       TORCH_CHECK(t.dim() == 2 && t.scalar_type() == torch::kFloat32 && t.size(0) == n && t.size(1) == k, what,
                   " must be fp32 (", n, ", ", k, "); got ", t.sizes(), " ", t.scalar_type());
@@ -538,20 +545,10 @@ class DecoderF32 {
       return MatF32{t.data_ptr<float>(), n, k, !row};
     };
     const int64_t hd = m.head_dim, qkv = (m.n_heads + 2 * m.n_kv) * hd;
-    for (int64_t l = 0; l < m.n_layers; ++l) {
-      m.layers.push_back({vec(norms[2 * l], m.d, "attn_norm"), vec(norms[2 * l + 1], m.d, "ffn_norm"),
-                          mat(mats[4 * l], qkv, m.d, "wqkv"), mat(mats[4 * l + 1], m.d, m.d, "wo"),
-                          mat(mats[4 * l + 2], 2 * m.d_ff, m.d, "w_gate_up"),
-                          mat(mats[4 * l + 3], m.d, m.d_ff, "w_down")});
-    }
-    m.norm = vec(norms.back(), m.d, "the final norm");
+    m.layers = keep_layers<LayerF32>(keep_, norms, mats, m.n_layers, 0, m.d, qkv, m.d_ff, mat);
+    m.norm = keep_vector(keep_, norms.back(), m.d, "the final norm");
     m.embed = mat(embed, m.vocab, m.d, "the embedding");
-    for (const auto& t : {cos, sin})
-      TORCH_CHECK(t.dim() == 2 && t.size(0) == m.max_seq && t.size(1) == hd && t.is_contiguous() &&
-                      t.scalar_type() == torch::kFloat32,
-                  "the RoPE tables must be contiguous fp32 (max_seq, head_dim)");
-    keep_.push_back(cos), keep_.push_back(sin);
-    m.cos = cos.data_ptr<float>(), m.sin = sin.data_ptr<float>();
+    keep_rope(keep_, cos, sin, m.max_seq, hd, &m.cos, &m.sin);
     ScratchF32& s = scratch_;
     const int64_t r = kMaxRows;
     s.x.resize(r * m.d), s.h.resize(r * m.d), s.qkv.resize(r * qkv), s.att.resize(r * m.d), s.out.resize(r * m.d);

@@ -2,7 +2,7 @@
 
 Loading costs seconds and ~0.5 GB per model, so every system test shares these session-scoped
 fixtures: the GGUF file opened once, our fp32 model, each packed weights mode built at most once
-(`smollm2_mode("int4")`), and HuggingFace's model. HuggingFace transformers reads the same GGUF
+(`smollm2_mode("int4")`), and HuggingFace's model; and the compiled kernel (`kernel`). HuggingFace transformers reads the same GGUF
 file offline (HF_HUB_OFFLINE=1). Nothing here is skipped: a missing model or peer is a failure
 that says to run `make setup`, so CI can't pass without the comparisons.
 """
@@ -17,8 +17,22 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
+from solutions import native
 from solutions.tokenizer import load_tokenizer
 from solutions.weights import build_model, find_gguf, load_smollm2, mode_state, open_gguf, read_config
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """The compiled kernel (solutions.native), which `make setup` builds: a missing build on an x86-64
+    CPU with AVX2 fails the test; a CPU the kernel is not written for skips it (only the readable
+    path runs there)."""
+    k = native.kernel()
+    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
+        pytest.fail(f"the compiled kernel is missing: {native.why_not()}", pytrace=False)
+    if k is None:
+        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
+    return k
 
 
 @pytest.fixture(scope="session")

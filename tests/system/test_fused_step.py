@@ -16,7 +16,7 @@ import gguf
 import pytest
 import torch
 
-from solutions import fused_step, native
+from solutions import fused_step
 from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
@@ -24,16 +24,6 @@ from solutions.model import project, tiny_model
 from solutions.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    k = native.kernel()
-    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
-        pytest.fail(f"the Q4_1 x Q8_1 kernel is missing: {native.why_not()}", pytrace=False)
-    if k is None:
-        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
-    return k
 
 
 @pytest.fixture(autouse=True)

@@ -14,23 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions import native
 from solutions.fused_step import ENV, FusedStepF32
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    k = native.kernel()
-    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
-        pytest.fail(f"the compiled kernel is missing: {native.why_not()}", pytrace=False)
-    if k is None:
-        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
-    return k
 
 
 def column_major(model):

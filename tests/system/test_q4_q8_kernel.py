@@ -19,16 +19,6 @@ from solutions.int4 import dequantize_q4_1, quantize_q4_1
 from solutions.weight_modes import Q4Q8Linear
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    k = native.kernel()
-    if k is None and "x86-64" not in native.why_not() and "AVX2" not in native.why_not():
-        pytest.fail(f"the Q4_1 x Q8_1 kernel is missing: {native.why_not()}", pytrace=False)
-    if k is None:  # a CPU the kernel is not written for: only the readable path runs here
-        pytest.skip(f"no kernel on this CPU: {native.why_not()}")
-    return k
-
-
 def q4_1_weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
     """Random Q4_1 blocks (N, K / 32 * 20) and the fp32 matrix they hold."""
     w = np.random.default_rng(seed).normal(scale=0.05, size=(n, k)).astype(np.float32)
