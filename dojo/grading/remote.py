@@ -11,7 +11,9 @@ attributes (no leading underscore) and calls of what it lent, never a write to a
 module; it decodes what comes back as plain data, and an error raised over there arrives as an
 exception built here (`RemoteError`, or the builtin type it names), never the other side's object.
 The candidate's side gets the judge's builtin errors as their type too (a missing attribute of a
-lent model is an AttributeError there, as in one process), any other as RemoteError.
+lent model is an AttributeError there, as in one process), any other as RemoteError. A StopIteration
+from the candidate ends an iteration only when the judge asked for the next item; from any other
+call it arrives as a RuntimeError named StopIteration (PEP 479's rule), never ending a suite's loop.
 Proxies compare by identity, hash by identity and print without asking the other side: their
 `__eq__` is never the candidate's.
 
@@ -229,7 +231,7 @@ class Endpoint:
             self.broken = self.broken or f"a call was cut short ({type(exc).__name__}: {exc})"
             raise
         if "err" in message:
-            raise self._error(message["err"])
+            raise self._error(message["err"], op)
         return message.get("ok")
 
     def serve(self) -> None:
@@ -305,7 +307,7 @@ class Endpoint:
                 "class": self._export(cls) if self.side == "worker" and cls.__module__ != "builtins" else None,
                 "where": frames[-1] if frames else ""}  # the innermost line of the candidate's file
 
-    def _error(self, err) -> BaseException:
+    def _error(self, err, op: str = "call") -> BaseException:
         if not self.trusted:  # the candidate's side: the judge's builtin errors as themselves, so that
             # hasattr, getattr's default and `except KeyError` behave as they would in one process
             message = str(err.get("message") if isinstance(err, dict) else err)
@@ -314,6 +316,9 @@ class Endpoint:
         if type(err) is not dict:
             return BoundaryError(f"the {self.peer} sent a malformed error")
         message, name, base = str(err.get("message", "")), str(err.get("type", "?")), str(err.get("base", ""))
+        if base == "StopIteration" and op != "next":  # PEP 479's rule at the boundary: only asking for the
+            base = "RuntimeError"  # next item may end an iteration; raised by any other call it would end
+            # the suite's own loop (a map or a generator over the candidate's calls) early, silently
         cls = err.get("class")
         if isinstance(cls, type) and issubclass(cls, RemoteError):
             exc = cls(message)

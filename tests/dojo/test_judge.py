@@ -291,6 +291,27 @@ def test_an_error_that_needs_more_than_a_message_crosses_as_its_base():
     b.close()
 
 
+def test_a_candidates_stopiteration_ends_only_an_iteration():
+    """a StopIteration the candidate's code raises ends the judge's iteration when the judge asked for
+    the next item; from any other call it is a RuntimeError named StopIteration (PEP 479's rule), so a
+    suite's map or generator over the candidate's calls is never cut short silently"""
+    a, b = socket.socketpair()
+    judge, worker = remote.Endpoint(a, "judge", trusted=True), remote.Endpoint(b, "worker", trusted=False)
+    described = worker._describe(StopIteration("done"))
+    assert type(judge._error(described, "next")) is StopIteration
+    got = judge._error(described, "call")
+    assert not isinstance(got, StopIteration) and isinstance(got, RuntimeError), type(got).__mro__
+    assert type(got).__name__ == "StopIteration" and isinstance(got, remote.RemoteError)
+
+    def candidates(x):  # what a suite's loop over the candidate's calls sees
+        raise judge._error(described, "call")
+
+    with pytest.raises(RuntimeError):
+        list(map(candidates, [1, 2, 3]))
+    a.close()
+    b.close()
+
+
 def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
     """load_state_dict on the model the judge lends changes a copy: the suite's own model (its oracle) is
     untouched, and each new call from the judge lends a fresh copy"""
