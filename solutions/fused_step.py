@@ -131,23 +131,26 @@ def _save(key: str, medians: dict[int, float]) -> None:
 
 
 def _plain_step_cache(ids: Tensor, cache, attention_mask: Tensor | None, max_seq_len: int, max_rows: int,
-                      vocab_size: int) -> bool:
-    """Whether a fused step can take this decode step: 1..max_rows rows of token ids in the vocabulary,
-    the reference KVCache in fp32 on the CPU with one row per id, every layer at the same length, room
-    for one more position in the cache and the context, and no padding in the mask."""
-    if ids.dim() != 1 or not 1 <= ids.shape[0] <= max_rows or ids.dtype != torch.long or type(cache) is not KVCache:
+                      vocab_size: int, max_tokens: int = 1) -> bool:
+    """Whether a fused step can take these tokens: ids (rows,), one a row, or (rows, T), T a row, with
+    1..max_rows rows and 1..max_tokens tokens a row, all in the vocabulary; the reference KVCache in
+    fp32 on the CPU with one row per row of ids, every layer at the same length, room for the new
+    positions in the cache and the context, and no padding in the mask."""
+    if ids.dim() not in (1, 2) or ids.dtype != torch.long or type(cache) is not KVCache:
         return False
-    rows = ids.shape[0]
+    rows, new = ids.shape[0], (ids.shape[1] if ids.dim() == 2 else 1)
+    if not (1 <= rows <= max_rows and 1 <= new <= max_tokens):
+        return False
     if cache.batch_size != rows or cache.dtype != torch.float32 or cache.device.type != "cpu":
         return False
     pos = cache.length
-    if pos >= cache.max_len or pos >= max_seq_len:
+    if pos + new > cache.max_len or pos + new > max_seq_len:
         return False
     try:
         cache.advance(0)  # raises where a pass was left half written
     except ValueError:
         return False
-    if attention_mask is not None and (attention_mask.shape != (rows, pos + 1) or not bool(attention_mask.all())):
+    if attention_mask is not None and (attention_mask.shape != (rows, pos + new) or not bool(attention_mask.all())):
         return False
     return bool(((ids >= 0) & (ids < vocab_size)).all())
 
@@ -211,7 +214,7 @@ class FusedStep:
         return f"{where} (measured ms a step: {times})"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        if not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size):
+        if ids.dim() != 1 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size):
             return None
         self.kernel.module.set_prefetch(self.distance)
         logits = self.decoder.step(int(ids[0]), cache.storage, cache.length)  # (V,); writes K, V at pos of every layer
@@ -224,13 +227,10 @@ class FusedStep:
     def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         """Logits (1, T, V) for 1 or 2 tokens ids (1, T) of one row as T fused steps, or None (a longer
         prompt, and anything a step declines, takes the readable path, whose products are this kernel)."""
-        if ids.dim() != 2 or ids.shape[0] != 1 or not 1 <= ids.shape[1] <= self.PREFILL_STEPS:
+        if ids.dim() != 2 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size,
+                                                    self.PREFILL_STEPS):
             return None
         T = ids.shape[1]
-        if type(cache) is not KVCache or cache.length + T > min(cache.max_len, self.max_seq_len):
-            return None
-        if attention_mask is not None and (attention_mask.shape != (1, cache.length + T) or not bool(attention_mask.all())):
-            return None
         rows = []
         for i in range(T):
             mask = None if attention_mask is None else attention_mask[:, :cache.length + 1]
@@ -306,7 +306,8 @@ class FusedStepF32:
         return f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        if not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS, self.vocab_size):
+        if ids.dim() != 1 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS,
+                                                    self.vocab_size):
             return None
         if not self.current():
             return None
@@ -319,18 +320,12 @@ class FusedStepF32:
         cache's positions, in one native call (speculative decoding's verification: each weight read once
         for all T), or None where it is not plain (the readable path then runs). Each position's logits
         are bit for bit those of feeding its token alone through `__call__`."""
-        if ids.dim() != 2 or ids.shape[0] != 1 or not 1 <= ids.shape[1] <= self.MAX_ROWS:
+        if ids.dim() != 2 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size,
+                                                    self.MAX_ROWS):
             return None
-        T = ids.shape[1]
-        if not _plain_step_cache(ids[0, :1], cache, None, self.max_seq_len, 1, self.vocab_size):
+        if not self.current():
             return None
-        pos = cache.length
-        if pos + T > cache.max_len or pos + T > self.max_seq_len:
-            return None
-        if attention_mask is not None and (attention_mask.shape != (1, pos + T) or not bool(attention_mask.all())):
-            return None
-        if not bool(((ids >= 0) & (ids < self.vocab_size)).all()) or not self.current():
-            return None
+        pos, T = cache.length, ids.shape[1]
         logits = self.decoder.chunk(ids[0].contiguous(), cache.storage, pos)  # (T, V); K, V written at pos..
         cache.advance(T)
         return logits[None]
