@@ -12,8 +12,8 @@ token the target's greedy output. Sampling uses the rejection rule of Leviathan 
 Chen et al. (2023): accept draft x with probability min(1, p(x) / q(x)); at the first rejection
 draw from norm(max(0, p - q)); if all k are accepted draw a bonus token from the target's next
 distribution. Each token is then distributed exactly as the target alone would sample it.
-`expected_speedup` is Leviathan's estimate of the gain from the acceptance rate alpha and the
-draft's relative cost c.
+`expected_speedup` is Leviathan's estimate of the gain from alpha (the probability that a tested
+draft is accepted) and the draft's relative cost c.
 
 Left out: batches of several prompts (rows would accept different counts), tree drafts (Medusa,
 EAGLE), top-k / top-p filters, and adapting k as the acceptance rate changes.
@@ -39,7 +39,8 @@ class SpeculativeResult:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (0.0 when nothing was drafted)."""
+        """accepted / drafted (0.0 when nothing was drafted): the draft acceptance rate. Below Leviathan's
+        alpha once a draft is rejected, since the drafts after a rejection count but are never tested."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
