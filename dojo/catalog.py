@@ -46,6 +46,7 @@ class Kata:
     minutes: int
     prerequisites: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    note: str = ""  # shown before the title in `dojo list`, e.g. "training warm-up"; empty for most
 
     @property
     def folder(self) -> Path:
@@ -159,6 +160,7 @@ def load() -> list[Kata]:
                     minutes=int(entry.get("minutes", 45)),
                     prerequisites=tuple(entry.get("prerequisites", ())),
                     tags=tuple(entry.get("tags", ())),
+                    note=str(entry.get("note", "")),
                 )
             )
         except KeyError as exc:
