@@ -28,14 +28,14 @@ $(STAMP): pyproject.toml
 	  echo "note: bubblewrap (bwrap) is not installed: take-home grading will run, but not sandboxed"
 	touch $(STAMP)
 
-# The compiled Q4_1 x Q8_1 kernel and fused step (solutions/native.py) with the system compiler,
+# The compiled Q4_1 x Q8_1 kernel and fused step (solutions/system/kernels/native.py) with the system compiler,
 # build-essential where we can install it. Everything runs without it (the int4-q8 modes take their slow
 # torch path, and int4 is the default), so a failed build is a note; its stamp is left untouched, so the
 # next make tries again.
-$(NATIVE): $(STAMP) solutions/native.py $(wildcard solutions/csrc/*)
+$(NATIVE): $(STAMP) solutions/system/kernels/native.py $(wildcard solutions/system/kernels/csrc/*)
 	@command -v g++ >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq build-essential >/dev/null 2>&1; } || true
-	@mkdir -p build && if $(PY) -m solutions.native >build/native.log 2>&1; then tail -1 build/native.log; \
+	@mkdir -p build && if $(PY) -m solutions.system.kernels.native >build/native.log 2>&1; then tail -1 build/native.log; \
 	  touch $(NATIVE); else echo "note: the int4-q8 kernel did not build (see build/native.log): those modes run" \
 	  "their slow torch path, and the next make tries again"; fi
 
@@ -46,7 +46,7 @@ practice: $(STAMP) $(NATIVE)
 # each), each worker and its children on one thread (tests/conftest.py); then every kata's proof.
 test: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n $(JOBS) tests
-	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
 # submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
@@ -54,7 +54,7 @@ tour: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.tools.tour $(if $(KATA),--kata $(KATA))
 
 check-katas: $(STAMP) $(NATIVE)
-	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
 
 grade: $(STAMP) $(NATIVE)
 	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }

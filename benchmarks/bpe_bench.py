@@ -136,8 +136,8 @@ def train_rows(text: str, *, merges: int = MERGES, oracle_sample: int = 3) -> li
 def encode_rows(text: str, repeats: int = 3) -> list[dict]:
     import tiktoken
 
-    from solutions.tokenizer import SMOLLM_PATTERN
-    from solutions.weights import find_gguf, open_gguf
+    from solutions.system.loading.tokenizer import SMOLLM_PATTERN
+    from solutions.system.loading.weights import find_gguf, open_gguf
     from tests.system.test_tokenizer import tokenizers_peer
 
     reader = open_gguf(find_gguf())

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from solutions.weight_modes import weight_bytes
+from solutions.system.kernels.weight_modes import weight_bytes
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407]
 
@@ -110,8 +110,8 @@ def load_models():
     reader's, drawn with a tqdm of its own that no transformers setting reaches, is silenced."""
     import sys
 
-    from solutions import weights_cache
-    from solutions.weights import find_gguf
+    import solutions.system
+    from solutions.system.loading.weights import find_gguf
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
@@ -129,7 +129,7 @@ def load_models():
     finally:
         if quiet is not None:
             gguf_utils.tqdm = quiet
-    ours = weights_cache.load("fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
+    ours = solutions.system.load("fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
     if ours.calibration is not None:
         print(f"[bench] {ours.calibration.summary()}", file=sys.stderr, flush=True)
     return ours.model, hf

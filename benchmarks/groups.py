@@ -103,7 +103,7 @@ def int4(ctx: Context) -> list[Row]:
 def modes(ctx: Context) -> list[Row]:
     """Each weights mode against fp32: agreement, decode speed, where the step's time goes."""
     from benchmarks import modes_bench
-    from solutions.weight_modes import describe_mode
+    from solutions.system.kernels.weight_modes import describe_mode
 
     size = ctx.size("modes")
     models, tokenizer = ctx.modes()
@@ -138,7 +138,7 @@ def startup(ctx: Context) -> list[Row]:
     """`dojo demo --max-new-tokens 1 "Hi"` cold (fresh workspace) and warm, per mode; peak RSS above
     `import torch`'s floor against the weights held (issue 27's restated goal: at most 1.5x)."""
     from benchmarks import modes_bench
-    from solutions.weight_modes import MODES, default_mode, resident_bytes
+    from solutions.system.kernels.weight_modes import MODES, default_mode, resident_bytes
 
     models, _ = ctx.modes()
     rows, floor = [], modes_bench.torch_rss()
@@ -195,7 +195,7 @@ def speculative(ctx: Context) -> list[Row]:
     """fp32 verifying `dojo demo`'s draft (weight_modes.draft_mode) against plain fp32: tok/s, acceptance,
     exactness."""
     from benchmarks import speculative_bench
-    from solutions.weight_modes import draft_mode
+    from solutions.system.kernels.weight_modes import draft_mode
 
     size = ctx.size("speculative")
     models, tokenizer = ctx.modes()
@@ -280,8 +280,8 @@ def _avx2_floor(model):
     CPU without VNNI takes), or None where the fused step or AVX2 is missing or AVX2 is already the choice."""
     import copy
 
-    from solutions import native
-    from solutions.fused_step import FusedStep
+    from solutions.system.kernels import native
+    from solutions.system.kernels.fused_step import FusedStep
 
     kernel = native.kernel()
     if model.fused_step is None or kernel is None or kernel.isa == "avx2" or "avx2" not in kernel.isas:
@@ -300,8 +300,8 @@ def llama_cpp(ctx: Context) -> list[Row]:
                     note="llama-cpp-python is not installed: `make bench-peers` installs it")]
     from benchmarks.decode_bench import PROMPT, ours_decode
     from benchmarks.modes_bench import CHATS, fp32_answers, llama_cpp_agreement
-    from solutions.weight_modes import default_mode, weight_bytes
-    from solutions.weights import find_gguf, open_gguf
+    from solutions.system.kernels.weight_modes import default_mode, weight_bytes
+    from solutions.system.loading.weights import find_gguf, open_gguf
 
     size = ctx.size("llama_cpp")
     path = find_gguf()

@@ -4,7 +4,7 @@ Every matmul weight and the tied embedding are re-quantized to Q4_1 and held pac
 multiplies by them through solutions.model.project (a packed weight multiplies itself), so the
 reference model runs unchanged. Two engines, interleaved (A B A B ...) so that drift on a shared
 machine hits both: fp32 (BLAS) and the int4 kata's `matmul_q4_1` (numpy: dequantize a slab, then
-BLAS). `pack(model, "torch_int4")` offers torch's fused kernel instead (solutions.weight_modes'
+BLAS). `pack(model, "torch_int4")` offers torch's fused kernel instead (solutions.system.kernels.weight_modes'
 Int4Linear); the real int4 mode, on the GGUF's own blocks, is timed in modes_bench. The roofline
 predicts a ceiling; only a kernel that unpacks in registers gets near it. Reported, never asserted.
 
@@ -28,7 +28,7 @@ from solutions.int4 import (
     predicted_decode_speedup,
     quantize_q4_1,
 )
-from solutions.weight_modes import MATRICES, Int4Linear
+from solutions.system.kernels.weight_modes import MATRICES, Int4Linear
 
 PACKED = MATRICES  # per layer; plus the embedding / LM head
 
@@ -70,7 +70,7 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
     """Rows {name, ours, peer, ratio, unit, goal}: decode tok/s of packed Q4_1 engines vs fp32.
 
     `fp32_model`: the fp32 SmolLM2 already loaded (`make bench` loads it once for every group)."""
-    from solutions.weights import load_smollm2
+    from solutions.system.loading.weights import load_smollm2
 
     if threads:
         torch.set_num_threads(threads)

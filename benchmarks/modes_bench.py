@@ -34,7 +34,7 @@ import torch
 from benchmarks.decode_bench import interleaved, ours_decode
 from solutions.generate import generate
 from solutions.model import project
-from solutions.weight_modes import MODES, step_matrices, weight_bytes
+from solutions.system.kernels.weight_modes import MODES, step_matrices, weight_bytes
 
 CHATS = ["What is the capital of France?", "Name three prime numbers.", "Write a haiku about the sea.",
          "How do I reverse a list in Python?", "Why is the sky blue?", "Give me a synonym for happy."]
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load_modes(fp32=None) -> tuple[dict, object]:
     """({mode: model}, tokenizer): every mode built from the GGUF, parsed once (`fp32`: reuse it)."""
-    from solutions.tokenizer import tokenizer_from_gguf
-    from solutions.weights import build_model, find_gguf, mode_state, open_gguf, read_config
+    from solutions.system.loading.tokenizer import tokenizer_from_gguf
+    from solutions.system.loading.weights import build_model, find_gguf, mode_state, open_gguf, read_config
 
     reader = open_gguf(find_gguf())
     config = read_config(reader)
@@ -66,7 +66,7 @@ def fp32_answers(fp32, tokenizer, tokens: int = 24, chats: list[str] = CHATS) ->
 def stepped_logits(model, prompt: list[int], answer: list[int]) -> torch.Tensor:
     """Logits (len(answer), V) that chose each answer token, teacher-forced the way decoding runs:
     the prompt prefilled, then each answer token through decode_step (so a mode's fused batch-1
-    step, solutions.fused_step, is what is measured)."""
+    step, solutions.system.kernels.fused_step, is what is measured)."""
     cache = model.new_cache(1, len(prompt) + len(answer))
     rows = [model.prefill(torch.tensor([prompt]), cache, last_only=True)[0, -1]]
     for token in answer[:-1]:
@@ -117,7 +117,7 @@ def products_timer(model, rows: int = 1) -> Callable[[], float]:
     """Seconds for one decode step's matrix products alone: every matrix once (each layer's, then
     the head), on `rows` input rows, through the product the step itself uses: the model's own
     (`project`), or for an fp32 model with the fused step, that step's native fp32 product."""
-    from solutions.fused_step import FusedStepF32
+    from solutions.system.kernels.fused_step import FusedStepF32
 
     mats = step_matrices(model)
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in mats}

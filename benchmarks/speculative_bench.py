@@ -64,8 +64,8 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
 
 
 def main() -> None:
-    from solutions import weights_cache
-    from solutions.weight_modes import draft_mode
+    import solutions.system
+    from solutions.system.kernels.weight_modes import draft_mode
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=48)
@@ -73,8 +73,8 @@ def main() -> None:
     p.add_argument("--k", type=int, default=4)
     args = p.parse_args()
     mode = draft_mode()
-    fp32 = weights_cache.load("fp32")
-    draft = weights_cache.load(mode).model
+    fp32 = solutions.system.load("fp32")
+    draft = solutions.system.load(mode).model
     r = bench(fp32.model, draft, fp32.tokenizer, tokens=args.tokens, repeats=args.repeats, k=args.k)
     print(f"plain fp32 {r['plain_tok_s']:.1f} tok/s, fp32 verifying {mode} (k={args.k}) {r['spec_tok_s']:.1f} tok/s "
           f"({r['spec_tok_s'] / r['plain_tok_s']:.2f}x; predicted {r['predicted']:.2f}x from alpha "

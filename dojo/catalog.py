@@ -46,6 +46,9 @@ class Kata:
     minutes: int
     prerequisites: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    # reference modules that hold this kata's answer besides solutions/<slug>.py, dotted below solutions
+    # ("system.kernels.attention_fast"): hidden from its grading like the reference itself
+    twins: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -159,6 +162,7 @@ def load() -> list[Kata]:
                     minutes=int(entry.get("minutes", 45)),
                     prerequisites=tuple(entry.get("prerequisites", ())),
                     tags=tuple(entry.get("tags", ())),
+                    twins=tuple(entry.get("twins", ())),
                 )
             )
         except KeyError as exc:

@@ -4,7 +4,7 @@
 decode_step, forward): the next token's distribution depends only on the previous token,
 `probs[prev]`, so a suite knows exactly what a correct sampler must produce. Its cache holds no
 keys or values, only `length`, with `truncate` and a `max_len` it enforces. Under judge mode a
-suite builds it in the worker (`dojo.grading.judge.build("dojo.toymodel:BigramModel", probs)`), so
+suite builds it in the worker (`dojo.grading.judging.judge.build("dojo.toymodel:BigramModel", probs)`), so
 a loop of thousands of small calls costs no round trips.
 
 Left out: attention masks (accepted, ignored: a bigram has no past to hide) and batches of rows

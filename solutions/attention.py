@@ -6,7 +6,7 @@ and a query that can see no key gets zeros instead of 0/0 = NaN. Scores and soft
 whatever the input dtype; the output comes back in the input dtype.
 
 This file is the attention kata's reference and is graded by the kata's suite, which bans fused
-kernels here. The inference system's hot path uses solutions/attention_fast.py, which dispatches to
+kernels here. The inference system's hot path uses solutions/system/kernels/attention_fast.py, which dispatches to
 torch's fused kernel where that is provably the same computation and falls back to this file
 otherwise; tests/system/test_attention_fast.py checks one against the other.
 Left out: dropout, returning the attention weights, KV caching (solutions/kv_cache.py), RoPE.

@@ -12,8 +12,8 @@ itself a token in one lookup, merges short chunks by scanning a list of pair ran
 through a heap (the slow oracle in tests/katas/test_bpe.py checks both). The split itself is
 solutions/pretokenize.py's `Splitter`: `regex.findall`'s chunks, faster on ASCII text.
 `from_gpt2` loads a GPT-2-style vocabulary, whose byte tokens are not ids 0..255
-(solutions/tokenizer.py serves SmolLM2 with it), and `from_tables` restores one from the tables a
-load built (solutions/tokenizer.py caches SmolLM2's so).
+(solutions/system/loading/tokenizer.py serves SmolLM2 with it), and `from_tables` restores one from the tables a
+load built (solutions/system/loading/tokenizer.py caches SmolLM2's so).
 
 Leaves out: normalisation, offsets, byte fallback, BPE dropout, unknown-token handling beyond
 dropping bytes that a loaded vocabulary lacks.
@@ -342,7 +342,7 @@ class BPETokenizer:
         special_tokens: dict[str, int] | None = None,
         not_whole: Iterable[int] = (),
     ) -> BPETokenizer:
-        """A tokenizer from the tables of an earlier one (solutions.tokenizer keeps SmolLM2's so):
+        """A tokenizer from the tables of an earlier one (solutions.system.loading.tokenizer keeps SmolLM2's so):
         `vocab` (id -> bytes, the 256 single bytes among them; kept, not copied), `merges` in rank
         order, and the ids whose text is not a whole token (whole_tokens holds every other).
         Raises ValueError for a merge whose ids are not in the vocabulary."""

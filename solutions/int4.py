@@ -3,7 +3,7 @@
 Q4_1 cuts a row into blocks of 32 weights and stores each block as 20 bytes: an fp16 scale `d`,
 an fp16 minimum `m`, then 16 bytes of 4-bit codes `q` (low nibbles hold elements 0-15, high
 nibbles elements 16-31), so that w ~= d * q + m. Q8_0 (34 bytes per 32) stores an fp16 scale and
-32 int8 codes: w = d * q. The dequantizers are the ones solutions/weights.py uses to load SmolLM2,
+32 int8 codes: w = d * q. The dequantizers are the ones solutions/system/loading/weights.py uses to load SmolLM2,
 bit-exact against `gguf.quants.dequantize`.
 
 Shapes are numpy / PyTorch order, (rows, cols) = (out_features, in_features): the reverse of

@@ -7,19 +7,19 @@ input/output embeddings. Three entry points share one per-layer loop:
 marks real tokens, and each row's positions count only its real tokens.
 
 Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learner's passed katas
-can be swapped in; by default they are `solutions.attention_fast.attention` (the attention kata's
+can be swapped in; by default they are `solutions.system.kernels.attention_fast.attention` (the attention kata's
 reference, dispatched to torch's fused kernel) and
 `solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
 `F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
-from solutions.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
+from solutions.system.kernels.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
 stream, norms, attention and cache stay fp32 whatever the weights. A model may carry a
-`fused_step` (solutions.fused_step: the whole step in native code, batch 1 in the int4-q8 modes,
+`fused_step` (solutions.system.kernels.fused_step: the whole step in native code, batch 1 in the int4-q8 modes,
 1-8 rows in fp32), which `decode_step` hands the steps it takes to, and `prefill` a few tokens of
 one row where it offers `prefill`; this file's path stays the readable one and the one it is tested
 against. Left out: training
 conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
 `Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
-`smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
+`smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.system.loading.weights.load_smollm2` with
 SmolLM2's own.
 """
 
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solutions import packed_gemm
+from solutions.system.kernels import packed_gemm
 
 
 @dataclass
@@ -109,14 +109,14 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
 def linear_weight(n_out: int, n_in: int) -> nn.Parameter:
     """An (n_out, n_in) weight for F.linear, row-major. Which memory order BLAS multiplies fastest
-    differs between machines; solutions.calibration measures it and the loader applies it."""
+    differs between machines; solutions.system.kernels.calibration measures it and the loader applies it."""
     return nn.Parameter(torch.empty(n_out, n_in))
 
 
 def project(x: Tensor, w) -> Tensor:
     """x (..., K) @ w.T for a weight w (N, K): F.linear for a Tensor, else the packed weight's own
-    product (solutions.weight_modes), fp32 in and out either way. An fp32 weight marked by
-    solutions.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
+    product (solutions.system.kernels.weight_modes), fp32 in and out either way. An fp32 weight marked by
+    solutions.system.kernels.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
     if not isinstance(w, Tensor):
         return w(x)
     y = packed_gemm.project(x, w)
@@ -147,7 +147,7 @@ class Llama(nn.Module):
                  cache_cls: type | None = None):
         super().__init__()
         if attention_fn is None:
-            from solutions.attention_fast import attention as attention_fn  # fused, same contract
+            from solutions.system.kernels.attention_fast import attention as attention_fn  # fused, same contract
         if cache_cls is None:
             from solutions.kv_cache import KVCache as cache_cls
         self.config = config
@@ -155,7 +155,7 @@ class Llama(nn.Module):
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
-        self.fused_step = None  # a native whole step (solutions.fused_step), where the mode has one
+        self.fused_step = None  # a native whole step (solutions.system.kernels.fused_step), where the mode has one
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)

@@ -11,7 +11,7 @@ the plugin's `end` record. So a file rewritten at exit, rows written by the cand
 run that stopped early are errors, not passes.
 
 What it does not stop: code that reads the key out of the plugin's memory (sys.modules, gc,
-frames). The integrity scan (dojo.grading.integrity) flags every way to get there.
+frames). The integrity scan (dojo.grading.scan.integrity) flags every way to get there.
 """
 
 from __future__ import annotations

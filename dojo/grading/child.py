@@ -4,7 +4,7 @@
 no core dumps and, in the sandbox, a process cap and its own uid, then becomes pytest; output goes
 to a file, never a pipe that could fill; on return the child's whole process group is killed.
 `tail` reads the end of that output. Left out: what the command is and what its results mean
-(dojo.grading.grade, dojo.grading.outcomes), the sandbox's own arguments (dojo.grading.sandbox).
+(dojo.grading.grade, dojo.grading.outcomes), the sandbox's own arguments (dojo.grading.confine.sandbox).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ LAUNCH = (
 def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
          receiver: channel.Receiver, box=None, hold_s: float = 60.0) -> tuple[int | None, bool]:
     """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
-    when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
+    when `box` is dojo.grading.confine.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
     could fill up; its results to `receiver`. Its timing tests ask dojo.grading.machine_lock for the
     machine (`hold_s`: the per-test limit), and `timeout` does not count time it spent frozen for others."""
     processes = box.process_limit() if box is not None else 0

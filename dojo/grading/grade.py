@@ -8,15 +8,15 @@ plugin's signed records (dojo.grading.channel), never pytest's text: a forged or
 without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
 code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
 edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.grading.integrity in a child limited in memory
-and time (dojo.grading.bounded; findings in the result, the points untouched). The child's launch and
+a reason, in bounded time. Every grading is scanned by dojo.grading.scan.integrity in a child limited in memory
+and time (dojo.grading.confine.bounded; findings in the result, the points untouched). The child's launch and
 limits are dojo.grading.child, reading its records dojo.grading.outcomes, the result types
 dojo.grading.result. Left out: what the practice loop does
 with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
 maps the outcomes back to cells).
 
 For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
-a security boundary as far as bubblewrap makes it one (dojo.grading.sandbox): no network, no repository or
+a security boundary as far as bubblewrap makes it one (dojo.grading.confine.sandbox): no network, no repository or
 home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
 runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
 can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
@@ -41,7 +41,9 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import bounded, channel, child, outcomes, sandbox, view
+from dojo.grading.confine import bounded, sandbox
+from dojo.grading.judging import protocol
+from dojo.grading import channel, child, outcomes, view
 from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
@@ -77,7 +79,7 @@ def grade(
     sandboxed: run the candidate's code inside the bubblewrap sandbox (take-homes, interviews); where the
     machine cannot, the run goes as without it and a note says "NOT sandboxed" and why.
     judged: judge mode (default: as `sandboxed`): the suite runs in a process that never imports the
-    candidate's code, which runs in a worker (dojo.grading.judge); tests marked candidate_process then
+    candidate's code, which runs in a worker (dojo.grading.judging.judge); tests marked candidate_process then
     run in a second, in-process run, and their points are reported apart.
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
@@ -107,15 +109,13 @@ def grade(
         before = {p: _digest(p) for p in watched}
         run = _Run(tmp, kata, examples_only, test_timeout, memory_limit)
         if judged:
-            from dojo.grading import judge  # here: it imports torch, which the CLI's other commands never need
-
             worker = _worker_folder(tmp, kata, path)
-            spec = _worker_spec(tmp, worker, slug, path.name, memory_limit, box)
-            audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
+            spec = _worker_spec(tmp, worker, kata, path.name, memory_limit, box)
+            audit = [f"--audit-allowed={_importable(kata)}"] if box is not None else []
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
                 judging = pool.submit(run.suite, path, timeout, only=only, extra=["--judge"],
-                                      env={judge.ENV: json.dumps(spec)})
+                                      env={protocol.ENV: json.dumps(spec)})
                 # beside it, the tests only the candidate's process can measure (selected by their markers
                 # here; the judge's list of them decides below which outcomes count)
                 apart = None if only or not _has_apart_tests(kata) else pool.submit(
@@ -167,7 +167,7 @@ class _Run:
         cmd = [
             sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
             "-c", str(self.ini), "--rootdir", str(self.tmp),
-            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
+            "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
             f"--target={graded}", f"--dojo-test-timeout={self.test_timeout:g}", *extra,
         ] + (["--examples-only"] if self.examples_only else [])
         env = {
@@ -230,8 +230,11 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # ---- judge mode's worker --------------------------------------------------------------------------
 
-# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judge.build)
-WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit", "toymodel")
+# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judging.judge.build)
+WORKER_MODULES = (
+    "grading.judging.protocol", "grading.judging.wire", "grading.judging.remote", "grading.judging.worker",
+    "grading.confine.audit", "toymodel",
+)
 
 
 def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
@@ -242,22 +245,21 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
     shutil.copyfile(path, folder / "submission" / path.name)
     _reference_view(folder, kata)
     runner = Path(dojo.__file__).resolve().parent
-    for rel in ["__init__.py", "grading/__init__.py", *(f"{m.replace('.', '/')}.py" for m in WORKER_MODULES)]:
-        (folder / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(runner / rel, folder / "dojo" / rel)
+    for name in WORKER_MODULES:
+        _copy_module(runner, name, folder / "dojo")
     _readable(folder)
     return folder
 
 
-def _importable(slug: str) -> str:
+def _importable(kata: catalog.Kata) -> str:
     """The reference modules the candidate's code may import, as the audit hook takes them."""
-    return ",".join(f"solutions.{m}" for m in view.importable(slug))
+    return ",".join(f"solutions.{m}" for m in view.importable(kata))
 
 
-def _worker_spec(tmp: Path, folder: Path, slug: str, name: str, memory: int, box) -> dict:
-    """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
+def _worker_spec(tmp: Path, folder: Path, kata: catalog.Kata, name: str, memory: int, box) -> dict:
+    """The command, environment and folder the judge starts its worker with (dojo.grading.judging.protocol.ENV)."""
     file = str(folder / "submission" / name)  # (a notebook's extracted code has its own name)
-    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", _importable(slug)]
+    tail = ["-m", "dojo.grading.judging.worker", file, f"dojo_target_{kata.slug}", _importable(kata)]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
@@ -284,13 +286,20 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
         shutil.copyfile(src, tmp / "tests" / "katas" / src.name)
     _reference_view(tmp, kata)
     runner = Path(dojo.__file__).resolve().parent
-    for name in view.runner_modules(kata.slug):  # "grading.plugin": grading/plugin.py, and each __init__.py above it
-        parts = name.split(".")
-        module = view.module_file(runner, name).relative_to(runner)
-        for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
-            (tmp / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(runner / rel, tmp / "dojo" / rel)
+    for name in view.runner_modules(kata):
+        _copy_module(runner, name, tmp / "dojo")
     _readable(tmp)
+
+
+def _copy_module(package: Path, name: str, into: Path) -> None:
+    """Copy module `name` ("grading.suite.plugin") of the package at `package` into `into`, with every
+    __init__.py above it (grading/__init__.py, grading/suite/__init__.py) and the package's own."""
+    parts = name.split(".")
+    module = view.module_file(package, name).relative_to(package)
+    for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
+        if (package / rel).is_file():
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(package / rel, into / rel)
 
 
 def _reference_view(folder: Path, kata: catalog.Kata) -> None:
@@ -298,9 +307,10 @@ def _reference_view(folder: Path, kata: catalog.Kata) -> None:
     solutions = targets.solutions_dir()
     if solutions.is_dir():
         (folder / "solutions").mkdir()
-        for name in ["__init__", *view.reference_modules(kata.slug)]:
-            if (solutions / f"{name}.py").is_file():
-                shutil.copyfile(solutions / f"{name}.py", folder / "solutions" / f"{name}.py")
+        shutil.copyfile(solutions / "__init__.py", folder / "solutions" / "__init__.py")
+        for name in view.reference_modules(kata):  # "model", "system.kernels.packed_gemm"
+            if view.module_file(solutions, name) is not None:
+                _copy_module(solutions, name, folder / "solutions")
 
 
 def _into_view(path: Path, tmp: Path) -> Path:

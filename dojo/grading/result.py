@@ -42,8 +42,8 @@ class GradeResult:
     examples_only: bool = False
     notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
     output: str = ""  # tail of the test process's own output, for diagnosis
-    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
-    integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
+    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.confine.sandbox)
+    integrity: list[str] = field(default_factory=list)  # dojo.grading.scan.integrity's findings: "bpe.py:3: what"
     digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
     judged: bool = False  # judge mode: the verdict was decided in a process the candidate's code never ran in
 

@@ -73,49 +73,45 @@ def _closure(start: set[str], folder: Path, package: str, never: set[str] = froz
     return sorted(seen)
 
 
-def permitted(slug: str) -> set[str]:
+def permitted(kata: catalog.Kata) -> set[str]:
     """The reference modules the kata's README or stub names (`solutions.roofline`): the candidate may
     import these, so the view holds them and the integrity scan does not flag them."""
-    kata = catalog.get(slug)
     text = "".join(p.read_text() for p in (kata.folder / "README.md", kata.stub) if p.is_file())
-    return set(re.findall(r"\bsolutions\.(\w+)", text)) - hidden(slug)
+    return set(re.findall(r"\bsolutions\.(\w+)", text)) - hidden(kata)
 
 
-def allowed(slug: str) -> set[str]:
+def allowed(kata: catalog.Kata) -> set[str]:
     """The reference modules a submission for `slug` may import: the ones its README or stub names, and
     the helpers its own reference imports (bpe's `solutions.pretokenize`), never a hidden one."""
-    reference = targets.solutions_dir() / f"{slug}.py"
+    reference = kata.reference
     own = solution_imports(reference) if reference.is_file() else set()
-    return (permitted(slug) | own) - hidden(slug)
+    return (permitted(kata) | own) - hidden(kata)
 
 
-def importable(slug: str) -> list[str]:
-    """What a submission may import at run time: `allowed(slug)` and, in turn, the reference modules those
+def importable(kata: catalog.Kata) -> list[str]:
+    """What a submission may import at run time: `allowed(kata)` and, in turn, the reference modules those
     import (solutions.model imports packed_gemm), never a hidden one. Sorted names."""
-    return _closure(allowed(slug), targets.solutions_dir(), "solutions", hidden(slug))
+    return _closure(allowed(kata), targets.solutions_dir(), "solutions", hidden(kata))
 
 
-def hidden(slug: str) -> set[str]:
-    """The modules that hold the kata's own answer: its reference and every `<slug>_*` twin."""
-    names = {p.stem for p in targets.solutions_dir().glob(f"{slug}_*.py")}
-    return names | {slug}
+def hidden(kata: catalog.Kata) -> set[str]:
+    """The modules that hold the kata's own answer: its reference and the twins katas.toml declares."""
+    return {kata.slug, *kata.twins}
 
 
-def reference_modules(slug: str) -> list[str]:
+def reference_modules(kata: catalog.Kata) -> list[str]:
     """The reference modules the suite of `slug` sees: what the suite and the README need, and what
     those import in turn, never a hidden one. Sorted names, without `__init__`."""
-    kata = catalog.get(slug)
-    start = solution_imports(kata.suite) | allowed(slug)
-    return _closure(start, targets.solutions_dir(), "solutions", hidden(slug))
+    start = solution_imports(kata.suite) | allowed(kata)
+    return _closure(start, targets.solutions_dir(), "solutions", hidden(kata))
 
 
-def runner_modules(slug: str) -> list[str]:
-    """The dojo modules the grading needs, as dotted names below dojo ("grading.plugin", "testing"): the
+def runner_modules(kata: catalog.Kata) -> list[str]:
+    """The dojo modules the grading needs, as dotted names below dojo ("grading.suite.plugin", "testing"): the
     plugin and what it, the suite and the suites' conftest import (dojo.testing ...), in turn. The rest
     of the runner (grading.grade, check_katas ...) stays out; the packages' __init__ files are the
     copier's to add."""
-    kata = catalog.get(slug)
     package = Path(__file__).resolve().parent.parent
-    start = {"grading.plugin"} | imports_of(kata.suite, "dojo", package)
+    start = {"grading.suite.plugin"} | imports_of(kata.suite, "dojo", package)
     start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo", package)}
     return _closure(start, package, "dojo")

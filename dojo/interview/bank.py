@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dojo import catalog, targets
-from dojo.grading import mutant
+from dojo.grading.proof import mutant
 from dojo.catalog import Kata, Question
 
 

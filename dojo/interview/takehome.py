@@ -1,13 +1,13 @@
 """Take-home grading: `dojo grade PATH...` grades every kata file in each submission, sandboxed, into
-one report, and says which submissions share their code (dojo.grading.similarity).
+one report, and says which submissions share their code (dojo.grading.scan.similarity).
 
 Each submission is read once and checked by dojo.interview.intake (no links followed, files over 1 MiB
 refused, notebooks parsed in a bounded child) into private copies, and each copy is graded by
 dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot). Every step is
 guarded: what goes wrong with one file is that file's error (status "error", a message naming the file), with
 one submission that submission's `errors`, and the others are graded as ever. The similarity check runs per
-kata in a bounded child (dojo.grading.bounded); one that cannot finish is listed in `similar["errors"]`.
-The report adds per submission the integrity findings (dojo.grading.integrity) and whether every kata ran
+kata in a bounded child (dojo.grading.confine.bounded); one that cannot finish is listed in `similar["errors"]`.
+The report adds per submission the integrity findings (dojo.grading.scan.integrity) and whether every kata ran
 sandboxed. `write_report` writes it atomically. Nothing is recorded in the progress database: a grader's
 runs are not the grader's own practice.
 """
@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dojo import catalog
-from dojo.grading import bounded, grade, similarity
+from dojo.grading.confine import bounded
+from dojo.grading import grade
+from dojo.grading.scan import similarity
 from dojo.grading.result import GradeResult
 from dojo.interview import intake
 
@@ -37,7 +39,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
     "sandboxed" and "judged" (None when no kata file ran), "integrity": {slug: findings},
-    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.similarity.find's pairs and copies
+    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.scan.similarity.find's pairs and copies
     of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
     progress DB."""
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
@@ -119,7 +121,7 @@ def _error(slug: str, folder: Path, file: Path, why: str) -> GradeResult:
 
 
 def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata]) -> dict:
-    """dojo.grading.similarity.find per kata, each in a bounded child; a kata whose check cannot finish goes
+    """dojo.grading.scan.similarity.find per kata, each in a bounded child; a kata whose check cannot finish goes
     into "errors" and the others are reported as ever."""
     merged = {**similarity.find({}, {}, {}), "errors": []}  # the empty report: its settings, no rows
     for slug, files in sources.items():
@@ -128,7 +130,7 @@ def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata])
                 "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
                 "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {}}
         try:
-            found = bounded.call("dojo.grading.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
+            found = bounded.call("dojo.grading.scan.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
         except bounded.BoundedError as exc:
             merged["errors"].append({"kata": slug, "error": f"the similarity check could not finish: {exc}"})
             continue
@@ -156,7 +158,7 @@ def flags(sub: dict) -> tuple[str, str]:
 
 def findings(doc: dict) -> list[str]:
     """The lines under the summary table: each integrity finding, why a run was not sandboxed, and the
-    near-identical pairs and copies of the reference (threshold in dojo.grading.similarity)."""
+    near-identical pairs and copies of the reference (threshold in dojo.grading.scan.similarity)."""
     lines = []
     for sub in doc["submissions"]:
         lines += [f"error: {sub['path']}: {why}" for why in sub["errors"]]

@@ -91,7 +91,7 @@ def solution_only(text: str, name: str) -> dict:
     """What grading needs of the notebook in `text` (called `name`), as plain data: {"kata": the kata its
     metadata names, or None; "source": the extracted module's source; "notebook": the notebook with every
     cell but the solution cells emptied (cell numbers kept) and no outputs}. dojo.interview.takehome runs
-    this on a candidate's file in a bounded child (dojo.grading.bounded). Raises NotebookError."""
+    this on a candidate's file in a bounded child (dojo.grading.confine.bounded). Raises NotebookError."""
     nb = parse(text, name)
     if len(nb["cells"]) > MAX_CELLS:
         raise NotebookError(f"{name} has {len(nb['cells'])} cells, over {MAX_CELLS}: not a kata notebook")

@@ -5,10 +5,10 @@ verify what the default packed mode drafts (int4-q8x2 where the compiled kernel 
 int4), so the text is fp32's greedy text token for token, and so HuggingFace's, faster than plain
 fp32 (`make bench`'s speculative rows measure both). Where there is no packed mode, and for
 sampling and beam search, the demo runs one weights mode (`--weights
-fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.weight_modes.default_mode; the int4-q8 modes
+fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.system.kernels.weight_modes.default_mode; the int4-q8 modes
 always say whether their compiled kernel runs, and why not); `--weights` always runs that mode
 alone, and `--speculative` asks for speculative decoding (drafting with bf16 where no packed mode
-runs). The models load through the start-up cache (solutions.weights_cache, under the
+runs). The models load through the start-up cache (solutions.system.loading.weights_cache, under the
 workspace: the first run parses the GGUF, with a progress bar, later runs map the cached files);
 the answer streams as it is generated, then the demo reports prompt tokens, time to first token,
 decode tokens/s and, when speculative, the drafts accepted; `--verbose` adds what the cache and
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dojo.practice import report
+from dojo.tools.loading import load_smollm2
 
 STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 
@@ -96,7 +97,7 @@ def plan(args: argparse.Namespace) -> Plan:
     neither it nor `--mine` nor `--weights` where torch has the int4 kernel, runs fp32 verifying int4's
     drafts (bf16's where int4 is missing); anything else the default mode. ValueError for options
     that clash with speculative decoding, or an unknown mode."""
-    from solutions.weight_modes import check_mode, default_mode, draft_mode
+    from solutions.system.kernels.weight_modes import check_mode, default_mode, draft_mode
 
     greedy = not args.sample and args.beams == 1
     if args.speculative:
@@ -161,37 +162,10 @@ def peak_rss_bytes() -> int:
     return 0
 
 
-def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
-    """SmolLM2 and its tokenizer (a solutions.weights_cache.Loaded) in weights `mode`, with the
-    chosen attention and cache; a progress bar on stderr while a first run builds the cache."""
-    from dojo.targets import workspace_dir
-    from solutions import weights_cache
-
-    shown = {}  # the bar and its task, made on the first report: a warm start builds nothing, imports no rich.progress
-
-    def progress(done: int, total: int) -> None:
-        if not shown:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
-                       TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
-            shown["bar"] = Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False)
-            shown["bar"].start()
-            shown["task"] = shown["bar"].add_task("load", total=total)
-        shown["bar"].update(shown["task"], completed=done, total=total, refresh=True)
-
-    try:
-        return weights_cache.load(mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress,
-                                  attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
-    finally:
-        if shown:
-            shown["bar"].stop()
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from solutions.weight_modes import Q8_MODES, describe_mode, resident_bytes, weight_bytes
+    from solutions.system.kernels.weight_modes import Q8_MODES, describe_mode, resident_bytes, weight_bytes
 
     out = report.console()
     chosen = plan(args)  # before the slow load, as are the options
@@ -203,9 +177,10 @@ def run(args: argparse.Namespace) -> int:
         for note in parts.notes:
             out.print(f"  {note}", markup=False)
     note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
-    loaded = load_model(parts, chosen.mode, note)
+    loaded = load_smollm2(chosen.mode, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
     model, tokenizer = loaded.model, loaded.tokenizer
-    draft = load_model(parts, chosen.draft, note).model if chosen.draft else None
+    draft = load_smollm2(chosen.draft, note, attention_fn=parts.attention_fn,
+                         cache_cls=parts.cache_cls).model if chosen.draft else None
     for mode, m in [(chosen.mode, model)] + ([(chosen.draft, draft)] if draft is not None else []):
         if args.verbose or mode in Q8_MODES:  # a q8 mode's product path (compiled or not, and why) is always said
             out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",

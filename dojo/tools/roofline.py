@@ -86,7 +86,7 @@ def mode_decode(model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, ba
     (phase_cost counts fp32 weights; the KV cache stays fp32 in every mode)."""
     from solutions import roofline
     from solutions.roofline import Cost
-    from solutions.weight_modes import weight_bytes
+    from solutions.system.kernels.weight_modes import weight_bytes
 
     m = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
     cost = Cost(m.cost.flops, m.cost.bytes - fp32_weight_bytes + weight_bytes(model))
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     shape = LlamaConfig.smollm2_135m()  # reject bad sizes before minutes of measuring
     roofline.phase_cost(shape, "decode", args.batch, 1, args.prompt_tokens)
     roofline.phase_cost(shape, "prefill", args.batch, args.prompt_tokens, 0)
-    from solutions.weight_modes import MODES, check_mode, int4_available, weight_bytes
+    from solutions.system.kernels.weight_modes import MODES, check_mode, int4_available, weight_bytes
 
     wanted = MODES if args.weights is None else [check_mode(m.strip()) for m in args.weights.split(",") if m.strip()]
     modes = ["fp32"] + [m for m in MODES if m != "fp32" and m in wanted and (m != "int4" or int4_available())]
@@ -218,13 +218,13 @@ def run(args: argparse.Namespace) -> int:
         if args.random_weights:
             models, what = {"fp32": phase("random weights", smollm2_shaped)}, "random weights"
         else:
-            from solutions import weights_cache
+            import solutions.system
 
             cache_dir = workspace_dir() / "cache" / "smollm2"
             if not folder_bytes(cache_dir):
                 print(f"first run: building the weights cache in {cache_dir} (several hundred MB; later runs reuse it)",
                       flush=True)
-            models = {m: phase(f"loading SmolLM2-135M ({m})", lambda advance, m=m: weights_cache.load(
+            models = {m: phase(f"loading SmolLM2-135M ({m})", lambda advance, m=m: solutions.system.load(
                 m, cache_dir, log=print, progress=advance).model, counted=True) for m in modes}
             print(f"weights cache: {cache_dir}, {folder_bytes(cache_dir) / 1e6:.0f} MB on disk "
                   "(kept for the next run; delete the folder to free the space)")

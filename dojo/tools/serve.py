@@ -1,7 +1,7 @@
 """`dojo serve`: the reference inference system as an OpenAI-compatible HTTP server.
 
 Loads SmolLM2 as `dojo demo` does (same weights modes, same start-up cache), starts the engine
-(solutions.engine) and serves it with uvicorn (solutions.server) on 127.0.0.1 unless `--host`
+(solutions.system.serving.engine) and serves it with uvicorn (solutions.system.serving.server) on 127.0.0.1 unless `--host`
 says otherwise; prints the base URL and the model id, then serves until Ctrl-C. Any OpenAI
 client works against it: `OpenAI(base_url=URL + "/v1", api_key="unused")`.
 """
@@ -17,10 +17,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from dojo.tools.demo import Parts, load_model
-    from solutions.engine import Engine, EngineConfig
-    from solutions.server import MODEL_ID, bind, build_app, url_of
-    from solutions.weight_modes import check_mode, default_mode
+    from dojo.tools.loading import load_smollm2
+    from solutions.system.serving.engine import Engine, EngineConfig
+    from solutions.system.serving.server import MODEL_ID, bind, build_app, url_of
+    from solutions.system.kernels.weight_modes import check_mode, default_mode
 
     out = report.console()
     mode = check_mode(args.weights or default_mode())
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     config = EngineConfig() if args.kv_blocks is None else EngineConfig(num_blocks=args.kv_blocks)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_model(Parts(), mode, lambda s: None)
+    loaded = load_smollm2(mode, lambda s: None)
     engine = Engine(loaded.model, loaded.tokenizer.eos_token_id, config)
     engine.start()
     url = url_of(sock)

@@ -172,7 +172,7 @@ class ServerProcess:
 
 
 def free_port() -> int:
-    from solutions.server import bind
+    from solutions.system.serving.server import bind
 
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -251,8 +251,8 @@ def plot(results: dict[str, list[Level]], path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from dojo.targets import workspace_dir
-    from solutions.server import MODEL_ID
-    from solutions.weights import find_gguf
+    from solutions.system.serving.server import MODEL_ID
+    from solutions.system.loading.weights import find_gguf
 
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")]))}

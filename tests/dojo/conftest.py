@@ -96,7 +96,7 @@ def toy_env(dojo, monkeypatch):
 def toy(dojo, monkeypatch):
     """The toy catalog for in-process sandboxed gradings (test_sandbox, test_judge): skipped with the reason
     where bwrap cannot run, failed instead under DOJO_REQUIRE_SANDBOX=1 (.ci/run)."""
-    from dojo.grading import sandbox
+    from dojo.grading.confine import sandbox
 
     why = sandbox.unavailable()
     if why:

@@ -1,4 +1,4 @@
-"""The audit hook (dojo.grading.audit): every reference, imported and run as if it were the candidate's
+"""The audit hook (dojo.grading.confine.audit): every reference, imported and run as if it were the candidate's
 file, works and gets no finding, library internals included (torch's import, dataclasses' exec); each
 hostile request the candidate's own code makes is refused and recorded with its line.
 
@@ -29,10 +29,11 @@ def run(script: str) -> dict:
 
 REFERENCES = """
     import importlib.util, json, sys
-    from dojo.grading import audit, view
+    from dojo.grading.confine import audit
+    from dojo.grading import view
     slugs = SLUGS
     files = {f"solutions/{s}.py": s for s in slugs}
-    allowed = {f"solutions.{m}" for s in slugs for m in view.allowed(s) | set(view.reference_modules(s))}
+    allowed = {f"solutions.{m}" for s in slugs for m in view.allowed(catalog.get(s)) | set(view.reference_modules(catalog.get(s)))}
     found = []
     audit.install({str(__import__("pathlib").Path(f).resolve()) for f in files}, found.append, allowed=allowed)
     mods = {}
@@ -129,7 +130,7 @@ def _tb_frame():
 
 HOSTILE_RUN = """
     import importlib.util, json, sys
-    from dojo.grading import audit
+    from dojo.grading.confine import audit
     found = []
     audit.install({PATH}, found.append)
     spec = importlib.util.spec_from_file_location("cheat", PATH)

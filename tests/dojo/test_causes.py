@@ -1,4 +1,4 @@
-"""A failure points at its cause: the builds_on marker (dojo.grading.causes), on the toy suite and on
+"""A failure points at its cause: the builds_on marker (dojo.grading.suite.causes), on the toy suite and on
 the kata suites."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.grading import causes
+from dojo.grading.suite import causes
 
 SUITES = sorted((Path(__file__).parents[1] / "katas").glob("test_*.py"))
 BROKEN_WORDS = "def add(a, b):\n    return a + b\n\n\ndef count_words(text):\n    return {}\n"
@@ -20,7 +20,7 @@ BROKEN_WORDS = "def add(a, b):\n    return a + b\n\n\ndef count_words(text):\n  
 def rows(dojo, source: str, tmp_path: Path) -> dict[str, dict]:
     target, results = tmp_path / "toy.py", tmp_path / "results.json"
     target.write_text(source)
-    subprocess.run([sys.executable, "-m", "pytest", str(dojo.suite), "-q", "-p", "dojo.grading.plugin",
+    subprocess.run([sys.executable, "-m", "pytest", str(dojo.suite), "-q", "-p", "dojo.grading.suite.plugin",
                     "-p", "no:cacheprovider", f"--target={target}", f"--dojo-results={results}"],
                    env=dojo.env, cwd=tmp_path, capture_output=True, timeout=120, check=False)
     return {row["name"]: row for row in json.loads(results.read_text())["tests"]}

@@ -15,7 +15,7 @@ import pytest
 from dojo import ROOT
 from dojo.practice import history
 from dojo.tools import demo
-from solutions import native
+from solutions.system.kernels import native
 
 
 @pytest.fixture
@@ -78,8 +78,8 @@ def test_plan_speculative_for_greedy_by_default():
     """Greedy with no --weights runs fp32 verifying the default packed mode's drafts (int4-q8x2 with the
     compiled kernel, else int4); --weights runs a mode alone; --speculative clashes with --sample,
     --beams and a non-fp32 --weights"""
-    from solutions import native
-    from solutions.weight_modes import default_mode, draft_mode, int4_available
+    from solutions.system.kernels import native
+    from solutions.system.kernels.weight_modes import default_mode, draft_mode, int4_available
 
     def full(**kw):
         return args(**(dict(speculative=False, weights=None, mine=False) | kw))

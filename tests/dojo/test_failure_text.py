@@ -57,7 +57,7 @@ def test_the_wanted_exception_is_returned():
 # ---- hypothesis's notes, in the kata's terms -------------------------------------------------------
 
 def _message(exc: BaseException, notes: list[str]) -> str:
-    from dojo.grading.failures import failure_message
+    from dojo.grading.suite.failures import failure_message
 
     for note in notes:
         exc.add_note(note)
@@ -119,7 +119,7 @@ def test_several_distinct_failures_show_the_first_and_count_the_rest():
 def test_case_label_is_readable(request, content, line, dtype):
     """a parametrised test's case reads as words: a short text as itself, anything else as name=value, never the
     raw pytest id with its escapes and dashes"""
-    from dojo.grading.failures import case_label
+    from dojo.grading.suite.failures import case_label
 
     assert case_label(request.node) == "float16, content='bpe v1\\npatern null\\n', line=2"
     assert request.node.name.endswith("]") and "-" in request.node.name  # pytest's own id: what is not shown

@@ -41,10 +41,10 @@ def test_grade_rejects_a_file_path(dojo, tmp_path):
 
 def test_check_katas_passes_on_a_sound_kata(dojo):
     """check_katas: reference passes, stub fails every test, each mutant is killed, in both modes: exit 0, a table"""
-    out = dojo("--jobs", "2", module="dojo.grading.check_katas")
+    out = dojo("--jobs", "2", module="dojo.grading.proof.check_katas")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "ok 4/4 fail" in out.stdout and "ok 1/1" in out.stdout
-    again = dojo(module="dojo.grading.check_katas")
+    again = dojo(module="dojo.grading.proof.check_katas")
     assert "(0 run, 6 cached)" in again.stdout  # 3 runs in each mode: in-process and judge
 
 
@@ -54,7 +54,7 @@ def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):
     shutil.copy(dojo.reference, mutants / "harmless.py")
     stub = dojo.toy / "katas" / "toy" / "toy.py"
     stub.write_text(stub.read_text().replace("    \"\"\"a + b.\"\"\"\n    raise NotImplementedError", "    return a + b"))
-    out = dojo("--no-cache", module="dojo.grading.check_katas")
+    out = dojo("--no-cache", module="dojo.grading.proof.check_katas")
     assert out.returncode == 1
     assert "VIOLATION toy: mutant harmless.py survives" in out.stdout
     assert "VIOLATION toy: 'add(2, 3) is 5' passes on the untouched stub" in out.stdout
@@ -68,7 +68,7 @@ def test_check_katas_runs_mutants_written_as_edits(dojo):
     (mutants / "single_spaces.py").write_text('"""Splits on single spaces."""\n\nEDITS = [("text.split()", \'text.split(" ")\')]\n')
     (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("counts", "tally")]\n')  # 3 places
     (mutants / "stale.py").write_text('"""Edits a line the reference no longer has."""\n\nEDITS = [("a - b", "a * b")]\n')
-    out = dojo("--no-cache", module="dojo.grading.check_katas")
+    out = dojo("--no-cache", module="dojo.grading.proof.check_katas")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "BAD 1/3" in out.stdout, out.stdout
     assert "single_spaces.py" not in out.stdout, "the EDITS mutant that breaks count_words must be killed"
@@ -76,13 +76,13 @@ def test_check_katas_runs_mutants_written_as_edits(dojo):
     assert "VIOLATION toy: mutant stale.py does not apply: stale.py: edit 1 ('a - b'...) no longer occurs" in out.stdout
 
     (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("return counts", "return dict(counts)")]\n')
-    out = dojo(module="dojo.grading.check_katas")
+    out = dojo(module="dojo.grading.proof.check_katas")
     assert "VIOLATION toy: mutant renamed.py survives: no test fails on it (Renames a local.)" in out.stdout, out.stdout
 
 
 def test_mutant_edits_apply_exactly_once_and_diff_reads_back():
-    """dojo.grading.mutant: each old text must occur once; a no-op edit is refused; EDITS must be literal pairs"""
-    from dojo.grading import mutant
+    """dojo.grading.proof.mutant: each old text must occur once; a no-op edit is refused; EDITS must be literal pairs"""
+    from dojo.grading.proof import mutant
 
     assert mutant.apply("a = 1\nb = 2\n", [("a = 1", "a = 0"), ("a = 0\nb", "a = 0\nc")]) == "a = 0\nc = 2\n"
     with pytest.raises(ValueError, match="edit 1 .* occurs 2 times"):
@@ -92,7 +92,7 @@ def test_mutant_edits_apply_exactly_once_and_diff_reads_back():
 
 
 def test_edits_must_be_literal_pairs(tmp_path):
-    from dojo.grading import mutant
+    from dojo.grading.proof import mutant
 
     bad = tmp_path / "bad.py"
     for body in ("EDITS = [make()]", "EDITS = []", "EDITS = [('a', 'b', 'c')]", "EDITS = 'ab'"):

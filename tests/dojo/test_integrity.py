@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from dojo import catalog
-from dojo.grading import integrity
+from dojo.grading.scan import integrity
 
 CHEATS = {  # name: (kata, source, line the finding must name)
     "plain import": ("bpe", "from solutions.bpe import *\n", 1),
     "import of the package": ("bpe", "import solutions\nBPETokenizer = solutions.bpe.BPETokenizer\n", 1),
-    "a twin": ("attention", "x = 1\nfrom solutions.attention_fast import attention\n", 2),
+    "a twin": ("attention", "x = 1\nfrom solutions.system.kernels.attention_fast import attention\n", 2),
     "importlib, computed name": ("bpe", "import importlib\nm = importlib.import_module('sol' + 'utions.bpe')\n", 2),
     "importlib, constant name": ("bpe", "import importlib\nm = importlib.import_module('solutions.bpe')\n", 2),
     "__import__, computed": ("bpe", "name = 'solutions'\nm = __import__(name + '.bpe')\n", 2),

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from dojo import catalog
-from dojo.grading import grade, remote, wire
+from dojo.grading import grade
+from dojo.grading.judging import remote, wire
 
 
 def submit(toy, source: str) -> grade.GradeResult:
@@ -113,11 +114,11 @@ def test_walking_frames_for_the_oracle_is_refused_and_flagged(toy):
 
 def test_imports_a_readme_names_work_in_the_worker(tmp_path):
     """a reference module the README names (batching: solutions.model) imports in the worker, with the
-    modules it imports in turn (solutions.packed_gemm), and the audit hook records nothing"""
+    modules it imports in turn (solutions.system.kernels.packed_gemm), and the audit hook records nothing"""
     from dojo.grading import view
 
-    assert "model" in view.allowed("batching") and "packed_gemm" in view.importable("batching")
-    assert "batching" not in view.importable("batching")
+    assert "model" in view.allowed(catalog.get("batching")) and "system.kernels.packed_gemm" in view.importable(catalog.get("batching"))
+    assert "batching" not in view.importable(catalog.get("batching"))
 
 
 def test_a_coding_cookie_hiding_code_is_a_finding(toy):
@@ -315,7 +316,7 @@ def test_a_candidates_stopiteration_ends_only_an_iteration():
 def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
     """load_state_dict on the model the judge lends changes a copy: the suite's own model (its oracle) is
     untouched, and each new call from the judge lends a fresh copy"""
-    from dojo.grading import judge
+    from dojo.grading.judging import judge
 
     a, b = socket.socketpair()
     endpoint = remote.Endpoint(a, "judge", trusted=True, lend=judge.lend)
@@ -349,7 +350,7 @@ def generate(model, prompts, *, max_new_tokens, **kw):
 '''
 ESCAPE = '''if hasattr(model, "modules"):  # a lent torch model: its generator's frame holds the judge's exec
         b = model.modules().gi_frame.f_builtins
-        b["exec"]("import sys; p = sys.modules['dojo.grading.plugin']\\n"
+        b["exec"]("import sys; p = sys.modules['dojo.grading.suite.plugin']\\n"
                   "def _outcome(report, call, item):\\n"
                   "    report.outcome = 'passed'; report.longrepr = None; return 'passed'\\n"
                   "p._outcome = _outcome\\n", {})'''

@@ -134,4 +134,36 @@ def test_grading_imports_no_feature():
 def test_layer_of_reads_the_package():
     """A module's layer is its package; the top-level modules are the base, save the CLI."""
     assert layer_of("dojo.grading.grade") == "grading" and layer_of("dojo.notebook") == "notebook"
+    assert layer_of("dojo.grading.judging.worker") == "grading"
     assert layer_of("dojo.catalog") == "base" and layer_of("dojo.cli") == "cli" and layer_of("dojo") == "base"
+
+
+def grader_side(module: str) -> bool:
+    """The grader that decides: a module at dojo/grading/'s top (grade, child, channel, view ...)."""
+    parts = module.split(".")
+    return parts[:2] == ["dojo", "grading"] and len(parts) == 3 and (PACKAGE / "grading" / f"{parts[2]}.py").is_file()
+
+
+def test_grader_side_never_imports_the_judges_internals_nor_the_pytest_side():
+    """The grader that decides imports from judging/ only the protocol both sides share, and nothing of
+    suite/ (the plugin and its failure text run inside pytest, in the grading child)."""
+    assert grader_side("dojo.grading.grade") and not grader_side("dojo.grading.judging.judge")
+    wrong = [f"{m} imports {n}" for m, ns in graph().items() if grader_side(m) for n in sorted(ns)
+             if (n.startswith("dojo.grading.judging") and n not in ("dojo.grading.judging", "dojo.grading.judging.protocol"))
+             or n.startswith("dojo.grading.suite")]
+    assert not wrong, "the grader reaches into the judge's or pytest's side:\n" + "\n".join(wrong)
+
+
+def test_no_kata_reference_imports_the_system_wing():
+    """solutions/<slug>.py (the grading contract) and its helpers at solutions/'s top never import
+    solutions.system: the system is built on the katas, never the reverse."""
+    top = Path(dojo.__file__).resolve().parent.parent / "solutions"
+    wrong = []
+    for path in sorted(top.glob("*.py")):
+        if path.stem == "model":  # the model the suites run on; its fast paths (packed GEMM) live in the wing
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module else [])
+            wrong += [f"{path.name} imports {n}" for n in names if n.startswith("solutions.system")]
+    assert not wrong, "a kata reference imports the system wing:\n" + "\n".join(wrong)

@@ -71,7 +71,7 @@ def test_mode_decode_credits_the_modes_own_weight_bytes():
     """A packed model's decode is credited with fp32's FLOPs and its own weight bytes, not fp32's"""
     from dojo.tools.roofline import mode_decode
     from solutions.model import tiny_model
-    from solutions.weight_modes import BF16Linear, weight_bytes
+    from solutions.system.kernels.weight_modes import BF16Linear, weight_bytes
 
     fp32 = tiny_model(0)
     packed = tiny_model(0)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import dojo as dojo_package
-from dojo.grading import grade, sandbox
+from dojo.grading import grade
+from dojo.grading.confine import sandbox
 
 
 def submit(toy, source: str, **kw) -> grade.GradeResult:
@@ -168,7 +169,7 @@ def test_real_katas_hide_their_reference_and_its_twin(toy, monkeypatch):
     folder = toy.toy.parent / "real"
     folder.mkdir()
     (folder / "bpe.py").write_text("from solutions.bpe import *\n")
-    (folder / "attention.py").write_text("from solutions.attention_fast import *\n")
+    (folder / "attention.py").write_text("from solutions.system.kernels.attention_fast import *\n")
     for slug in ("bpe", "attention"):
         result = grade.grade(slug, str(folder), sandboxed=True)
         assert result.sandboxed and result.points == 0, f"{slug}: {result.points}/{result.total}"

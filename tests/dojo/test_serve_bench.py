@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from dojo.tools import serve_bench
-from solutions.server import running
+from solutions.system.serving.server import running
 
 TOKENS, FIRST_S, GAP_S = 5, 0.05, 0.02
 

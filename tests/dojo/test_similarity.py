@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dojo import catalog
-from dojo.grading import similarity
+from dojo.grading.scan import similarity
 
 
 def disguise(source: str) -> str:

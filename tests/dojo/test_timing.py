@@ -134,7 +134,7 @@ def test_machine_tests_never_overlap_across_processes(tmp_path):
     suite = tmp_path / "test_locked.py"
     suite.write_text(LOCKED_SUITE.format(log=str(log)))
     env = {**os.environ, "DOJO_TIMING_LOCK": str(tmp_path / "timing.lock")}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", str(suite)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider", str(suite)]
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for _ in range(2)]
     outputs = [p.communicate(timeout=60)[0].decode() for p in procs]
@@ -170,7 +170,7 @@ def test_lock_is_held_only_around_machine_tests(tmp_path):
             assert free()
     '''))
     env = {**os.environ, "DOJO_TIMING_LOCK": str(tmp_path / "timing.lock")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider",
                           str(suite)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout + out.stderr
 
@@ -201,7 +201,7 @@ def test_machine_test_that_cannot_get_the_lock_is_inconclusive(tmp_path):
     lock, results = tmp_path / "timing.lock", tmp_path / "results.json"
     holder = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider",
                           str(tmp_path / "test_waits.py"), f"--dojo-results={results}"], cwd=tmp_path,
                          env={**os.environ, "DOJO_TIMING_LOCK": str(lock)}, capture_output=True, text=True, timeout=60)
     os.close(holder)

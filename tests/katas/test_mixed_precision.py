@@ -2,7 +2,7 @@
 
 The model is the reference tiny Llama (solutions.model.tiny_model); the oracle for one step is
 the same step in plain fp32, written here. The model and optimizer that train_step changes are
-built where the kata's code runs (dojo.grading.judge.build: in its worker under judge mode), and read
+built where the kata's code runs (dojo.grading.judging.judge.build: in its worker under judge mode), and read
 back as data; the oracle is a second model from the same seed, here.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dojo.grading.judge import build, named_grads
+from dojo.grading.judging.judge import build, named_grads
 from dojo.testing import banned_uses
 from solutions.model import tiny_model
 

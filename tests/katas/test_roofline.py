@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from dojo.fakeclock import FakeClock, reading
-from dojo.grading.judge import KataFolder
+from dojo.grading.judging.judge import KataFolder
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
 from dojo.testing import expect_value_error
 from solutions.model import Llama, LlamaConfig, tiny_model

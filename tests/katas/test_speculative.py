@@ -16,7 +16,7 @@ import re
 import pytest
 import torch
 
-from dojo.grading.judge import build
+from dojo.grading.judging.judge import build
 from dojo.toymodel import BigramModel
 from solutions.model import tiny_model
 

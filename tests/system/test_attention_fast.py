@@ -1,4 +1,4 @@
-"""The inference system's fused attention (solutions/attention_fast.py) equals the readable reference."""
+"""The inference system's fused attention (solutions/system/kernels/attention_fast.py) equals the readable reference."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from solutions import attention as readable
-from solutions import attention_fast as fast
+from solutions.system.kernels import attention_fast as fast
 
 
 def random_case(seed: int, dtype: torch.dtype = torch.float32):

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from solutions import calibration
+from solutions.system.kernels import calibration
 
 
 def fake_timer(seconds: dict[tuple[str, int], float], calls: list | None = None):

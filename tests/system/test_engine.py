@@ -1,6 +1,6 @@
 """The serving engine on the tiny random model (milliseconds, no file).
 
-The engine (solutions.engine) answers concurrent requests each exactly as `generate` answers
+The engine (solutions.system.serving.engine) answers concurrent requests each exactly as `generate` answers
 it alone (greedy), shares decode steps among them, still does with a pool so small that the
 scheduler must preempt, and frees every block when a stream is closed early.
 """
@@ -12,7 +12,7 @@ import asyncio
 import pytest
 import torch
 
-from solutions.engine import Engine, EngineConfig, SamplingParams
+from solutions.system.serving.engine import Engine, EngineConfig, SamplingParams
 from solutions.generate import generate
 from solutions.model import tiny_model
 

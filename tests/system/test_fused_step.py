@@ -1,7 +1,7 @@
-"""The fused native decode step (solutions.fused_step) against the readable one (solutions/model.py).
+"""The fused native decode step (solutions.system.kernels.fused_step) against the readable one (solutions/model.py).
 
 Oracle: the same model with `fused_step = None`, which runs model.py's per-op path with the same
-Q8_1 products (solutions.q8_1's arithmetic, test_q4_q8_kernel.py). Both quantize every product's
+Q8_1 products (solutions.system.kernels.q8_1's arithmetic, test_q4_q8_kernel.py). Both quantize every product's
 activations bit for bit alike, so they differ only by fp32 summation order (and where that moves
 an activation across a rounding boundary, by one int8 step of it): logits agree to a small
 fraction of their spread and greedy tokens agree exactly. Tiny models (random weights, Q4_1
@@ -16,12 +16,12 @@ import gguf
 import pytest
 import torch
 
-from solutions import fused_step
-from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
+from solutions.system.kernels import fused_step
+from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
 from solutions.model import project, tiny_model
-from solutions.weights import build_model, mode_state, open_gguf, read_config
+from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
 

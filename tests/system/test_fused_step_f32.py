@@ -1,4 +1,4 @@
-"""The fused fp32 decode step (solutions.fused_step.FusedStepF32) against the readable one.
+"""The fused fp32 decode step (solutions.system.kernels.fused_step.FusedStepF32) against the readable one.
 
 Oracle: the same model with `fused_step = None`, which runs solutions/model.py's per-op path (torch's
 BLAS products, norms and attention). No quantization on either side, so they differ only by fp32
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions.fused_step import ENV, FusedStepF32
+from solutions.system.kernels.fused_step import ENV, FusedStepF32
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
@@ -23,7 +23,7 @@ PROMPT = [5, 17, 200, 3, 99, 42, 7]
 
 
 def column_major(model):
-    """The model with every matrix and the embedding stored column-major, as solutions.calibration
+    """The model with every matrix and the embedding stored column-major, as solutions.system.kernels.calibration
     may lay them out for BLAS (the transpose of a contiguous (K, N))."""
     with torch.no_grad():
         for layer in model.layers:

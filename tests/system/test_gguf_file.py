@@ -1,4 +1,4 @@
-"""solutions.gguf_file against the `gguf` package's own reader (the oracle), on SmolLM2 and on small
+"""solutions.system.loading.gguf_file against the `gguf` package's own reader (the oracle), on SmolLM2 and on small
 files the `gguf` writer makes with every value type, F16/Q8_0/Q4_1 tensors and an odd alignment."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from solutions.gguf_file import GGUFFile
-from solutions.weights import open_gguf
+from solutions.system.loading.gguf_file import GGUFFile
+from solutions.system.loading.weights import open_gguf
 
 
 def same_as_gguf(path) -> None:

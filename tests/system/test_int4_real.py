@@ -1,7 +1,7 @@
 """The int4 reference's dequantizers on every quantized tensor of the real SmolLM2 GGUF.
 
 Bit-exact against gguf.quants.dequantize, tensor by tensor: 210 Q4_1 matrices and the Q8_0
-embedding. This is the dequantizer solutions/weights.py loads SmolLM2 with.
+embedding. This is the dequantizer solutions/system/loading/weights.py loads SmolLM2 with.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 @pytest.fixture(scope="module")
 def reader(smollm2_reader):
-    return smollm2_reader  # a solutions.gguf_file.GGUFFile
+    return smollm2_reader  # a solutions.system.loading.gguf_file.GGUFFile
 
 
 def test_every_quantized_tensor_is_bit_exact(reader):

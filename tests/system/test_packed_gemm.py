@@ -1,4 +1,4 @@
-"""MKL's packed GEMM for the 4-row products of a beam step (solutions.packed_gemm): its products
+"""MKL's packed GEMM for the 4-row products of a beam step (solutions.system.kernels.packed_gemm): its products
 on a tiny model, and the beam search it serves on SmolLM2 against HuggingFace's.
 """
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions import packed_gemm
+from solutions.system.kernels import packed_gemm
 from solutions.generate import generate
 from solutions.model import tiny_model
 

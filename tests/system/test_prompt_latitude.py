@@ -1,7 +1,7 @@
 """What a prompt leaves open, its hidden suite must accept: variants of the reference that pass.
 
 A README that says "either passes" or "not graded" makes a promise about the suite. Each variant
-below is the reference with a few exact-text edits (dojo.grading.mutant's format) that takes the other
+below is the reference with a few exact-text edits (dojo.grading.proof.mutant's format) that takes the other
 branch of such a sentence; the kata's whole suite must pass on it. (check_katas proves the
 opposite direction: each known bug fails.) Left out: latitude a test cannot show (wording of
 messages, speed).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.grading.mutant import apply
+from dojo.grading.proof.mutant import apply
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,8 +1,8 @@
-"""The compiled Q4_1 x Q8_1 kernel (solutions.native) against its readable reference (solutions.q8_1),
+"""The compiled Q4_1 x Q8_1 kernel (solutions.system.kernels.native) against its readable reference (solutions.system.kernels.q8_1),
 and that reference against the plain fp32 product of the dequantized matrix. The kernel reads the
 weights tiled (q8_1.repack); the reference reads the file's blocks.
 
-Oracles: solutions.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
+Oracles: solutions.system.kernels.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
 in fp64 (bit-exact dequantizer, test_weights.py), from which int8 activations may move a product by
 about 1% of its scale. Each instruction set this CPU runs is tested, the AVX2 floor included, and
 the floor is also forced the way a CPU without VNNI would take it (DOJO_Q8_ISA).
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from solutions import native, q8_1
+from solutions.system.kernels import native, q8_1
 from solutions.int4 import dequantize_q4_1, quantize_q4_1
-from solutions.weight_modes import Q4Q8Linear
+from solutions.system.kernels.weight_modes import Q4Q8Linear
 
 
 def q4_1_weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -154,7 +154,7 @@ def test_forced_avx2_path(monkeypatch):
 
 
 def test_prefetch_distance_changes_no_result(kernel):
-    """The prefetch distance (measured at load, solutions.fused_step) only moves memory traffic: the
+    """The prefetch distance (measured at load, solutions.system.kernels.fused_step) only moves memory traffic: the
     product is bit for bit the same at 0, 3 and 4096 tile-blocks ahead (past the weights' end), and
     a distance out of range is refused."""
     blocks, _ = q4_1_weight(100, 576, seed=4)

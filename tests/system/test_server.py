@@ -21,9 +21,9 @@ import openai
 import pytest
 import torch
 
-from solutions.engine import Engine
+from solutions.system.serving.engine import Engine
 from solutions.generate import generate
-from solutions.server import MODEL_ID, TextDelta, build_app, running
+from solutions.system.serving.server import MODEL_ID, TextDelta, build_app, running
 
 NEW = 12  # new tokens per request: enough to tell answers apart
 

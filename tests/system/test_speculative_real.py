@@ -12,7 +12,7 @@ import pytest
 
 from solutions.generate import generate
 from solutions.speculative import speculative_generate
-from solutions.weight_modes import int4_available
+from solutions.system.kernels.weight_modes import int4_available
 
 NEW = 32  # past the point where int4 alone leaves fp32's answer
 

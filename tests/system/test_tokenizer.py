@@ -1,4 +1,4 @@
-"""SmolLM2's tokenizer (solutions/tokenizer.py) against a HuggingFace `tokenizers` peer.
+"""SmolLM2's tokenizer (solutions/system/loading/tokenizer.py) against a HuggingFace `tokenizers` peer.
 
 The peer is built here, straight from the GGUF's vocabulary and merges, with the pre-tokenizer the
 GGUF names `smollm`: Digits(individual_digits=True) then ByteLevel(add_prefix_space=False), and the
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from solutions.tokenizer import SMOLLM_PATTERN, load_tokenizer, read_tokenizer, save_tokenizer, tokenizer_from_gguf
-from solutions.weights import find_gguf, open_gguf
+from solutions.system.loading.tokenizer import SMOLLM_PATTERN, load_tokenizer, read_tokenizer, save_tokenizer, tokenizer_from_gguf
+from solutions.system.loading.weights import find_gguf, open_gguf
 
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<file_sep>", "<repo_name>", "<jupyter_code>"]

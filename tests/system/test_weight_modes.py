@@ -1,4 +1,4 @@
-"""Weights modes (solutions.weight_modes): each packed product against a plain fp32 oracle, and the
+"""Weights modes (solutions.system.kernels.weight_modes): each packed product against a plain fp32 oracle, and the
 bf16 and int4 SmolLM2 against our fp32 one (itself token-identical to HF: test_generate_hf).
 
 Oracles: solutions.int4's dequantizers (bit-exact against gguf.quants, test_weights.py) and
@@ -15,7 +15,7 @@ import torch
 from solutions.generate import generate
 from solutions.int4 import dequantize_q4_1, dequantize_q8_0, quantize_q4_1
 from solutions.model import tiny_model
-from solutions.weight_modes import (
+from solutions.system.kernels.weight_modes import (
     BF16Linear,
     Int4Linear,
     Q8Rows,
@@ -25,7 +25,7 @@ from solutions.weight_modes import (
     int4_available,
     weight_bytes,
 )
-from solutions.weights import build_model, mode_state, open_gguf, read_config
+from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 QUESTIONS = ["What is the capital of France?", "Name three prime numbers.", "How do I sort a list in Python?"]
 
@@ -89,7 +89,7 @@ def test_unknown_mode_is_a_clear_error():
     """A mode that does not exist is a ValueError naming the choices."""
     with pytest.raises(ValueError, match="fp32, bf16, int4"):
         check_mode("int3")
-    from solutions import native
+    from solutions.system.kernels import native
 
     assert default_mode() == ("int4-q8x2" if native.kernel() else "int4" if int4_available() else "fp32")
 
@@ -158,7 +158,7 @@ def test_bytes_read_per_token(modes):
 
 def test_bf16_falls_back_to_plain_linear_without_onednn(monkeypatch):
     """Where torch has no oneDNN bf16, BF16Linear multiplies with F.linear in bf16, to the same result."""
-    from solutions import weight_modes
+    from solutions.system.kernels import weight_modes
 
     gen = torch.Generator().manual_seed(3)
     w, x = torch.randn(48, 64, generator=gen), torch.randn(2, 64, generator=gen)

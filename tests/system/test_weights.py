@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from solutions.model import LlamaConfig, tiny_model
-from solutions.weights import dequantize, load_smollm2, read_config
+from solutions.system.loading.weights import dequantize, load_smollm2, read_config
 
 
 @pytest.fixture(scope="module")

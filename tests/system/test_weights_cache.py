@@ -1,8 +1,8 @@
-"""The start-up cache (solutions.weights_cache): valid files are used, changed or damaged ones rebuilt.
+"""The start-up cache (solutions.system.loading.weights_cache): valid files are used, changed or damaged ones rebuilt.
 
 The bookkeeping is checked on a small stand-in "GGUF" (any file: the cache only hashes it); the
 whole path, GGUF to memory-mapped model, on a copy of the real file in pytest's tmp_path, never
-in the real workspace. Oracle: the model built straight from the GGUF (solutions.weights).
+in the real workspace. Oracle: the model built straight from the GGUF (solutions.system.loading.weights).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import shutil
 import pytest
 import torch
 
-from solutions import calibration, weights_cache
-from solutions.weights_cache import Cache
+from solutions.system.kernels import calibration
+from solutions.system.loading import weights_cache
+from solutions.system.loading.weights_cache import Cache
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_a_stored_file_is_valid_until_damaged(fake):
 def test_the_crc_is_taken_only_when_the_mtime_moved(fake, monkeypatch):
     """A file whose mtime is the one recorded is not read; the same content with a new mtime passes
     its CRC-32 once and its mtime is recorded."""
-    import solutions.weights_cache as wc
+    import solutions.system.loading.weights_cache as wc
 
     gguf, cache_dir = fake
     said: list[str] = []

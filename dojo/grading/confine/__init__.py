@@ -1,0 +1,1 @@
+"""What confines candidate code: the bubblewrap sandbox, bounded children, the audit hook."""
