@@ -10,7 +10,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
+.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint format docs clean
 
 setup: $(STAMP) $(NATIVE)
 
@@ -47,6 +47,7 @@ practice: $(STAMP) $(NATIVE)
 test: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n $(JOBS) tests
 	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
+	$(PY) -m mkdocs build --strict --quiet
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
 # submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
@@ -83,8 +84,21 @@ notebooks: $(STAMP) $(NATIVE)
 lab: $(STAMP) $(NATIVE)
 	$(VENV)/bin/dojo lab
 
-lint: $(STAMP) $(NATIVE)
-	$(PY) -m ruff check dojo solutions katas tests benchmarks
+# ruff's checks (pyflakes, pycodestyle errors, import order, bugbear, pyupgrade) and its formatter, as
+# `.ci/run` runs them before the tests; `make format` applies both. Neither needs the C++ kernel.
+LINTED := dojo solutions katas tests benchmarks
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix $(LINTED)
+	$(PY) -m ruff format $(LINTED)
+
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt as pages change; `make test` builds
+# it with --strict, so a broken link or a page missing from the nav fails.
+docs: $(STAMP)
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

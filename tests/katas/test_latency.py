@@ -196,7 +196,7 @@ def test_measure_latency_generates_greedily_from_one_prefill(kata):
     assert names == run * (len(names) // 5) and len(names) >= 10, (
         f"measure_latency(prompt 6, 5 new tokens, repeats=2) called {names}: want each run to be "
         f"{run} (warm-up runs allowed)")
-    for i, (name, ids, length, logits) in enumerate(calls):
+    for i, (name, ids, length, _logits) in enumerate(calls):
         if name == "prefill":
             assert tuple(ids.shape) == (1, 6) and length == 0, (
                 f"prefill got ids {tuple(ids.shape)} on a cache holding {length} positions; "
