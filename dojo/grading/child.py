@@ -1,10 +1,10 @@
 """The grading child: one python command line run in its own session under resource limits.
 
 `run` starts it through a small launcher that sets RLIMIT_AS (memory), RLIMIT_FSIZE (output),
-no core dumps and, in the sandbox, a process cap and its own uid, then becomes pytest; output goes
-to a file, never a pipe that could fill; on return the child's whole process group is killed.
-`tail` reads the end of that output. Left out: what the command is and what its results mean
-(dojo.grading.grade, dojo.grading.outcomes), the sandbox's own arguments (dojo.grading.confine.sandbox).
+no core dumps and, in the sandbox, a process cap and its own uid, then becomes the command; output
+goes to a file, never a pipe that could fill; on return its whole process group is killed. Its timing
+tests ask dojo.grading.machine_lock for the machine. `tail` reads the end of the output. What the
+command is and what its results mean are dojo.grading.grade's and dojo.grading.outcomes'.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Freezing one grading's processes while another grading's timing test measures.
 
-A `Group` is every process one grading child starts. `freeze()` stops them all (threads spinning in
-the background included: the kernel stops every task), `thaw()` lets them go on, `close()` kills
-what is left. Two ways, chosen by `new_group()`:
-- cgroup v2, where this process may create a child cgroup beside its own (root, or a delegated
-  subtree): the child's launcher enters it before it execs bwrap or python, so nothing escapes;
-  freezing writes cgroup.freeze and waits for cgroup.events to say "frozen 1"; closing writes
-  cgroup.kill. Where the parent cgroup already offers the pids or memory controllers, the group
-  also gets pids.max and memory.max (the caller's limits); elsewhere the child's rlimits stay the
-  only caps. Where cgroup v1 holds the cpu controller (a hybrid machine such as this one), the
-  child also enters a v1 cpu group of its own: every grading then gets an equal share of the CPU
-  however many threads it spins, instead of one share per thread.
-- otherwise signals: SIGSTOP to every descendant of the child, found in /proc and walked again
-  until no new one appears (a stopped process cannot fork), SIGCONT to thaw.
-Left out: deciding when to freeze (dojo.grading.machine_lock) and cgroup v1 (its freezer is
-a different file set; v1 machines get the signals).
+A `Group` is every process one grading child starts: `freeze()` stops them all, threads included,
+`thaw()` lets them go on, `close()` kills what is left. `new_group()` makes a cgroup v2 group where
+this process may create one (cgroup.freeze, cgroup.kill), else a signal group (SIGSTOP and SIGCONT
+to every descendant found in /proc). Deciding when to freeze is dojo.grading.machine_lock's.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 `read_results` gives (tests, error) and the records it read: a clean run has an `end` record whose
 exit status is the process's and exactly one outcome per test collected; a forged or repeated
 record, a missing outcome or a process that ended early is an error, never a pass, and
-`why_stopped` names how it ended (time limit, signal, exit) and during which test. Left out: running the child
-(dojo.grading.child), the records' signing (dojo.grading.channel).
+`why_stopped` names how it ended (time limit, signal, exit) and during which test. Running the child
+is dojo.grading.child's; signing the records, dojo.grading.channel's.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `GradeResult.to_json()` is the results.json document (Exercism's version 3 plus dojo's points,
 properties, integrity findings and the "inconclusive" extension). `score` counts points: skipped
-and inconclusive tests count for neither side. Left out: running anything (dojo.grading.grade),
-writing the file (dojo.practice.report.write_results).
+and inconclusive tests count for neither side. It runs nothing (dojo.grading.grade) and writes no
+file (dojo.practice.report.write_results).
 """
 
 from __future__ import annotations

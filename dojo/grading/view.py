@@ -1,17 +1,10 @@
 """The grading view: which reference modules a kata's suite is given, and which it is never given.
 
-A kata is graded in isolation: its suite supplies the reference parts of *other* katas (the
-generate suite builds on `solutions.model` and `solutions.kv_cache`), and a README may tell the
-candidate to use one (`solutions.roofline.phase_cost` in the latency kata). The view is the
-closure of those modules, and of the helpers the kata's own reference imports (bpe's
-pretokenize), under their own `solutions.*` imports, read from the source as an AST,
-without the kata's own reference: `solutions/<slug>.py` and every twin of it,
-`solutions/<slug>_*.py` (such as attention_fast.py). A module in the view that imports a hidden
-one (model.py's default cache is the kv_cache reference) keeps that import, which then fails.
-
-`runner_modules` is the same for the dojo package: the plugin and what it and the suite import.
-Left out: which *names* a module may use (a permitted module is visible whole); the suites and
-mutants are placed by dojo.grading.grade.
+A kata is graded in isolation: its suite gets the reference modules the suite imports, the README or
+stub names and the kata's own reference imports, and what those import in turn (`reference_modules`),
+read from the source as an AST. Never the kata's own answer (`hidden`): solutions/<slug>.py and the
+twins katas.toml declares. `importable` is what a submission may import; `runner_modules` the dojo
+modules a grading copies. Placing the files is dojo.grading.grade's.
 """
 
 from __future__ import annotations
