@@ -1,30 +1,11 @@
 """Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
 
-`grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
-grading plugin and only the reference modules the suite needs (dojo.grading.view: never the kata's own
-reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
-limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
-plugin's signed records (dojo.grading.channel), never pytest's text: a forged or repeated record, a test
-without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
-code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
-edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.grading.scan.integrity in a child limited in memory
-and time (dojo.grading.confine.bounded; findings in the result, the points untouched). The child's launch and
-limits are dojo.grading.child, reading its records dojo.grading.outcomes, the result types
-dojo.grading.result. Left out: what the practice loop does
-with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
-maps the outcomes back to cells).
-
-For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
-a security boundary as far as bubblewrap makes it one (dojo.grading.confine.sandbox): no network, no repository or
-home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
-runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
-can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
-the code that does, and a person judges it.
-
-A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
-points and costs none (its points leave the total), and does not stop a pass. `grade(...,
-only=[...])` runs just some tests: dojo.practice.rerun re-runs the ones the last check left inconclusive.
+`grade(slug, target)` copies the suite, the plugin and the reference modules of dojo.grading.view to a
+private folder (the pristine copies), runs pytest there in a limited child (dojo.grading.child) and
+reads the plugin's signed records (dojo.grading.outcomes), never pytest's text. Whatever the code does,
+the answer is a GradeResult with a reason, in bounded time. Every grading gets the integrity scan;
+`sandboxed=True` (take-homes, interviews) adds the sandbox and judge mode (dojo.grading.judging).
+Writing results and recording attempts are dojo.practice.check's; notebooks are dojo.notebook's.
 """
 
 from __future__ import annotations
