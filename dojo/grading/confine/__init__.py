@@ -1,1 +1,1 @@
-"""What confines candidate code: the bubblewrap sandbox, bounded children, the audit hook."""
+"""What confines a submission: the bubblewrap sandbox, the audit hook, bounded children for its data."""

@@ -1,38 +1,10 @@
-"""An audit hook (PEP 578) that refuses, inside the grading process, what only a cheat asks for.
+"""An audit hook (PEP 578) that refuses, inside the candidate's process, what only a cheat asks for.
 
-`install(candidate_files, record)` adds a `sys.addaudithook` hook for the rest of the process (a hook
-cannot be removed). When the candidate's own code asks for one of the operations below, the hook calls
-`record(finding)` and raises `Refused` (a RuntimeError) naming the audit event, so the operation never
-happens. Install it after the suite and its helpers are imported and before the candidate's module is:
-
-    audit.install({str(candidate_path)}, findings.append, allowed={"solutions", "solutions.roofline"})
-    module = targets.load(...)   # the candidate's import and every call into it are now watched
-
-Who asked. Library code does these things on its own (dataclasses and namedtuple exec generated code,
-torch compiles and spawns compilers, warnings and typing read frames, torch loads libraries with
-ctypes), so the hook judges by *the frame that asked*: the nearest Python frame below the hook, after
-skipping frames of the few stdlib modules that only carry a request out for their caller (subprocess
-and os for processes, ctypes for libraries, inspect and traceback for frames, runpy and code for
-exec; `PASS_THROUGH`). The request is refused when that frame's `co_filename` is a candidate file.
-Imports are judged by the whole stack instead: a project or pytest module (`FORBIDDEN_IMPORTS`) imported
-while any candidate frame is on the stack is refused, whoever imports it, unless `allowed` names it.
-
-Refused: exec/eval of code objects and compile() (events exec, compile), building code or functions
-by hand (code.__new__, function.__new__, marshal.loads), frames (sys._getframe, sys._current_frames,
-and object.__getattr__: CPython 3.11 audits reading f_code, tb_frame, gi_frame, gi_code, cr_frame and
-__code__), the object graph (gc.get_objects, get_referrers, get_referents), processes (os.system,
-os.fork, os.forkpty, os.exec, os.posix_spawn, os.spawn, subprocess.Popen, os.kill), ctypes.*, tracing
-(sys.settrace, sys.setprofile), another audit hook, unpickling classes (pickle.find_class), and
-object.__setattr__/__delattr__ (3.11 audits only __class__, __bases__, __name__, __code__ ... writes)
-on a module, class or function the candidate files did not define.
-
-Left out, because CPython does not audit it: f_back, f_globals, f_locals, tb_next and __globals__ reads
-(a frame handed out by a library, such as logging.currentframe(), can be walked), plain attribute writes
-(`torch.allclose = ...`), and importing a module already in sys.modules (pytest is, in the grading
-process); importlib.import_module does not raise the `import` event in 3.11 either. The static scan
-(dojo.grading.scan.integrity) flags all of these in the source, and judge mode, where the verdict lives in
-another process, is the boundary; this hook is defence in depth. `record` runs inside the candidate's
-process, so what it keeps there is only as safe as that process.
+`install(candidate_files, record, allowed=...)` adds the hook for the rest of the process: after the
+suite is imported, before the candidate's module is. When a candidate file asks for code objects,
+frames, the object graph, processes, ctypes, tracing, unpickling or guarded attribute writes
+(`EVENTS`), or imports project or pytest code (`FORBIDDEN_IMPORTS`), it calls `record(finding)` and
+raises `Refused`. Defence in depth, not the boundary: CPython does not audit everything.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Running one of our own functions on a submission's data in a limited child process.
 
-`call("dojo.grading.scan.similarity:find", {...})` starts `python -I -c`, sets the child's address space
-(RLIMIT_AS) and no core dumps, feeds it the keyword arguments as JSON on stdin and reads the return
-value back as JSON from stdout, with a wall-clock timeout. Whatever the data makes the function do
-(recurse deeply, allocate gigabytes, take minutes, crash), the caller gets the value or a BoundedError
-saying what went wrong, in bounded time. The child raises its recursion limit and runs the function in
-a thread with a large stack, so a valid file with one very deep expression is read, not refused.
-`scan(path, slug)` is dojo.grading.scan.integrity.scan run that way (a failure is a finding, not a crash).
-
-Left out: any sandbox (the function is ours; only its data is the candidate's), and passing anything
-but JSON (no pickle).
+`call("module:function", kwargs)` runs it in `python -I` with a cap on address space, no core dumps
+and a wall-clock timeout; arguments and return value travel as JSON. Whatever the data makes it do
+(recurse deeply, allocate gigabytes, take minutes, crash), the caller gets the value or a
+BoundedError, in bounded time. `scan(path, slug)` is the integrity scan run that way: a failure is a
+finding, not a crash. No sandbox: the function is ours, only its data is the candidate's.
 """
 
 from __future__ import annotations

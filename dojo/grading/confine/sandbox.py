@@ -1,23 +1,11 @@
-"""The take-home sandbox: the grading child runs inside bubblewrap (`bwrap`, Debian's `bubblewrap`).
+"""The take-home sandbox: the grading child and the judge's worker run inside bubblewrap (`bwrap`).
 
-What it guarantees, where bwrap works:
-- no network (a new network namespace) and a new PID namespace: every process the submission
-  starts, a setsid daemon included, dies when the grading ends (`--die-with-parent`, and the
-  namespace goes when its first process does);
-- a cap on processes (RLIMIT_NPROC, set inside the sandbox; threads count too), sized from the
-  cores this process may use. The kernel never applies that limit to uid 0, so when the grader
-  runs as root the child runs as a fresh unused uid instead (bwrap then needs no user namespace);
-- a filesystem holding only what the suite needs: the system's /usr (and its /lib, /bin links),
-  /sys read-only (cache sizes), the interpreter and its package folders read-only with any
-  checkout of this project left out and any `solutions`/`tests` folder in them masked, the grading
-  folder read-only (the pristine suite, the plugin and the view of dojo.grading.view) and a private /tmp
-  of at most TMP_BYTES. The repository, the home folder and the machine-wide timing lock are not
-  there: the grader holds that lock for the child's timing tests (dojo.grading.machine_lock).
-
-What it does not guarantee: anything about code inside the test process, which can still lie to
-pytest (dojo.grading.scan.integrity flags that), nor limits on CPU time beyond the grader's timeouts.
-`unavailable()` says why a machine cannot sandbox (no bwrap, user namespaces off, DOJO_SANDBOX=0);
-grading then runs as before and the report says so.
+`bwrap_args` builds its command line: new network and PID namespaces (every process dies with the
+grading), a read-only view of only the system, the interpreter's packages (no checkout of this
+project) and the grading folder, and a private /tmp of at most TMP_BYTES. `process_limit` and
+`child_uid` give the process cap and the uid it binds. `unavailable()` says why a machine cannot
+sandbox; grading then runs without it and the report says so. It cannot stop code inside the test
+process from lying to pytest.
 """
 
 from __future__ import annotations

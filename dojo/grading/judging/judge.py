@@ -1,20 +1,11 @@
 """Judge mode, the judge's side: the candidate's module as a proxy onto a worker process.
 
-Under `dojo grade` and interview submissions the suite runs in a process that never imports, runs or
-unpickles anything of the candidate's. `kata_module(slug)` gives the suite a `KataModule`: attribute
-reads, calls and the objects they return travel to the worker (dojo.grading.judging.worker, started from the
-command the grader put in $DOJO_JUDGE_WORKER, inside the sandbox there) and come back as plain data
-(dojo.grading.judging.wire) or as proxies (dojo.grading.judging.remote). Objects the suite hands to the candidate's
-code stay here and are called back, read-only; a torch module is lent as a fresh copy for each call,
-so nothing the candidate's code calls on it can change the suite's own (`lend`). A worker that dies, hangs past the test's time limit
-or breaks the protocol fails the test that was running; the next test gets a fresh worker.
-
-`build(recipe, ...)` makes an object in the worker instead (a model the candidate's code trains in
-place); dojo.fakeclock.reading points the worker's clock at one of the suite's through
-`KataModule.reading_clock`. Both do the same in-process, so one suite serves both modes.
-
-Left out: which tests cannot run this way (the `candidate_process` marker, dojo.grading.suite.plugin), the
-sandbox and limits (dojo.grading.grade builds the worker's command).
+The suite runs in a process that never imports, runs or unpickles anything of the candidate's.
+`kata_module(name)` gives it a `KataModule` whose attribute reads and calls travel to the worker
+(started from $DOJO_JUDGE_WORKER) and come back as plain data or proxies (dojo.grading.judging.remote).
+`lend` gives the candidate's code a fresh copy of a torch module; `build`, `KataFolder` and
+`reading_clock` do in the worker what a suite does in-process, so one suite serves both modes. A
+broken worker fails the running test; the next gets a fresh one. The sandbox and limits are the grader's.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Calls across the judge's boundary: each side keeps its objects and lends the other a reference.
 
-An `Endpoint` is one side of a socket (dojo.grading.judging.wire carries the messages). Plain data crosses
-as data; any other object stays where it was made, in the endpoint's export table, and the other side
-gets a `Proxy` whose attribute reads, calls and a few protocols (len, iter, next, getitem, setitem,
-contains, with) travel back as requests. Both sides serve requests while they wait for a reply, so a
-candidate's generator can call back the judge's model in the middle of a call from the judge.
-
-The two sides do not trust alike. `Endpoint(..., trusted=True)` is the judge: it serves only public
-attributes (no leading underscore) and calls of what it lent, never a write to an attribute, never a
-module; it decodes what comes back as plain data, and an error raised over there arrives as an
-exception built here (`RemoteError`, or the builtin type it names), never the other side's object.
-The candidate's side gets the judge's builtin errors as their type too (a missing attribute of a
-lent model is an AttributeError there, as in one process), any other as RemoteError. A StopIteration
-from the candidate ends an iteration only when the judge asked for the next item; from any other
-call it arrives as a RuntimeError named StopIteration (PEP 479's rule), never ending a suite's loop.
-Proxies compare by identity, hash by identity and print without asking the other side: their
-`__eq__` is never the candidate's.
-
-Left out: starting, limiting and restarting the worker (dojo.grading.judging.judge, dojo.grading.judging.worker).
+An `Endpoint` is one side of a socket: plain data crosses as data (dojo.grading.judging.wire), any
+other object stays in its endpoint's export table and the other side gets a `Proxy`, whose attribute
+reads, calls and a few protocols travel back as requests. Both sides serve requests while they wait.
+The judge's side (`trusted=True`) serves only public reads and calls of what it lent, and turns what
+comes back into plain data and exceptions built here (`RemoteError`, or the builtin type it names).
+Starting, limiting and restarting the worker are dojo.grading.judging.judge's and .worker's.
 """
 
 from __future__ import annotations

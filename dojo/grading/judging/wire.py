@@ -1,16 +1,10 @@
 """The judge's wire format: values as plain data, framed on a socket, decoded without pickle.
 
-A message is one value: None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset,
-slice, Ellipsis, complex, pathlib paths, torch.dtype and torch.device, a tensor or a NumPy array or scalar (dtype,
-shape and raw bytes), and references to objects that stay on the side that owns them (`Ref`). On the
-wire every container is a one-key JSON object ({"L": [...]}: a list), so nothing decodes to a type
-the format does not name. The encoder rebuilds what it sends as the plain type: a list subclass goes
-as a list, a tensor subclass (nn.Parameter) as a plain tensor without its autograd history, a
-namedtuple as a namedtuple made by the receiver with the same field names (tuple equality, none of the
-sender's methods); `export` decides what anything else becomes (a Ref, or an error). The decoder
-checks every size and depth against limits before it builds anything.
-
-Left out: what the references point at and who may call them (dojo.grading.judging.remote).
+A message is one value: None, bool, numbers, str, bytes, the builtin containers, slices, paths, torch
+dtypes and devices, tensors and NumPy arrays (dtype, shape, raw bytes), and `Ref`s to objects that
+stay with their owner. Every container is a one-key JSON object, so nothing decodes to a type the
+format does not name; the decoder checks sizes and depth before it builds anything. What a `Ref`
+points at and who may call it are dojo.grading.judging.remote's.
 """
 
 from __future__ import annotations

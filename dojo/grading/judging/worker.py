@@ -1,14 +1,10 @@
-"""The judge's worker: the one process where the candidate's module is imported and run.
+"""The judge's worker: the one process where judge mode imports and runs the candidate's module.
 
-`python -m dojo.grading.judging.worker FILE MODULE ALLOWED` (the judge starts it inside the sandbox, with its end of
-the connection as standard input) imports nothing of the suite: it serves the judge's requests
-(dojo.grading.judging.remote) on a `Boot` object, whose methods import the candidate's file, build reference
-parts the suite names by recipe ("solutions.model:tiny_model"), and point the candidate module's
-clock at one the judge lends. Whatever the candidate's code does in here (patch, exit, hang, lie)
-reaches the judge only as the data it sends back.
-
-Left out: the sandbox and limits around this process (dojo.grading.confine.sandbox, dojo.grading.child),
-the judge's side (dojo.grading.judging.judge).
+`python -m dojo.grading.judging.worker FILE MODULE ALLOWED` (the judge starts it inside the sandbox,
+with its end of the connection as standard input) installs the audit hook, then serves the judge's
+requests (dojo.grading.judging.remote) on a `Boot` object: import the candidate's file, build
+reference parts by recipe ("solutions.model:tiny_model"), files, gradients, the judge's clock. It
+imports nothing of the suite: whatever the candidate's code does here reaches the judge only as data.
 """
 
 from __future__ import annotations
