@@ -1,17 +1,11 @@
 """`python -m dojo.grading.proof.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
 
-For each kata in katas.toml that has a suite: the suite passes on the reference (solutions), every
-graded test fails on the stub (katas), and every mutant in tests/katas/mutants/<slug>/ fails at least
-one test (a mutant written as edits on the reference is applied first: dojo/grading/proof/mutant.py). Prints a
-table (kata, tests, reference, stub, mutants killed); exits 1 on any violation.
-
-Fast on purpose, as it is part of `make test`: torch, pytest and hypothesis are imported once and
-each run is a fork of this warm process (no per-run interpreter start-up); runs go N at a time,
-references first; a mutant stops at its first failing test (-x) with the tests ordered fastest
-first by the reference's timings (machine and candidate-process tests last, as their fixtures' cost
-is not in those timings); and a run whose inputs (suite, target, the plugin
-and the reference modules it imported) are byte-identical to a cached run's is not repeated
-(--no-cache forces everything). A run, its verdict and the cache are dojo.grading.proof.suite_runs.
+For each kata in katas.toml that has a suite, in-process and in judge mode: the suite passes on the
+reference (solutions), every graded test fails on the stub (katas), and every mutant in
+tests/katas/mutants/<slug>/ fails at least one test. Prints a table; exits 1 on any violation.
+Each run is a fork of this warm process, N at a time, not repeated while its inputs are unchanged
+(--no-cache runs all); runs, verdicts and cache are dojo.grading.proof.suite_runs. It proves the
+suites, not the sandbox.
 """
 
 from __future__ import annotations

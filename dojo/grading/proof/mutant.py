@@ -1,15 +1,10 @@
 """Mutants written as edits on the reference: a known bug in a few lines, not a copy of the file.
 
-A mutant file in tests/katas/mutants/<slug>/ is a module docstring (the bug, in a candidate's
-terms: the interviewer packet quotes its first line) and `EDITS`, a list of (old, new) string
-pairs. Applied in order to the kata's reference (solutions/<slug>.py), each `old` must occur
-exactly once in the text so far, so a mutant stays the bug it names as the reference evolves,
-and breaks loudly when the lines it edits change. `python -m dojo.grading.proof.check_katas` writes the mutated
-module out and runs the suite on it. A file without `EDITS` is a whole module, run as it is.
+A mutant in tests/katas/mutants/<slug>/ is a module docstring (the bug in a candidate's terms: its
+first line is quoted to interviewers) and `EDITS`, (old, new) string pairs applied in order to
+solutions/<slug>.py, each `old` exactly once. A file without `EDITS` is a whole module, run as it is.
 
-    python -m dojo.grading.proof.mutant tests/katas/mutants/bpe/strict_threshold.py   # print the diff it makes
-
-Left out: regular expressions and line numbers in edits (exact text is easier to review).
+    python -m dojo.grading.proof.mutant tests/katas/mutants/bpe/strict_threshold.py   # the diff it makes
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A `Run` knows its pytest arguments; `violations(run)` says what the run shows wrong with the suite
 (the reference fails, a test passes on the stub, a mutant survives). The cache keeps each run's
 rows under a digest of every file its verdict depends on (the plugin, the suite, the target, the
-modules the run imported), so an unchanged run is not repeated. Left out: running (the forks in
-dojo.grading.proof.check_katas) and planning which runs a kata needs.
+modules the run imported), so an unchanged run is not repeated. Running the forks and planning
+which runs a kata needs are dojo.grading.proof.check_katas'.
 """
 
 from __future__ import annotations

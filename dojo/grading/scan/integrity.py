@@ -1,32 +1,10 @@
 """The integrity scan: what a submission's source reaches for that an honest solution never needs.
 
 `scan(path, slug)` reads the file as an AST, without running it, and returns findings
-("bpe.py:3: imports solutions.bpe, the project's reference"). It flags:
-- importing the project's solutions/, tests/ or dojo/ (a reference module the kata's README names,
-  or that the kata's own reference uses, is allowed), or naming their paths in a string;
-- importlib or `__import__` with a computed name, or loading a module from a file path;
-- exec, eval or compile of text;
-- walking sys.modules, `gc.get_objects`/`get_referrers`, frames (inspect, sys._getframe, f_back ...),
-  sys.path, sys.argv, dunder escapes (`__globals__`, `__builtins__`, `__subclasses__` ...);
-- atexit, `os._exit`, subprocess, `os.system`, fork/setsid/kill, ctypes, signal, sockets;
-- assigning to another module's or an imported class's attributes (`torch.allclose = ...`, setattr,
-  `object.__setattr__`, writes through `X.__dict__[k]` or `vars(X).update(...)`: patching what the suite
-  relies on; `torch.backends.*` settings are allowed);
-- importing pytest, _pytest or pluggy; searching the filesystem (os.walk, rglob, recursive glob);
-  unpickling; strings naming the project's paths, /proc/self, .pth files or DOJO_ variables.
-
-It follows aliases: `import sys as q`, `s = sys` (assignment chains anywhere in the file), `posix.fork` as
-os.fork; a flagged module used as a value (`[sys][0].modules`, `f(os)`) is itself a finding. Text built
-from constants ("ex" + "ec", f-strings, "".join([...]), a name bound once to such text) is checked as if
-written whole, and any string naming a frame, traceback or code attribute (`getattr(e, "tb_frame")`,
-`operator.attrgetter("f_back")`) is a finding. The file is decoded as Python decodes it (dojo.source): a
-coding cookie other than UTF-8, or bytes Python refuses, is a finding. The tables live in integrity_rules.
-
-The points stay as they are: findings go into results.json (`integrity`) and the summaries, and a
-person judges them. Left out, on purpose: `gc.disable()`, open() of any path the submission is
-given, reading /sys, json/pathlib, `getattr` on the submission's own objects, and anything the
-file does not say in its source (a scan cannot see through data it builds at run time: what it
-flags is the code needed to run such data).
+("bpe.py:3: imports solutions.bpe, the project's reference"). The tables of what is a finding are
+dojo.grading.scan.rules; this file follows aliases and text built from constants, and decodes the
+file as Python does (dojo.source). Findings go to results.json and a person judges them: the points
+stay as they are. It cannot see what the file builds from data at run time.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The integrity scan's tables: which modules, dotted names, attributes and builtins a submission
-reaching for is a finding, each with the words the finding uses. dojo.grading.scan.integrity applies them;
-this file only says what they are. Left out: how aliases and computed strings are followed (the scan).
+reaching for is a finding, each with the words the finding uses. dojo.grading.scan.integrity applies
+them, following aliases and computed strings; this file only says what they are.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Similar submissions: which take-homes share their code for a kata, and which copy the reference.
 
-Greedy String Tiling, the way JPlag compares programs, reduced to what a grader of a few dozen
-submissions needs. Each file becomes a token stream with what a copier changes for free normalised
-away: comments, docstrings and layout dropped (indentation, line breaks, grouping parentheses, commas),
-statements that do nothing dropped (`pass`, `...`, a bare constant or name, a constant bound
-to a plain name), every identifier that is
-not a keyword, a builtin or an attribute name (`.grad`: a copier renames locals, not torch) `N`,
-every string `S`, every number `0`. Two streams are then covered greedily by the
-longest common runs ("tiles") first, each token in at most one tile, no tile shorter than `MIN_MATCH`
-tokens. Tiles survive what padding does: inserted statements and dead assignments only split a tile,
-reordered functions are found wherever they sit. Tokens the kata's stub shares with a file (its
-signatures, found by tiling the file against the stub first) count for neither side: code everyone
-was given is not evidence (MOSS's "base file").
-
-similarity = tokens covered by tiles / tokens of the shorter stream (stub tokens left out). A pair is
-near-identical at `THRESHOLD` (0.75) or more, when the shorter stream keeps at least `MIN_TOKENS` tokens
-to judge by. Measured here (tests/dojo/test_similarity.py, which checks every kata): each of the first nine katas'
-references padded with
-`pass` after every third statement and a dead `unused = len(str(n))` after every second, functions
-reordered and locals renamed, scores 0.87-1.00 against it; honest solutions written apart from the
-reference (tests/dojo/honest/) score 0.32 (kv_cache), 0.50 (int4) and 0.61 (mixed_precision, a short
-kata whose prompt dictates the step's order) against it, and at most 0.02 against each other. Padding
-after *every* statement pushes a short file below the threshold (mixed_precision: 0.55): tiles shorter
-than MIN_MATCH are not evidence.
-
-Left out: any judgement (a pair is evidence for a person to read, not a verdict); data-flow tricks a
-token stream cannot see through (code rewritten statement by statement into other constructs).
+Greedy String Tiling, as JPlag compares programs: each file becomes a token stream with what a copier
+changes for free normalised away (layout, comments, names, constants, statements that do nothing),
+and two streams are covered by their longest common runs first (`MIN_MATCH` tokens at least). Tokens
+the kata's stub accounts for count for neither side. `find` lists the pairs, and the copies of the
+reference, at `THRESHOLD` or more: evidence for a person to read, not a verdict.
 """
 
 from __future__ import annotations

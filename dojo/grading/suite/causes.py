@@ -1,14 +1,10 @@
 """Failures that point at their cause: a composite property's failure explained by a basic one.
 
-A suite orders its tests from basic to composite, and marks a composite test with the basic tests
-whose failure would explain its own: `@pytest.mark.builds_on("test_grouped_query_head_mapping")`.
-When one of those already failed in this run, the composite test's message starts with
-"probably because '<its property>' failed; fix that first" (the first named that failed), its own
-message kept below: the first failure a learner reads names the bug, the later ones say where they
-come from.
-
-Left out: reordering tests (the suite's order is the file's; tests/dojo/test_causes.py checks each
-named test exists and comes earlier) and any guess beyond what the marker names.
+A suite marks a composite test with the basic tests whose failure would explain its own:
+`@pytest.mark.builds_on("test_grouped_query_head_mapping")`. When one of those already failed in
+this run, the composite test's message starts with "probably because '<its property>' failed; fix
+that first", its own message kept below. It reorders no tests and guesses nothing the marker does
+not name.
 """
 
 from __future__ import annotations

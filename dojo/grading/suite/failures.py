@@ -1,13 +1,10 @@
 """The failure text of a graded test: what a learner reads under a FAIL line, in the kata's terms.
 
-`failure_message` keeps an assertion's own message (the suite wrote it for the learner), and for
-any other exception names it and where in the learner's file it was raised ("ValueError: ... (at
-bpe.py:12, in encode)"), with hypothesis's falsifying example as the arguments it was called with
-("failing input: text='ab', threshold=2"; "for any input" when hypothesis says no value matters);
-hypothesis's commentary (its banner, "Explanation", lines of the suite's temporary copy) is left out.
-The runner's own failures (sys.exit, the time limit, memory, output) get a sentence saying what
-happened. `case_label` names a parametrised test's case in words ("seed=2", "decode, batch=3").
-Left out: pytest's traceback (never shown) and choosing the outcome (dojo.grading.suite.plugin).
+`failure_message` keeps an assertion's own message; for any other exception it names it and where
+in the learner's file it was raised ("ValueError: ... (at bpe.py:12, in encode)"), with hypothesis's
+falsifying example as arguments ("failing input: text='ab', threshold=2"), its commentary left out.
+`case_label` names a parametrised test's case in words ("seed=2", "decode, batch=3"). It never shows
+pytest's traceback; choosing the outcome is dojo.grading.suite.plugin's.
 """
 
 from __future__ import annotations

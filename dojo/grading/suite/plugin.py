@@ -1,26 +1,11 @@
 """The grading plugin: pytest options, markers and fixtures every hidden kata suite relies on.
 
-A kata suite is a test module with a module-level `KATA = "<slug>"`. Its tests ask for the
-`kata` fixture (the implementation under test, imported by path from `--target`) and carry
-`@pytest.mark.points(n)` and, for the README's worked examples, `@pytest.mark.example`. The first
-line of a test's docstring is its *property*, the name a learner reads in the report.
-
-With `--dojo-results FILE` the plugin writes one JSON document with a row per test (id,
-property, outcome, points, message, duration); the runner reads that, never pytest's text.
-While the run goes on it also appends to FILE.jsonl (the collected tests, each test as it starts,
-each row as it ends), so a run killed for a hang or a crash still tells how far it got.
-Under `dojo grade` the same records, and an `end` record with pytest's exit status, go instead to
-the signed results channel (dojo.grading.channel) that the grader named in DOJO_CHANNEL: no path that the
-code under test could read in sys.argv and rewrite.
-`--dojo-test-timeout S` fails any one test (or the learner's import) that runs past S seconds.
-A failure's text is dojo.grading.suite.failures', prefixed by dojo.grading.suite.causes when a basic test that a
-`@pytest.mark.builds_on(...)` test names already failed.
-A test marked `@pytest.mark.machine` times the real machine: it runs under the machine-wide timing
-lock (setup to teardown, not counted in its time limit; in a grading the parent holds it and freezes
-the other gradings, dojo.grading.machine_lock, else dojo.testing.timing_lock) and may end
-*inconclusive* (dojo.testing.inconclusive: skipped to plain pytest, outcome "inconclusive" in the
-rows) when the machine is too noisy to decide.
-Loaded for every pytest run through `addopts = -p dojo.grading.suite.plugin` in pyproject.toml.
+A kata suite sets `KATA = "<slug>"`; its tests ask for the `kata` fixture (the implementation under
+test, from `--target`) and carry `points(n)`, `example`, `builds_on(...)`, `machine` or
+`candidate_process` markers; the first line of a test's docstring is its property. The plugin writes
+a row per test to the grader's signed channel (dojo.grading.channel) or to `--dojo-results FILE`, and
+fails a test that runs past `--dojo-test-timeout`. Loaded for every pytest run (pyproject.toml's
+addopts). It decides no grade: dojo.grading.outcomes reads its records.
 """
 
 from __future__ import annotations
