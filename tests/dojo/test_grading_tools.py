@@ -172,3 +172,15 @@ def test_console_script_is_installed():
     from pathlib import Path
 
     assert (Path(sys.executable).parent / "dojo").exists()
+
+
+def test_the_suite_cache_digests_runner_files_that_exist():
+    """check_katas's cache key covers the plugin, the judge's files and the audit hook, at their paths:
+    a listed file that does not exist would be digested as missing, and its edits would go unseen."""
+    from dojo.grading.proof import suite_runs
+
+    files = suite_runs.runner_files()
+    missing = [str(p) for p in files if not p.is_file()]
+    assert not missing, f"the cache key names files that do not exist: {missing}"
+    names = {p.name for p in files}
+    assert {"plugin.py", "judge.py", "worker.py", "wire.py", "remote.py", "audit.py"} <= names, sorted(names)

@@ -101,15 +101,20 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _inputs(run: Run, deps: list[str]) -> list[Path]:
-    """Every file a run's verdict depends on: the plugin, the suite, the target, and the reference
-    modules and suite helpers that the run imported (recorded by the run itself)."""
+def runner_files() -> list[Path]:
+    """The runner's files a verdict depends on: what runs inside pytest (suite/), judge mode (judging/),
+    the audit hook, the channel and timing lock, and the suites' kit."""
     package = Path(dojo.__file__).resolve().parent
-    own = [package / n for n in ("grading/plugin.py", "grading/channel.py", "grading/machine_lock.py",
-                                 "grading/freezer.py", "targets.py", "testing.py", "machine.py", "fakeclock.py",
-                                 "grading/judge.py", "grading/remote.py", "grading/wire.py", "grading/worker.py",
-                                 "grading/audit.py")]
-    return own + [run.suite, run.target] + [Path(d) for d in deps]
+    folders = [package / "grading" / "suite", package / "grading" / "judging"]
+    files = [package / n for n in ("grading/confine/audit.py", "grading/channel.py", "grading/machine_lock.py",
+                                   "grading/freezer.py", "targets.py", "testing.py", "machine.py", "fakeclock.py")]
+    return sorted(p for f in folders for p in f.glob("*.py")) + files
+
+
+def _inputs(run: Run, deps: list[str]) -> list[Path]:
+    """Every file a run's verdict depends on: the runner's, the suite, the target, and the reference
+    modules and suite helpers that the run imported (recorded by the run itself)."""
+    return runner_files() + [run.suite, run.target] + [Path(d) for d in deps]
 
 
 def run_key(run: Run) -> str:
