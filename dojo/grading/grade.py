@@ -288,7 +288,8 @@ def _reference_view(folder: Path, kata: catalog.Kata) -> None:
     solutions = targets.solutions_dir()
     if solutions.is_dir():
         (folder / "solutions").mkdir()
-        shutil.copyfile(solutions / "__init__.py", folder / "solutions" / "__init__.py")
+        if (solutions / "__init__.py").is_file():
+            shutil.copyfile(solutions / "__init__.py", folder / "solutions" / "__init__.py")
         for name in view.reference_modules(kata):  # "model", "system.kernels.packed_gemm"
             if view.module_file(solutions, name) is not None:
                 _copy_module(solutions, name, folder / "solutions")

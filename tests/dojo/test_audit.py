@@ -30,6 +30,7 @@ def run(script: str) -> dict:
 REFERENCES = """
     import importlib.util, json, sys
     from dojo.grading.confine import audit
+    from dojo import catalog
     from dojo.grading import view
     slugs = SLUGS
     files = {f"solutions/{s}.py": s for s in slugs}
