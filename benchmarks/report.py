@@ -1,9 +1,10 @@
-"""Where `make bench` figures go: a terminal table, a JSON file, and the README's table.
+"""Where `make bench` figures go: a terminal table, a JSON file, and the docs page's table.
 
 - `print_table(rows)`: a rich table, one line per row, misses in red.
 - `write_json(rows, facts)`: benchmarks/results/<UTC timestamp>.json and latest.json (git-ignored),
   with the machine facts (`machine_facts()`: CPU, cores, RAM, versions, load average at start).
-- `update_readme(path, rows, facts)`: rewrites only what lies between BEGIN and END in README.md;
+- `update_page(path, rows, facts)`: rewrites only what lies between BEGIN and END in the page
+  (docs/benchmarks.md);
   ValueError when the markers are missing, out of order or doubled.
 """
 
@@ -125,7 +126,7 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def readme_block(rows: list[Row], facts: dict, seconds: float | None = None) -> str:
+def page_block(rows: list[Row], facts: dict, seconds: float | None = None) -> str:
     took = f", in {seconds / 60:.1f} min" if seconds is not None else ""
     return "\n".join([
         f"Latest figures, from `{facts.get('command') or 'python -m benchmarks'}`{took} on {machine_line(facts)}.",
@@ -136,13 +137,13 @@ def readme_block(rows: list[Row], facts: dict, seconds: float | None = None) -> 
 def rewrite_between_markers(text: str, block: str) -> str:
     """`text` with everything between BEGIN and END replaced by `block`; the rest byte for byte."""
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"README needs exactly one {BEGIN} followed by one {END}")
+        raise ValueError(f"the page needs exactly one {BEGIN} followed by one {END}")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     return f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}"
 
 
-def update_readme(path: Path, rows: list[Row], facts: dict, seconds: float | None = None) -> None:
+def update_page(path: Path, rows: list[Row], facts: dict, seconds: float | None = None) -> None:
     path = Path(path)
-    path.write_text(rewrite_between_markers(path.read_text(encoding="utf-8"), readme_block(rows, facts, seconds)),
+    path.write_text(rewrite_between_markers(path.read_text(encoding="utf-8"), page_block(rows, facts, seconds)),
                     encoding="utf-8")

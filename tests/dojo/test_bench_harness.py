@@ -1,4 +1,4 @@
-"""The `make bench` harness: medians, interleaving, goals, the report files and the README section.
+"""The `make bench` harness: medians, interleaving, goals, the report files and the docs page's table.
 
 Fake engines, fake clocks and fake groups only: nothing here loads a model or times real work.
 """
@@ -100,7 +100,7 @@ def test_goal_rejects_unknown_operator_and_target():
 
 
 def test_goal_reads_as_text():
-    """Goals print as the README shows them."""
+    """Goals print as the docs page shows them."""
     assert str(Goal(">=", 2.5)) == ">= 2.5x", str(Goal(">=", 2.5))
     assert str(Goal(">=", 0.6, on="ours", unit="%")) == "ours >= 60%", str(Goal(">=", 0.6, on="ours", unit="%"))
 
@@ -112,22 +112,22 @@ def test_text_goal_keeps_the_verdict_given():
     assert Row("d", "w", 1.0, "x", goal=Goal(">", 1), ratio=2.0).to_json()["goal"] == "> 1x"
 
 
-README = "# Title\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\n## Next\ntail\n"
+PAGE = "# Title\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\n## Next\ntail\n"
 
 
-def test_readme_rewrite_touches_only_the_marked_block():
+def test_page_rewrite_touches_only_the_marked_block():
     """Only the text between the bench markers changes; everything else stays byte for byte."""
-    out = report.rewrite_between_markers(README, "new table")
-    assert out == README.replace("old table", "new table"), f"unexpected rewrite:\n{out}"
+    out = report.rewrite_between_markers(PAGE, "new table")
+    assert out == PAGE.replace("old table", "new table"), f"unexpected rewrite:\n{out}"
     assert report.rewrite_between_markers(out, "new table") == out, "rewriting twice must change nothing"
 
 
 @pytest.mark.parametrize("text", [
     "no markers at all",
     "<!-- bench:end -->\nx\n<!-- bench:start -->",
-    README + README,
+    PAGE + PAGE,
 ])
-def test_readme_without_one_ordered_marker_pair_is_an_error(text):
+def test_page_without_one_ordered_marker_pair_is_an_error(text):
     """Missing, reversed or doubled markers: ValueError, and nothing is guessed."""
     with pytest.raises(ValueError, match="bench:start"):
         report.rewrite_between_markers(text, "table")
@@ -138,13 +138,13 @@ FACTS = {"cpu": "Fake CPU", "cores": 2, "threads": 2, "ram_gib": 8.0, "load_aver
          "command": "python -m benchmarks"}
 
 
-def test_update_readme_writes_the_table_and_machine(tmp_path):
-    """--update-readme puts every row, the command and the machine between the markers."""
-    path = tmp_path / "README.md"
-    path.write_text(README)
+def test_update_page_writes_the_table_and_machine(tmp_path):
+    """--update-docs puts every row, the command and the machine between the markers."""
+    path = tmp_path / "benchmarks.md"
+    path.write_text(PAGE)
     rows = [Row("decode", "decode tok/s", 20.0, "tok/s", "transformers fp32", 5.0, 4.0, Goal(">=", 2.5)),
             Row("grading", "dojo check a|b", 3.0, "s", goal=Goal("<=", 10, on="ours", unit=" s"))]
-    report.update_readme(path, rows, FACTS, seconds=300)
+    report.update_page(path, rows, FACTS, seconds=300)
     text = path.read_text()
     assert "| decode tok/s | 20.0 tok/s | transformers fp32 | 5.00 tok/s | 4.00x | >= 2.5x | yes |" in text, text
     assert "dojo check a\\|b" in text, "a | inside a cell must be escaped"

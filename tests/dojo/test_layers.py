@@ -15,8 +15,8 @@ import dojo
 
 PACKAGE = Path(dojo.__file__).resolve().parent
 
-# what each layer may import (its own modules included); keep in step with the README's layout. A
-# module's layer is its package below dojo/ (dojo/grading/grade.py: grading); the top-level modules
+# what each layer may import (its own modules included); keep in step with docs/contributing.md's layout.
+# A module's layer is its package below dojo/ (dojo/grading/grade.py: grading); the top-level modules
 # are the base (catalog, targets, errors, the suites' kit: testing, machine, fakeclock), save the CLI.
 MAY_IMPORT = {
     "base": {"base"},
