@@ -1,15 +1,10 @@
 """Masked scaled dot-product attention: causal, padding, cross-attention and grouped-query heads.
 
 softmax(q k^T / sqrt(D) + mask) v, written out so every step can be read: grouped-query heads are
-expanded explicitly, masks become -inf *before* the softmax, the softmax subtracts its row maximum,
-and a query that can see no key gets zeros instead of 0/0 = NaN. Scores and softmax run in fp32
-whatever the input dtype; the output comes back in the input dtype.
-
-This file is the attention kata's reference and is graded by the kata's suite, which bans fused
-kernels here. The inference system's hot path uses solutions/system/kernels/attention_fast.py, which dispatches to
-torch's fused kernel where that is provably the same computation and falls back to this file
-otherwise; tests/system/test_attention_fast.py checks one against the other.
-Left out: dropout, returning the attention weights, KV caching (solutions/kv_cache.py), RoPE.
+expanded explicitly, masks become -inf before the softmax, and a query that sees no key gets zeros.
+Scores and softmax run in fp32. This is the attention kata's graded reference, not the inference
+system's fast path (solutions/system/kernels/attention_fast.py). Not here: dropout, returning the
+weights, KV caching, RoPE.
 """
 
 from __future__ import annotations

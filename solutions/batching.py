@@ -1,16 +1,10 @@
 """Batched decode: why a batch of 8 costs far less than 8 decode steps, and why it cannot grow forever.
 
-A decode step reads every weight once, however many rows it serves, and does 2 FLOPs per weight
-per row. At batch 1 it is bandwidth-bound (0.5 FLOP/byte in fp32), so extra rows ride along on the
-same weight read almost for free: tokens/s grows nearly in proportion to the batch. Two things
-stop it. The arithmetic catches up: at the `crossover_batch` the step's intensity reaches the
-ridge and it turns compute-bound, after which tokens/s flattens. And memory runs out: every row
-keeps its own KV cache, so `max_batch_size` sequences fit beside the weights. The KV cache also
-adds bytes per row, so at long contexts decode may never become compute-bound at all.
-
-Counting follows `solutions.roofline.phase_cost`. Left out: activations and logits (assumed
-small beside weights and cache), allocator overhead, paged KV caches (vLLM's blocks waste less
-than a contiguous `context_len` reservation per row), continuous batching and scheduling.
+A decode step reads every weight once however many rows it serves, so at batch 1 it is
+bandwidth-bound and extra rows ride along almost free. Two things stop it: at `crossover_batch`
+the step's intensity reaches the ridge and it turns compute-bound, and only `max_batch_size`
+sequences' KV caches fit beside the weights. Counting follows `solutions.roofline.phase_cost`.
+Not here: paged KV caches, continuous batching, scheduling.
 """
 
 from __future__ import annotations

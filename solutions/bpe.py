@@ -2,21 +2,9 @@
 
 Text is UTF-8 bytes. Training keeps merging the most frequent adjacent pair of tokens into a new
 token while its count reaches the threshold; encoding replays the merges by rank, earliest first.
-An optional regex (GPT-2 / GPT-4 style) splits text into chunks that merges never cross; special
-tokens are cut out before that and never broken.
-
-Training is incremental: each distinct chunk is stored once with its frequency as a linked list of
-tokens, a merge updates only the pair counts around the positions it touches, and a heap with lazy
-invalidation yields the best pair. Encoding caches each chunk's tokens, takes a chunk that is
-itself a token in one lookup, merges short chunks by scanning a list of pair ranks and long ones
-through a heap (the slow oracle in tests/katas/test_bpe.py checks both). The split itself is
-solutions/pretokenize.py's `Splitter`: `regex.findall`'s chunks, faster on ASCII text.
-`from_gpt2` loads a GPT-2-style vocabulary, whose byte tokens are not ids 0..255
-(solutions/system/loading/tokenizer.py serves SmolLM2 with it), and `from_tables` restores one from the tables a
-load built (solutions/system/loading/tokenizer.py caches SmolLM2's so).
-
-Leaves out: normalisation, offsets, byte fallback, BPE dropout, unknown-token handling beyond
-dropping bytes that a loaded vocabulary lacks.
+An optional regex splits text into chunks that merges never cross; special tokens are cut out
+before that and never broken. `from_gpt2` and `from_tables` load the vocabulary SmolLM2 is served
+with. Not here: normalisation, offsets, byte fallback, BPE dropout.
 """
 
 from __future__ import annotations

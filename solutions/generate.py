@@ -2,17 +2,9 @@
 
 The prompts are left-padded into one batch and prefilled once; every later step feeds one token
 per row through `decode_step`, so all rows (and, in beam search, all beams of all prompts) share
-one forward pass per step and each weight is read once per step, not once per row.
-
-Beam search follows HuggingFace transformers >= 4.50 exactly: each step ranks the
-2 * num_beams best (beam, token) continuations by summed log-probability; an EOS among the top
-num_beams of them finishes a hypothesis scored sum(log p) / (new tokens incl. EOS) ** length_penalty
-(hypotheses cut by max_new_tokens are scored the same way); the best num_beams non-EOS
-continuations go on, and the KV cache is reordered so that each row holds its new parent's past.
-`early_stopping` decides when a prompt's finished hypotheses can no longer improve.
-
-Left out: repetition penalties, min-length, stop strings, sampling inside beam search (HF's
-`do_sample` with beams), and dropping finished rows from the batch (they ride along, ignored).
+one forward pass per step and each weight is read once per step, not once per row. Beam search
+follows HuggingFace transformers >= 4.50 exactly. Not here: repetition penalties, min-length,
+stop strings, sampling inside beam search.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """INT4 weight-only quantization in GGUF's Q4_1 layout, Q8_0 dequantization, and what it buys at decode.
 
-Q4_1 cuts a row into blocks of 32 weights and stores each block as 20 bytes: an fp16 scale `d`,
-an fp16 minimum `m`, then 16 bytes of 4-bit codes `q` (low nibbles hold elements 0-15, high
-nibbles elements 16-31), so that w ~= d * q + m. Q8_0 (34 bytes per 32) stores an fp16 scale and
-32 int8 codes: w = d * q. The dequantizers are the ones solutions/system/loading/weights.py uses to load SmolLM2,
-bit-exact against `gguf.quants.dequantize`.
-
-Shapes are numpy / PyTorch order, (rows, cols) = (out_features, in_features): the reverse of
-gguf's `tensor.shape` (ggml lists the fastest-moving dimension first). Blocks run along a row.
-
-Left out: the K-quants, importance-weighted rounding, and a fused int4 kernel (matmul_q4_1
-dequantizes a slab of rows at a time, then calls BLAS: correct and bounded in memory, not fast).
+Q4_1 stores each block of 32 weights in 20 bytes (an fp16 scale d, an fp16 minimum m, 4-bit codes
+q) so that w ~= d * q + m; Q8_0 stores an fp16 scale and 32 int8 codes, w = d * q. The dequantizers
+load SmolLM2 and are bit-exact against `gguf.quants.dequantize`. Shapes are numpy order, (rows,
+cols) = (out_features, in_features). Not a fast kernel: `matmul_q4_1` dequantizes, then calls BLAS.
 """
 
 from __future__ import annotations

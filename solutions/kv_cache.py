@@ -1,21 +1,10 @@
 """A static, preallocated KV cache for autoregressive decoding.
 
-Each layer gets one key and one value buffer of shape (B, H_kv, max_len, D), allocated once, as
-views of a single allocation for all layers (2, n_layers, B, H_kv, max_len, D): beam search then
-reorders every layer's rows with one gather instead of one per buffer. `update` writes the new
-positions in place (slice assignment) and returns narrow views of the positions cached so far, so
-decoding never concatenates or reallocates. It stores the H_kv key/value heads, not the H_q query
-heads: grouped-query attention shares each cached head.
-
-Contract details:
-- `length` is the number of positions every layer holds. A forward pass writes layer 0, 1, ...
-  in turn; `length` moves on only once the last of them has written (it is the minimum of the
-  per-layer lengths), so the whole pass sees one consistent `length`.
-- Left-padded batches need nothing special here: padded positions are cached like any other,
-  the model's attention mask hides them and derives positions from the mask.
-
-Deliberately left out: paging (fixed-size blocks, as vLLM's PagedAttention), eviction, sliding
-windows, quantized storage, and per-row lengths (rows of a batch share one length).
+One allocation (2, n_layers, B, H_kv, max_len, D) holds every layer's keys and values. `update`
+writes the new positions in place and returns views of the positions cached so far, so decoding
+never concatenates or reallocates. It stores the H_kv key/value heads, not the H_q query heads.
+`length` moves on only once the last layer has written. Not here: paging (solutions/paged_kv.py),
+eviction, sliding windows, quantized storage, per-row lengths.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Mixed-precision training: autocast matmuls, fp32 master weights, and a dynamic loss scaler.
 
-The forward pass runs under `torch.autocast`, which casts matmul inputs to bf16 or fp16 on the fly
-while the parameters, their gradients and the optimizer state stay fp32 (the "master weights").
-fp16 has a narrow exponent range, so small gradients underflow to zero: the loss is multiplied by
-a large scale before backward and the gradients divided by it after. The scale is found
-dynamically: a step whose gradients hold an inf or NaN is skipped and the scale halved; after
-`growth_interval` good steps in a row it doubles. bf16 has fp32's exponent range and needs none.
-
-Left out: gradient clipping (it would go between unscale_ and the optimizer step), gradient
-accumulation, fp16 optimizer state, and per-optimizer scaler bookkeeping (torch.amp.GradScaler).
+The forward pass runs under `torch.autocast` (bf16 or fp16 matmuls) while the parameters, their
+gradients and the optimizer state stay fp32. fp16's narrow exponent range makes small gradients
+underflow, so the loss is scaled up before backward and the gradients down after: a step with an
+inf or NaN is skipped and the scale halved, `growth_interval` good steps double it. bf16 needs none.
+Not here: gradient clipping, accumulation, fp16 optimizer state, torch.amp.GradScaler's bookkeeping.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """A Llama-architecture decoder (SmolLM2-135M), assembled from the kata references.
 
-RMSNorm, rotary position embeddings (RoPE), grouped-query attention, a SwiGLU MLP and tied
-input/output embeddings. Three entry points share one per-layer loop:
-`forward` (full recompute, no cache), `prefill` (append a chunk of tokens to a KV cache) and
-`decode_step` (one token per row). Batches may be left-padded: an HF-style `attention_mask`
-marks real tokens, and each row's positions count only its real tokens.
-
-Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learner's passed katas
-can be swapped in; by default they are `solutions.system.kernels.attention_fast.attention` (the attention kata's
-reference, dispatched to torch's fused kernel) and
-`solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
-`F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
-from solutions.system.kernels.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
-stream, norms, attention and cache stay fp32 whatever the weights. A model may carry a
-`fused_step` (solutions.system.kernels.fused_step: the whole step in native code, batch 1 in the int4-q8 modes,
-1-8 rows in fp32), which `decode_step` hands the steps it takes to, and `prefill` a few tokens of
-one row where it offers `prefill`; this file's path stays the readable one and the one it is tested
-against. Left out: training
-conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
-`Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
-`smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.system.loading.weights.load_smollm2` with
-SmolLM2's own.
+RMSNorm, RoPE, grouped-query attention, a SwiGLU MLP and tied embeddings. `forward` (no cache),
+`prefill` (a chunk into a KV cache) and `decode_step` (one token per row) share one per-layer loop;
+batches may be left-padded (`attention_mask`). Attention and cache are injectable (`attention_fn`,
+`cache_cls`) so a learner's passed katas can be swapped in. A matrix may be a packed weight and a
+model may carry a native `fused_step`; this file's path stays the readable one they are tested
+against. Not here: training conveniences, fp16 activations, sliding windows, RoPE scaling.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """A paged KV cache (vLLM's PagedAttention, on CPU): blocks, block tables, copy-on-write.
 
-One pool of `num_blocks` blocks of `block_size` positions holds the keys and values of every
-sequence, in every layer: storage (n_layers, 2, num_blocks, block_size, H_kv, D), allocated once.
-A sequence is a block table (its blocks in logical order: position p lives at offset
-p % block_size of block table[p // block_size]) and a length per layer; it takes a block from
-the allocator's free list only when a write runs past its last block, so at most one block per
-sequence is partly empty. `fork` shares the parent's blocks (reference counts) and a write into a
-shared block copies it first (copy-on-write), so beams and common prompt prefixes are stored once.
-
-`PagedView` is a batch of sequences as the model's cache protocol (`length`, `update(layer, k,
-v)`): rows of different lengths are left-padded to the longest, and `attention_mask` hides the
-padding, so one batched forward pass decodes them all with each row's own logits (what a server
-doing continuous batching needs). A view's update either appends to every row or, out of blocks,
-to none; it writes and reads all rows with one indexed copy each (slot ids from the block tables),
-so its cost per layer does not grow with Python work per row.
-
-Left out: a fused attention kernel that reads through the block table (`gather` copies the
-blocks into a contiguous tensor for the model's attention), prefix caching by content hash,
-swapping blocks to another device, and prefilling several prompts of different lengths in one
-pass.
+One pool of `num_blocks` blocks of `block_size` positions holds every sequence's keys and values in
+every layer; a sequence is a block table and takes a block only when a write runs past its last.
+`fork` shares the parent's blocks, and a write into a shared block copies it first. `PagedView` is
+a batch of sequences as the model's cache protocol (left-padded, masked), so one batched pass
+decodes rows of different lengths. Not here: attention that reads through the block table, prefix
+caching, swapping blocks to another device.
 """
 
 from __future__ import annotations

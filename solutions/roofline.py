@@ -1,24 +1,11 @@
 """The roofline model: measure a machine's two ceilings, count a forward pass, place it under them.
 
-A pass that does F FLOPs while moving B bytes to and from memory has arithmetic intensity
-I = F / B. It can run no faster than min(peak FLOP/s, bandwidth * I): below the ridge point
-I* = peak / bandwidth it waits on memory, above it on arithmetic. Decode at batch 1 does two
-FLOPs per weight it reads (fp32: 0.5 FLOP/byte, far left of any ridge); prefill does two per
-weight *per token*, so its intensity grows with the prompt until it crosses the ridge.
-
-What `phase_cost` counts, exactly (tied embeddings, as in SmolLM2):
-- weights: every parameter read once per pass, whatever the batch - all layer matrices and norm
-  vectors, the final norm, and the (V, d) embedding matrix read in full as the LM head - plus the
-  embedding lookup, which reads one d-vector per new token (B * T rows, duplicates included).
-- KV cache: each layer writes K and V for the B * T new positions and reads K and V for all
-  context_len + T positions of every row (the new ones included, as the cache hands them back).
-- FLOPs: 2 per multiply-add of every matmul (Q, K, V, O, gate, up, down, LM head) for each of the
-  B * T new tokens - logits for every new position, as solutions.model computes them - and
-  attention's Q K^T and A V: 4 * n_heads * head_dim FLOPs per (query, key) pair, all
-  context_len + T keys per query: masked pairs are computed before masking, so they count.
-Left out: activation and logits traffic (assumed to stay in cache; it matters for large batches),
-elementwise work (norms, RoPE, SiLU, softmax), caches that make a repeated read cheap, and
-quantized weights (the int4 kata's subject).
+A pass of F FLOPs moving B bytes has intensity I = F / B and runs no faster than min(peak FLOP/s,
+bandwidth * I): below the ridge I* = peak / bandwidth it waits on memory. `phase_cost` counts every
+weight read once per pass (the tied embedding in full as the LM head, plus one row per new token),
+the KV cache written for the new positions and read for all of them, 2 FLOPs per multiply-add of
+every matmul for each new token, and 4 * n_heads * head_dim FLOPs per (query, key) pair, masked or
+not. Not counted: activation traffic, elementwise work, caches, quantized weights.
 """
 
 from __future__ import annotations

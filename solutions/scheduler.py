@@ -1,18 +1,11 @@
 """Continuous batching: an iteration-level scheduler with chunked prefill and preemption by recompute.
 
-Each step the scheduler plans one forward pass for an engine: a decode for every running request
-that is generating (oldest first), then prefill chunks (the running request that is mid-prompt,
-then waiting requests in arrival order) until the step's token budget is spent. KV memory is
-counted in blocks of `block_size` positions, ceil(computed / block_size) per request. When a
-decode needs a block and none is free, the newest running request is preempted: its blocks are
-freed and its cache is recomputed later from its prompt and the tokens it already generated, so
-its output never changes. The oldest request is never preempted, so it always progresses and
-nobody starves. The scheduler never runs a model and never reads a clock: the engine reports the
-sampled tokens and the time with `complete`, which is where TTFT and TPOT come from.
-
-Left out: priorities, prefix caching and copy-on-write sharing of blocks, swapping a preempted
-request's cache to CPU memory, speculative tokens, a cap on running requests beyond the budgets,
-and the model and the cache themselves (the engine's).
+Each step plans one forward pass: a decode for every running request that is generating, then
+prefill chunks until the step's token budget is spent. KV memory is counted in blocks; when a decode
+needs one and none is free, the newest running request is preempted and later recomputed from its
+prompt and tokens, so its output never changes and the oldest always progresses. It never runs a
+model or reads a clock: the engine reports tokens and times with `complete`.
+Not here: priorities, prefix caching, swapping to CPU memory, the model and cache (the engine's).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Speculative decoding: a cheap draft model proposes k tokens, the target verifies them in one pass.
 
-Decode at batch 1 is bandwidth-bound: a target forward pass over k + 1 tokens costs about what one
-token costs, since the weights are read once either way. So a draft model proposes k tokens one by
-one, the target scores all of them (and the position after them) in a single `prefill`, and the
-longest acceptable prefix is kept, plus one token of the target's own: every round yields between
-1 and k + 1 tokens for one target pass. Both KV caches are rolled back (`truncate`) past the
-tokens that were not kept.
-
-Greedy (temperature 0) keeps the drafts that equal the target's argmax, so the output is token for
-token the target's greedy output. Sampling uses the rejection rule of Leviathan et al. (2023) and
-Chen et al. (2023): accept draft x with probability min(1, p(x) / q(x)); at the first rejection
-draw from norm(max(0, p - q)); if all k are accepted draw a bonus token from the target's next
-distribution. Each token is then distributed exactly as the target alone would sample it.
-`expected_speedup` is Leviathan's estimate of the gain from the acceptance rate alpha and the
-draft's relative cost c.
-
-Left out: batches of several prompts (rows would accept different counts), tree drafts (Medusa,
-EAGLE), top-k / top-p filters, and adapting k as the acceptance rate changes.
+Decode at batch 1 is bandwidth-bound, so a target pass over k + 1 tokens costs about one token's.
+Each round the draft proposes k tokens, the target scores them in one `prefill`, and the longest
+acceptable prefix is kept plus one token of the target's own; both caches are truncated. Greedy
+keeps the drafts equal to the target's argmax (exactly the target's greedy output); sampling uses
+Leviathan et al.'s rejection rule, so each token is distributed as the target alone samples it.
+Not here: batches of prompts, tree drafts, top-k / top-p filters, adapting k.
 """
 
 from __future__ import annotations
