@@ -1,22 +1,10 @@
 """Per-machine calibration: how this CPU's BLAS multiplies the fp32 weights fastest.
 
-F.linear(x, w) with w (N, K) row-major asks BLAS for x @ w^T; stored column-major (w^T
-contiguous) it asks for x @ B with B (K, N) contiguous. The two run different kernels, and which
-wins at 1 row (greedy decode) and at 4 rows (a 4-beam step) depends on the vendor's BLAS and the
-CPU: MKL on one Intel Xeon favoured column-major for 4 rows, while on an AMD EPYC that same
-layout made a 4-row product cost 2.4x a 1-row one. So nothing is assumed: `calibrate` times one
-decode step's matrix products (SmolLM2's shapes, LAYERS layers, constant values) in both layouts at
-1 and 4 rows, interleaved, and picks the layout with the least 1-row + 4-row time (each the
-fastest of its repeats: other work on the machine only ever adds time). Where torch has MKL it
-also times MKL's packed GEMM (solutions.system.kernels.packed_gemm) at each row count, and packs for the row
-counts where that is at least `PACK_GAIN` faster than the chosen layout: a packed copy costs the
-weight's size again, so a tie is not worth it. The choice is cached per machine (CPU model, torch
-version, thread count, and this calibration's version) in a small JSON file.
-
-Cost: about 1 s, once per machine, holding ~0.85 GB of test matrices while it runs (both layouts
-and the two packed copies), which sets the peak memory of an fp32 first start.
-Left out: other row counts, the bf16 and int4 modes (oneDNN and the int4 kernel pick their own
-layouts), and re-measuring a cached machine (delete the file to calibrate again).
+Row-major and column-major weights send F.linear to different BLAS kernels, and which wins at 1 row
+(greedy decode) and at 4 rows (a 4-beam step) depends on the BLAS and the CPU. So `calibrate` times
+one decode step's products both ways, and MKL's packed GEMM where torch has it, and picks; the
+choice is cached per machine in a small JSON file. The start-up cache calibrates only fp32 models
+whose decode steps are not fused. Not here: other row counts, the bf16 and int4 modes.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """A whole decode step in native code: batch 1 for the int4-q8 modes, 1-8 rows for fp32.
 
-`Llama.decode_step` spends about half of a small model's step dispatching some forty small torch
-ops a layer. `FusedStep` hands the step for one token to solutions/system/kernels/csrc/decode_step.h instead:
-the embedding row, each layer's norms, products, RoPE, cache write, attention and SwiGLU, the final
-norm and the LM head with its top 16 logits rescored, in one call that holds no Python and splits
-each product over torch's threads. It computes what solutions/model.py computes, in the same
-order, with the same Q8_1 quantization of every product's activations; only fp32 summation order
-differs (tests/system/test_fused_step.py holds it to the readable path).
-
-`FusedStepF32` does the same for the fp32 model (solutions/system/kernels/csrc/decode_step_f32.h) on 1 to 8 rows
-at one position, so a beam search's step is one call too, and its products read each weight once
-for every row; its `prefill` takes up to 8 tokens of one row the same way (speculative decoding's
-verification pass), each position's logits bit for bit what feeding its token alone gives
-(tests/system/test_fused_step_f32.py). No quantization: logits match the readable
-path's to fp32 rounding, and the text stays HuggingFace's (tests/system/test_generate_hf.py).
-
-The Q4_1 weights stream from memory once a step, and how far ahead of its reads the kernel should ask
-for them (software prefetch) depends on the CPU and its memory: `calibrate_prefetch` times the step
-itself at a few distances the first time a model of this shape loads on this machine, interleaved,
-keeps the fastest, and saves what it measured beside the kernel's build (DOJO_PREFETCH=<tile-blocks>
-fixes it instead). Nothing about this machine is written into the code. (The fp32 product asks for
-none: it reads four streams of rows a thread, which keep enough of memory's requests in flight.)
-
-Each takes a step only when it is plain: its rows (one, or 1-8), the reference KVCache
-(solutions.kv_cache) in fp32 with one row per token, no padding in the mask, room in the cache and
-the context. Anything else, it declines (returns None) and the readable path runs, which also raises
-the errors bad input deserves.
-Left out: `dojo serve`'s batches (their steps read the paged KV cache: the readable path, whose
-products in the int4-q8 modes are the same kernel), prompts of more than 8 tokens (already few large
-products) and any prompt in the int4-q8 modes, and the bf16 and int4 modes.
+`FusedStep` (solutions/system/kernels/csrc/decode_step.h) and `FusedStepF32` (decode_step_f32.h) do
+what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
+solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
+(None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
+distance once per machine and model shape. Not here: `dojo serve`'s paged batches, the bf16 and
+int4 modes, prompts of more than 8 tokens (2 in the int4-q8 modes).
 """
 
 from __future__ import annotations

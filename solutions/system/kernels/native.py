@@ -1,17 +1,10 @@
-"""The one compiled piece: the Q4_1 x Q8_1 kernel and the fused decode steps (int4-q8, fp32) of
-solutions/system/kernels/csrc, built at setup, found at run time.
+"""The one compiled piece: the Q4_1 x Q8_1 kernel and the fused decode steps of csrc/, built at setup.
 
-`make setup` runs `python -m solutions.system.kernels.native`, which compiles solutions/system/kernels/csrc/q4_1_q8_1.cpp with
-the system compiler through torch.utils.cpp_extension (setuptools-style: no ninja needed) into
-build/native/. The module's name carries a hash of the sources, so a run finds the build of exactly
-the sources it has, and an edited source is a stale build, never a silently different kernel.
-At run time `kernel()` imports it (milliseconds; torch.utils.cpp_extension is not imported) and
-picks the fastest instruction set this CPU runs, unless DOJO_Q8_ISA names one (`avx2` forces the
-floor, as on a CPU without VNNI). Where there is no build, no x86 CPU with AVX2, or a forced set
-the CPU lacks, `kernel()` is None and `why_not()` says why: callers then run the readable path,
-solutions.system.kernels.q8_1.
-Left out: building at run time (a first `dojo demo` would wait a minute for the compiler), and
-wheels (the build is per machine).
+`make setup` runs `python -m solutions.system.kernels.native`, which compiles the sources into
+build/native/ under a name that hashes them, so a run only loads the build of exactly its sources.
+`kernel()` imports it and picks the fastest instruction set this CPU runs (DOJO_Q8_ISA names
+another). Where none can run here, `kernel()` is None and `why_not()` says why (no build, no AVX2,
+...); callers then take the readable path, solutions.system.kernels.q8_1. Not here: run-time builds, wheels.
 """
 
 from __future__ import annotations

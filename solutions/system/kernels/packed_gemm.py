@@ -1,21 +1,10 @@
 """MKL's packed GEMM for one row count: the fp32 product a 4-beam step uses where it is faster.
 
-`torch.ops.mkl._mkl_reorder_linear_weight(w, M)` copies a (N, K) fp32 weight into MKL's own
-blocked layout for products with exactly M input rows (cblas_sgemm_pack); `_mkl_linear` then
-multiplies from it (cblas_sgemm_compute), and for any other row count falls back to the plain
-weight. It is MKL's sgemm either way, blocked differently, so results match F.linear's up to
-rounding (1e-6 on a tiny model); beam search on SmolLM2 still gives HF's sequences and scores
-(tests/system/test_generate_hf.py). On the Intel Xeon
-we measured, a 4-row product of a decode step's matrices took 20 ms packed against 26 ms plain;
-whether it wins elsewhere is for solutions.system.kernels.calibration to measure, never assumed.
-
-A packed copy is as large as the weight, so packing is lazy: `enable(model, rows)` marks each fp32
-matrix with the row counts to pack for (`w.packs`, a dict rows -> packed or None), and the first
-product with that many rows packs it. A greedy-only run pays nothing; beam search in fp32 holds
-each matrix twice.
-
-Left out: torches without MKL (`available()` is False: nothing is packed), and bf16/int4, whose
-kernels have packed layouts of their own (solutions.system.kernels.weight_modes).
+`pack(w, M)` copies an fp32 weight into MKL's blocked layout for products with exactly M input rows,
+and `linear` multiplies from it. It is MKL's sgemm either way, so results match F.linear's up to
+rounding. Packing is lazy: `enable(model, rows)` marks each fp32 matrix, and its first product with
+that many rows packs it, so a greedy-only run pays nothing. Whether packing wins is for
+solutions.system.kernels.calibration to measure. Not here: torches without MKL, bf16 and int4.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Q4_1 weights times Q8_1 activations, written plainly: the readable reference of the compiled kernel.
 
-llama.cpp multiplies a Q4_1 matrix by activations it first quantizes per 32-block to int8 (Q8_1):
-da = max|x| / 127, qa = round(x / da), sa = da * sum(qa). With a weight block w = d q + m
-(q in 0..15), a block's dot product is d da * sum(q qa) + m sa: an integer dot product and two
-scalars, which is what makes the product fast (x86's `vpdpbusd` multiplies 64 byte pairs an
-instruction). This file does the same arithmetic with torch ops: it is the path tests trust and
-the fallback where solutions.system.kernels.native has no kernel, slower by far. The integer dot products are
-exact here too: each is at most 32 * 15 * 127 < 2^24, so fp32 holds it without rounding (with the
-residual pass, 254 * that + another: 15.5M, still under 2^24).
-
-Q8_1's 8 bits move SmolLM2's logits enough to flip near-ties (teacher-forced greedy agreement with
-fp32 about 93% on the bench's chats); the optional residual pass (a second int8 quantization of
-what the first leaves) brings activations to ~15 bits for one more integer dot product a block.
-The compiled kernel reads the weights in a tiled order (`repack`): 16 output rows' blocks side by
-side, so one integer dot product serves 16 rows with the activation's 4 bytes broadcast to each.
-`unpack` undoes it; the product here takes either layout's bytes through `unpack`.
-Left out: Q8_1's storage format (we keep q, d and s as three tensors), other weight types.
+As llama.cpp does, each 32-block of activations is quantized to int8 (da = max|x| / 127), so a
+block's dot product with a Q4_1 block w = d q + m is d da * sum(q qa) + m sa: one integer dot
+product and two scalars. This file does that arithmetic with torch ops, exact in fp32: the path the
+tests trust, and the far slower fallback where solutions.system.kernels.native has no kernel.
+`repack` and `unpack` convert to and from the kernel's tiled layout. Not here: Q8_1's storage format.
 """
 
 from __future__ import annotations

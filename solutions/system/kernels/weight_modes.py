@@ -1,33 +1,10 @@
 """Weights modes: SmolLM2's matrices held as fp32, bf16 or packed 4-bit, behind one call `w(x)`.
 
-- fp32: plain Parameters and `F.linear` (BLAS). The path tests/system compares with HuggingFace.
-- bf16: matrices rounded to bfloat16 and multiplied by oneDNN from its prepacked layout, which
-  uses the CPU's BF16 instructions (AVX512_BF16, AMX) where it has them; without oneDNN's BF16
-  support, plain `F.linear` in bf16. Activations are cast to bf16 for each product only.
-- int4: the GGUF's own Q4_1 blocks, rearranged (not dequantized) into the layout of torch's fused
-  CPU int4 kernel, `torch._weight_int4pack_mm_for_cpu` (bf16 activations; it unpacks in
-  registers). Q4_1 is w = d * q + m; the kernel computes (q - 8) * scale + zero, so
-  scale = d and zero = m + 8d, both held in bf16 as the kernel wants. The Q8_0 embedding is
-  looked up from its blocks. The tied LM head is that embedding quantized to Q4_1 (the kernel has
-  no Q8_0 form) and run by the same kernel, its top 16 logits per row recomputed exactly from the
-  Q8_0 rows (`RescoredHead`): alone, the Q4_1 head moves logits by up to 4.5, enough to change
-  greedy answers; rescored, the head loses no token whose fp32 logit is among its 16 (the body's
-  bf16 activations still flip near-ties: not greedy-exact). It
-  reads 18 MB a token where a bf16 head read 57 MB (a third of the step's bytes).
-- int4-q8: the GGUF's Q4_1 blocks as they are, multiplied as llama.cpp does: each activation
-  row quantized per 32-block to int8 (Q8_1) and integer dot products (solutions.system.kernels.q8_1 says the
-  arithmetic), by the compiled kernel of solutions.system.kernels.native where it is built and the CPU has AVX2,
-  else by the readable torch path (slow). Same head and rescoring as int4. Int8 activations flip
-  near-ties: teacher-forced, ~93% of fp32's greedy tokens on the bench's chats.
-- int4-q8x2: int4-q8 with a second int8 pass on what the first leaves (activations ~15 bits, one
-  more integer dot product a block), for fp32's tokens at int8 speed.
-The int4-q8 modes hold the blocks in the kernel's tiled order (solutions.system.kernels.q8_1.repack) and, where
-the kernel is built, take a batch-1 decode step in native code (solutions.system.kernels.fused_step).
-
-Between products the model's residual stream, norms, attention and KV cache stay fp32 in every
-mode, so a mode changes only how the weights are read. The weights cache stores each mode's plain tensors (solutions.system.loading.weights.mode_state) and
-memory-maps them; the classes here are built from those.
-Left out: fp16, int8, CUDA kernels for the packed modes (they run on CPU only).
+fp32 (BLAS), bf16 (oneDNN's prepacked layout where torch has it), int4 (the GGUF's Q4_1 blocks in
+torch's fused int4 kernel), and int4-q8 / int4-q8x2 (the same blocks times int8 activations, as
+llama.cpp multiplies them, through solutions.system.kernels.native). The packed modes' tied LM head
+recomputes its top 16 logits exactly (`RescoredHead`). The residual stream, norms, attention and KV
+cache stay fp32 in every mode. Not here: fp16, int8 weights, CUDA kernels.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """A GGUF file's metadata and tensor table, read in one pass (what solutions.system.loading.weights.open_gguf returns).
 
-`gguf.GGUFReader` builds a memory-mapped numpy view for every part of every metadata value: SmolLM2's
-49,152 tokens and 48,900 merges make ~1M views, 3.6 s of a first start. This reader walks the same
-layout with `struct` over an mmap and keeps plain Python values: ~0.1 s. It answers the part of
-GGUFReader's interface the loader and the tests use: `fields[key].contents()` (a str, number, bool or
-list of them) and `tensors`, each with `name`, `tensor_type` (gguf's GGMLQuantizationType), `shape`
-(ggml order, fastest dimension first), `n_elements`, `n_bytes`, `data_offset` (absolute) and `data`
-(a read-only memory-mapped numpy view: F32/F16/F64/I8-I64 as their dtype in numpy order, every
-other type as uint8 rows of its blocks, as GGUFReader gives them). The `gguf` package still supplies
-the constants (value and tensor types, block sizes) and writes the files the tests make.
-
-Layout (GGUF v2 and v3, little-endian): "GGUF", u32 version, u64 tensor count, u64 metadata count;
-each metadata entry a string key, a u32 value type and the value (a string is a u64 length and
-UTF-8 bytes; an array a u32 element type, a u64 count and the elements); each tensor a string name,
-u32 n_dims, n_dims u64 dims, u32 type and u64 offset into the data, which starts at the next multiple
-of `general.alignment` (default 32) after the table. Left out: big-endian files, v1, writing.
+It walks the file with `struct` over an mmap and keeps plain Python values, where `gguf.GGUFReader`
+builds a numpy view for every part of every metadata value, slow on SmolLM2's vocabulary. It answers
+the part of GGUFReader's interface the loader and the tests use: `fields[key].contents()` and
+`tensors` (name, type, ggml-order shape, sizes, offset, and `data`, a read-only mapped numpy view).
+The `gguf` package still supplies the constants. Not here: big-endian files, GGUF v1, writing.
 """
 
 from __future__ import annotations

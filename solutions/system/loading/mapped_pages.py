@@ -1,16 +1,10 @@
 """Give back the pages of a memory-mapped tensor once its values live elsewhere.
 
-The start-up cache maps its safetensors file (solutions.system.loading.weights_cache), so reading a tensor
-costs resident memory only for the pages touched. A tensor that is copied into another layout
-(oneDNN's prepacked bf16 matrices, solutions.system.kernels.weight_modes.BF16Linear) would still hold its
-pages, counted in the process's resident memory beside the copy, until the kernel needed them.
-`release(t)` tells the kernel now: madvise(MADV_DONTNEED) on the whole pages inside t's bytes.
-For a file mapping that is only a hint with no change to what the memory holds (a later read
-faults the page back in from the file); pages at either end, which t may share with a
-neighbouring tensor, are kept.
-
-Only for tensors mapped from a file and never written: on anonymous memory MADV_DONTNEED zeroes
-the pages. Left out: platforms other than Linux (release does nothing there).
+A tensor mapped from the start-up cache's file and then copied into another layout (oneDNN's
+prepacked bf16 matrices) would keep its pages resident beside the copy. `release(t)` calls
+madvise(MADV_DONTNEED) on the whole pages inside t's bytes; for a file mapping a later read faults
+them back in from the file. Only for tensors mapped from a file and never written: on anonymous
+memory MADV_DONTNEED zeroes the pages. Not here: platforms other than Linux (release does nothing).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """SmolLM2's tokenizer, read from its GGUF file and run on the BPE kata's reference.
 
-The GGUF holds a GPT-2-style vocabulary and merges (`tokenizer.ggml.model = gpt2`), token types
-(3 = control: the 17 special tokens such as <|im_start|>), and the chat template. Its pre-tokenizer,
-`smollm`, is: special tokens kept whole, then every digit on its own, then the GPT-2 byte-level
-split. SMOLLM_PATTERN folds the last two steps into one regex, which the system tests check
-against a HuggingFace `tokenizers` peer built with Digits(individual_digits=True) + ByteLevel.
-
-`save_tokenizer` / `read_tokenizer` keep it as JSON, which solutions.system.loading.weights_cache uses so that a
-warm start never opens the GGUF: the small fields (template, pre-tokenizer, eos/bos ids), the
-special tokens, and the BPE's own tables, compact (every token's bytes as one Latin-1 string and
-their lengths, the merges as base64 int32 triples in rank order, the ids that are not whole
-tokens). Reading them builds the final tables and little else (one int object per id, shared):
-where the JSON held the GGUF's 49,152 token and 48,900 merge strings, a warm `dojo demo` peaked
-15 MB higher (407 against 392 MB) and read the tokenizer in ~0.3 s, not ~0.1 s.
-Leaves out: offsets, truncation and padding, and encoding without special-token matching.
+The GGUF holds a GPT-2-style vocabulary and merges, token types (control and user-defined tokens are
+special) and the chat template; its `smollm` pre-tokenizer is SMOLLM_PATTERN. `save_tokenizer` /
+`read_tokenizer` keep it as compact JSON, so a warm start never opens the GGUF: the small fields, the
+special tokens, every token's bytes as one Latin-1 string with their lengths, the merges as base64
+int32 triples in rank order, and the ids that are not whole tokens. Not here: offsets, truncation.
 """
 
 from __future__ import annotations

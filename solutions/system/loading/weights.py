@@ -1,16 +1,10 @@
 """SmolLM2-135M-Instruct from its GGUF file: config from the metadata, weights in a chosen mode.
 
-solutions.system.loading.gguf_file parses the file (header, metadata, tensor table, memory-mapped data; the `gguf`
-package gives the constants); the dequantization of Q4_1 matrices and the Q8_0 embedding is ours
-(solutions.int4). Two layout facts:
-ggml lists dimensions fastest-first, so a gguf shape [in, out] is a numpy/PyTorch (out, in); and
-llama.cpp's converter permuted the rows of the Q and K projections so that RoPE rotates adjacent
-pairs (2i, 2i+1), while our model rotates dimension i with i + D/2 as HF does: we undo the permute.
-
-`mode_state` turns the file into the tensors of one weights mode (solutions.system.kernels.weight_modes: fp32,
-bf16, or int4 and the int4-q8 modes from the Q4_1 blocks without dequantizing), `build_model` assembles a model on
-them; `load_smollm2` does both, and solutions.system.loading.weights_cache keeps the tensors between runs.
-Left out: other architectures, K-quants, untied output heads.
+solutions.system.loading.gguf_file parses the file; the dequantization is ours (solutions.int4). A
+gguf shape [in, out] is a numpy (out, in), and llama.cpp's converter permuted the rows of Q and K for
+its RoPE pairing, which we undo. `mode_state` turns the file into one weights mode's tensors,
+`build_model` assembles a model on them, and `load_smollm2` does both.
+Not here: other architectures, K-quants, untied output heads.
 """
 
 from __future__ import annotations

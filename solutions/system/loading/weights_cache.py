@@ -1,25 +1,10 @@
 """The start-up cache: what is derived from the GGUF, kept under the workspace and memory-mapped.
 
-Opening the GGUF takes ~0.15 s (solutions.system.loading.gguf_file), but building the tokenizer's tables from its
-vocabulary takes ~0.7 s and turning its blocks into a weights mode ~1-2 s. So the first start
-parses the file once, for both the tokenizer and the weights, and writes into `cache_dir`:
-- `tokenizer.json` (solutions.system.loading.tokenizer.save_tokenizer),
-- `weights-<mode>[-<layout>].safetensors`, the mode's tensors (solutions.system.loading.weights.mode_state) in
-  the memory order the model uses, so a later start maps them in place (no copy, no parse; a
-  matrix that oneDNN copies into its prepacked bf16 layout has its mapped pages released at once,
-  solutions.system.loading.mapped_pages, so it is not resident twice),
-- `manifest.json`: the GGUF's key (size, mtime, BLAKE2b hash) and each file's size, mtime and CRC-32,
-- and beside them, for fp32 where the compiled kernel is missing (or DOJO_FUSED=0), the machine's
-  calibration (solutions.system.kernels.calibration), which picks the layout and the row counts whose fp32
-  products go through MKL's packed GEMM (solutions.system.kernels.packed_gemm). With the kernel, fp32 decode steps
-  are native (solutions.system.kernels.fused_step.FusedStepF32) and the weights row-major, uncalibrated.
-A start whose GGUF size or mtime differ re-hashes it; a changed hash rebuilds every file, saying
-why. Each cached file is checked before use (its size; its CRC-32 when its mtime is not the one
-recorded), and a damaged, missing or unreadable one is rebuilt, saying which. Files are written to
-a temporary name and renamed, so a crash or a second process never leaves half a file in place.
-
-Left out: eviction (one cache per GGUF path; a changed file replaces it), and locking (two first
-starts at once both build; the last rename wins, both valid).
+The first start parses the GGUF once and writes into `cache_dir` the tokenizer (`tokenizer.json`),
+the mode's tensors in the model's memory order (`weights-<mode>[-<layout>].safetensors`, mapped in
+place by later starts) and `manifest.json` (the GGUF's key; each file's size, mtime and CRC-32). A
+changed GGUF rebuilds every file and a damaged file is rebuilt, each saying why; files are written
+under a temporary name and renamed. Not here: eviction, locking.
 """
 
 from __future__ import annotations

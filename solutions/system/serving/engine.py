@@ -1,24 +1,10 @@
 """The serving engine: continuous batching of many requests on one model thread.
 
-A request goes in as prompt token ids and sampling parameters (`Engine.submit`); its tokens come
-back as an async stream, so an asyncio server awaits them while the model runs in its own thread.
-The engine loop is the scheduler kata's (solutions.scheduler) step / complete cycle on the paged
-KV cache kata's blocks (solutions.paged_kv), the two sharing one block budget:
-1. `scheduler.step()` plans the pass: one decode for every running request, then prefill chunks of
-   newer prompts up to the step's token budget (chunked prefill: a long prompt never stalls the
-   decodes for more than one chunk), preempting the newest request if blocks run out;
-2. the engine runs each prefill chunk into its request's block table (a `PagedView` of one row),
-   then one batched decode step over every decoding request (a `PagedView` of them all: rows of
-   different lengths, left-padded and masked), so the weights are read once per step however
-   many requests decode;
-3. each request's next token is chosen with its own parameters, streamed, and reported with
-   `scheduler.complete`, which says who finished; their blocks go back to the pool at once.
-A client that goes away closes its stream: the request is aborted and its blocks freed before
-the next step. A preempted request's blocks are freed too; it is recomputed later from its prompt
-and its tokens so far, so its answer does not change.
-
-Left out: prefilling several prompts in one pass, prefix sharing between requests (the paged
-cache can fork; nothing here finds common prefixes), stop strings, logprobs, n > 1.
+`Engine.submit` takes prompt token ids and sampling parameters and returns an async token stream.
+The loop runs the scheduler kata's step / complete cycle (solutions.scheduler) on the paged KV cache
+kata's blocks (solutions.paged_kv): each step's prefill chunks, then one batched decode over every
+decoding request, so the weights are read once per step. A client that goes away aborts its request
+and frees its blocks. Not here: batched prefills, prefix sharing, stop strings, logprobs, n > 1.
 """
 
 from __future__ import annotations

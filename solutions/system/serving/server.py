@@ -1,22 +1,10 @@
 """An OpenAI-compatible HTTP server for the engine: chat and text completions, streamed or whole.
 
-`build_app(engine, tokenizer, model_id)` returns a Starlette (ASGI) app with
-- `POST /v1/chat/completions`: messages rendered by the model's chat template;
-- `POST /v1/completions`: a prompt string (or a list of token ids) continued as is;
-- `GET /v1/models`, `GET /v1/models/{id}`, `GET /health`.
-With `"stream": true` the answer comes as server-sent events, one chunk per piece of text, then
-`data: [DONE]`; `stream_options.include_usage` adds a last chunk with the token counts. Text is
-streamed only once it decodes to whole characters (a multi-byte character may span tokens).
-Sampling follows OpenAI's parameters: `temperature` (0: greedy; default 1), `top_p`, `seed`,
-`max_tokens` (`max_completion_tokens` for chat; default: the rest of the context).
-Bad requests get OpenAI's error shape `{"error": {"message", "type", "param", "code"}}` with a 4xx:
-malformed JSON (400), an unknown model (404), a prompt or max_tokens past the context (400), a
-parameter this server does not implement (400, naming it); a failure inside gets the same shape
-with a 500 (`server_error`). A client that disconnects mid-stream
-closes its token stream, which cancels the request in the engine and frees its cache.
-
-Left out: n > 1, stop strings, logprobs, tools and function calls, penalties, images, several
-prompts in one completions request, authentication.
+`build_app(engine, tokenizer, model_id)` returns a Starlette (ASGI) app: POST /v1/chat/completions,
+POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream": true` answers
+come as server-sent events. Sampling follows OpenAI's parameters, and errors come in OpenAI's shape
+with a 4xx (a 500 for a failure inside). A client that disconnects mid-stream cancels its request.
+Not here: n > 1, stop strings, logprobs, tools, penalties, images, authentication.
 """
 
 from __future__ import annotations
