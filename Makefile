@@ -95,10 +95,10 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix $(LINTED)
 	$(PY) -m ruff format $(LINTED)
 
-# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt as pages change; `make test` builds
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8001, rebuilt as pages change; `make test` builds
 # it with --strict, so a broken link or a page missing from the nav fails.
 docs: $(STAMP)
-	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
