@@ -1,12 +1,9 @@
 """The kata catalog: katas/katas.toml and each kata's folder (README, HINTS, QUESTIONS, stub).
 
-A README may link a page that several prompts share (katas/CONFIG.md: LlamaConfig's fields);
-`Kata.readme()` appends it, so every view of the prompt (dojo start, the notebook, an interview) holds it.
-
-`load()` gives the katas in practice order; `get(slug)` one of them or UnknownKata, whose message
-lists the valid slugs. The folder is $DOJO_KATAS_DIR when set (the runner's own tests point it at a
-toy kata), else katas/; solutions/ and tests/katas/ are found beside it (see dojo.targets).
-Parsing is deliberately plain: markdown headings split hints and questions, nothing more.
+`load()` gives the katas in practice order; `get(slug)` one of them, or UnknownKata listing the valid
+slugs. `Kata.readme()` is the prompt with the shared pages it links (katas/CONFIG.md). The folder is
+$DOJO_KATAS_DIR when set, else katas/ (dojo.targets). Parsing is plain: markdown headings split hints
+and questions, nothing more.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """`dojo`: the command line. Argument parsing and dispatch only; the work is in the layers below.
 
-Built-in commands: (none) welcome · list · start · prompt · check · hint · watch · reset · solution · status
-(dojo.practice.commands) and grade (take-homes: dojo.interview.takehome, printed here); `check
---notebook` goes to dojo.notebook.commands. While a mock interview is open, the commands in
-INTERVIEW_RULED ask dojo.interview.flow first: that gate is the one interface between them. Other
-modules add commands: each name in PLUGINS is imported (skipped only while that module
-does not exist yet) and its `register(subparsers)` adds parsers whose `func(args) -> int` runs them.
-COMMANDS names which module adds which command, so that `dojo demo` imports the demo and nothing
-else (start-up is one of the demo's goals): only `dojo --help` and unknown commands load them all.
-A command whose parser sets `fast_exit=True` (one that has imported torch) ends the process with
-os._exit once its output is flushed, when run as the `dojo` command: tearing torch's modules down
-takes ~0.4 s and leaves nothing behind that matters. Called as main(argv), it returns as usual.
-Exit codes: 0 success (for check: every test passed), 1 failure, 2 bad usage (unknown kata ...).
+The built-in commands run dojo.practice.commands (`grade`: dojo.interview.takehome, printed here); each
+module in PLUGINS adds its commands with `register(subparsers)`, and COMMANDS says which adds which, so
+that one command imports only its own module. While a mock interview is open, the commands in
+INTERVIEW_RULED ask dojo.interview.flow first. Exit codes: 0 success, 1 failure, 2 bad usage.
 """
 
 from __future__ import annotations

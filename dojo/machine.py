@@ -1,35 +1,11 @@
 """Timing tests on the real machine: sizes from the machine, side by side, best of K, three verdicts.
 
-A machine test (marked `@pytest.mark.machine`: the plugin serialises them machine-wide) checks a
-claim such as "a decode step at batch 8 costs at most 3x one at batch 1" twice: on what the kata
-measures, and on what a plain timing loop in the suite (the *oracle*) measures of the same thing.
-`SideBySide` runs them interleaved, round by round (kata, oracle, kata, oracle ...), so drift and
-contention hit both alike, and keeps every sample; a quantity's value is its best (lowest) sample,
-since contention only ever slows a run down. `check_claim` then decides:
-- the kata's best timings show the claim: pass (measured again, more rounds while the test's
-  time budget lasts, before anything else: a quiet spell often comes);
-- the oracle's do not show it either: this machine does not show the effect, now: inconclusive;
-- the timings are too noisy (some quantity's median is over MAX_SPREAD above its best), or the
-  kata's numbers agree with the oracle's within that noise: inconclusive;
-- fewer than MIN_FAIL_ROUNDS complete rounds fitted in the budget (one sample has no spread, and one
-  round is no proof), or a spread that cannot be measured (a quantity with fewer samples, or a
-  sample that is not a positive finite time): inconclusive, saying so;
-- the miss is not there in every round (the kata's round misses the claim while the oracle's round,
-  beside it, shows it): it came and went with the machine's load: inconclusive;
-- otherwise the kata measures something the oracle does not, in each of at least MIN_FAIL_ROUNDS
-  rounds: fail. A fail is the only verdict that needs evidence; every other doubt is inconclusive.
-So thresholds are the kata README's, and whether this machine can show them is measured here.
-
-Sizes come from the machine. `streaming_copy_bytes()`: 4x the largest cache the kernel reports
-(a copy that size streams from memory), at least MIN_COPY_BYTES (for a missing or tiny report),
-at most MAX_COPY_BYTES (4x the largest L3 slice a core reaches today, an AMD 3D V-cache CCD's
-96 MiB, rounded up: a bigger report is a VM's invention or a whole package's sum, such as this
-VM's 480 MiB, which would want 2 x 1.9 GiB) and at most a quarter of the memory this process may still use: the smaller of MemAvailable and the
-address-space headroom under RLIMIT_AS (the grader sets 3 GiB). `compute_bound_n()`: the
-smallest matmul size, doubling from 256, whose intensity (n / 6 FLOP/byte for three fp32 n x n
-matrices) is 8x this machine's measured ridge point.
-Left out: GPUs (the suites time the CPU at one thread), and timing the kata's code against a
-fixed budget: absolute times are never compared with a constant.
+`SideBySide` times the kata and a plain loop in the suite (the oracle) in turn, round by round; a
+quantity's value is its best sample. `check_claim` passes when the kata's best timings show the claim,
+fails only when the kata misses it beside an oracle that shows it, beyond the noise, in each of at least
+MIN_FAIL_ROUNDS rounds, and is inconclusive on every other doubt. `streaming_copy_bytes()`: 4x the
+largest cache, so a copy streams from memory, within MIN_COPY_BYTES, MAX_COPY_BYTES and a quarter of the
+memory left. `compute_bound_n()`: a matmul 8x past the ridge. CPU only; no time is compared with a constant.
 """
 
 from __future__ import annotations

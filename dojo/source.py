@@ -1,14 +1,9 @@
 """A Python file's source as the interpreter reads it (PEP 263), for every check that reads one.
 
-Python decodes a file by its byte-order mark or its coding cookie (`# coding: utf-7` on line 1 or 2),
-not as UTF-8: a check that reads the bytes any other way sees different code from the code that runs
-(`# coding: unicode_escape` turns the text `# \\nimport os` into a comment and then an import).
-`read_python(path)` decodes exactly as `tokenize.open` does; `cookie_finding` says when a file asks for
-an encoding other than UTF-8, which an honest solution never needs; `fold(node)` is the text an
-expression built from constant pieces always gives ("ex" + "ec"), for scans that look for names.
-Used by the integrity scan, the similarity measure and the suites' banned-use check (dojo.testing),
-so it stays in the base layer.
-Left out: parsing (callers choose ast or tokenize) and notebooks (their JSON is UTF-8 by definition).
+`read_python(path)` decodes exactly as `tokenize.open` does (byte-order mark, coding cookie);
+`cookie_finding` says when a file declares an encoding other than UTF-8; `fold(node)` is the text an
+expression built from constant pieces always gives ("ex" + "ec"). Used by the integrity scan and the
+suites' banned-use check (dojo.testing), so it stays in the base layer. It does not parse.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Helpers that hidden suites share: banned-shortcut checks by AST, readable comparisons, and the
 two pieces every timing test relies on: the *inconclusive* outcome and the machine-wide timing lock.
 
-`inconclusive(message)` ends a test that could not decide because the machine was too noisy (or
-does not show the effect at all): pytest reports it as skipped, so `make test` stays green, and
-the grading plugin records the outcome "inconclusive", which counts neither for nor against a
-candidate. Tests that time the real machine carry `@pytest.mark.machine`; the plugin holds
-`timing_lock()` around each of them (setup to teardown), so no two timing tests on one machine
-run at the same moment, whichever process (make test, two `dojo check`s, `dojo grade --jobs N`)
-runs them; in a grading the parent holds the same lock for the child (dojo.grading.machine_lock),
-which never sees the file. What it leaves out: how a test measures (dojo.machine) and fake clocks
-(dojo.fakeclock).
+`inconclusive(message)` ends a test the machine was too noisy to decide: skipped to plain pytest,
+"inconclusive" to the grading plugin, counted neither for nor against. The plugin holds `timing_lock()`
+around each `@pytest.mark.machine` test, so no two timing tests on one machine run at once. How a test
+measures is dojo.machine; fake clocks are dojo.fakeclock.
 """
 
 from __future__ import annotations

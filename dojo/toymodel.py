@@ -1,14 +1,9 @@
 """A bigram language model for hidden suites: analytic next-token distributions, a countable cache.
 
 `BigramModel(probs)` follows the model protocol of the kata prompts (config, new_cache, prefill,
-decode_step, forward): the next token's distribution depends only on the previous token,
-`probs[prev]`, so a suite knows exactly what a correct sampler must produce. Its cache holds no
-keys or values, only `length`, with `truncate` and a `max_len` it enforces. Under judge mode a
-suite builds it in the worker (`dojo.grading.judging.judge.build("dojo.toymodel:BigramModel", probs)`), so
-a loop of thousands of small calls costs no round trips.
-
-Left out: attention masks (accepted, ignored: a bigram has no past to hide) and batches of rows
-at different lengths.
+decode_step, forward); the next token's distribution is `probs[prev]`, so a suite knows exactly what a
+correct sampler must produce. Its cache counts positions only (`length`, `truncate`, `max_len`).
+Attention masks are accepted and ignored.
 """
 
 from __future__ import annotations
