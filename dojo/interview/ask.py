@@ -1,12 +1,9 @@
 """Asking questions at a terminal: `dojo ask` (a bank drill), `dojo interviewer` (the packet), and
 the prompts the interview's follow-ups share with them.
 
-An answer is Markdown over several lines (dojo.interview.answer: $EDITOR, prompt_toolkit, or lines
-ending at "."), shown back rendered; the model answer and numbered rubric follow, rendered too; the
-learner marks the points they covered ("1 3", "all", or Enter for none). A blank answer covers
-nothing and is not marked. End of input raises EOFError so a caller can stop and resume. `dojo ask`
-records each marked drill as an event (kata "bank", kind "ask") and asks the first matching question
-not drilled yet (when all are, the first).
+An answer (dojo.interview.answer) is shown back rendered, then the model answer and numbered rubric;
+the learner marks the points covered ("1 3", "all", or Enter for none), and a blank answer covers
+none. `dojo ask` records each marked drill and asks the first matching question not drilled yet.
 """
 
 from __future__ import annotations

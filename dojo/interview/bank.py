@@ -1,14 +1,9 @@
 """The question bank and the interviewer's packet: what an interviewer asks and listens for.
 
-katas/BANK.md holds interview questions that stand outside any one kata, in the QUESTIONS.md
-format plus a "Topic: ..." line under each heading. `bank()` parses it; `pick(topic)` filters it;
-`for_kata(kata)` is the interview's extra follow-up: the closest entry that does not repeat the
-kata (`repeats`: normalised word-sequence similarity against the README's opening prompt, each
-question of QUESTIONS.md and each of their rubric points; it catches reworded copies, not the same
-idea in other words). `packet(kata)` assembles everything a human interviewer needs for a two-person mock interview:
-the prompt, the expected approach (the reference's module docstring), the hints and when to give
-them, the follow-ups with model answers and rubric, and the common mistakes (the first docstring
-line of each of the kata's mutants). Nothing here prints or asks.
+`bank()` parses katas/BANK.md (QUESTIONS.md's format plus a "Topic: ..." line); `pick(topic)` filters
+it; `for_kata(kata)` is the interview's extra follow-up, the closest entry that does not repeat the
+kata (`repeats`). `packet(kata)` is everything a human interviewer needs for a two-person mock
+interview. Nothing here prints or asks.
 """
 
 from __future__ import annotations

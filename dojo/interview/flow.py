@@ -1,13 +1,9 @@
-"""`dojo interview`, `submit`, `history`, `stats` (and, from dojo.interview.ask, `interviewer`, `ask`): mock interviews.
+"""Mock interviews: `dojo interview`, `submit`, `history`, `stats` (`interviewer`, `ask`: dojo.interview.ask).
 
-Printing and asking only; the session's state, clock and scoring live in dojo.interview.session (whose
-docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.interview.bank.
-`during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
-runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
-countdown, `dojo watch` is refused (it would show the hidden suite) and any of them submits the file
-once the time is up. `dojo solution` is refused for every kata until the scorecard is written, and a
-command left to run as usual meanwhile gets `args.interview_open` (so `dojo check` of another kata
-does not suggest `dojo solution`). `dojo history N` shows scorecard N (as numbered in the list) in full.
+Printing and asking only: state, clock and scoring are dojo.interview.session's, the questions
+dojo.interview.bank's. `during_session(command, args)` is the hook dojo.cli calls while an interview is
+open: `dojo check` runs only the README examples, `dojo hint` costs points, `dojo watch` and `dojo
+solution` are refused, and a command after the time is up submits the file.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """A take-home's submissions made ready to grade: read once, checked, copied privately, or refused with a reason.
 
-`prepare(path, slugs, private)` reads one submission (a folder, or a notebook given on its own) without following
-links, within size limits, decoded as Python decodes it; extracts each notebook's solution cells in a bounded
-child; and writes exactly the bytes read into `private`, a folder only this user can enter. It returns, per kata,
-the copy to grade and the source read, or that file's error. Nothing here raises for what a submission holds;
-grading the copies is dojo.interview.takehome's. The rules a file must pass: docs/grading.md.
+`prepare(path, slugs, private)` reads one submission (a folder, or a notebook given on its own) within size
+limits, following no link out of the folder, a .py decoded as Python decodes it; extracts each notebook's
+solution cells in a bounded child; and writes into `private`, a folder only this user can enter, the bytes
+read of a .py, or the notebook reduced to its solution cells. It returns, per kata, the copy to grade and
+the source read, or why the file is refused. Nothing here raises for what a submission holds; grading the
+copies is dojo.interview.takehome's. The rules a file must pass: docs/grading.md.
 """
 
 from __future__ import annotations

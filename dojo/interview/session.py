@@ -1,24 +1,10 @@
 """A mock interview session: its state in the progress database, its clock, its scorecard.
 
-A session moves through three phases. *coding*: a countdown runs; `dojo check` grades only the
-README's worked examples and each run is counted; each hint costs points. *questions*: after
-`dojo submit`, or once the time is up, the full hidden suite is graded; then the follow-up
-questions are asked and the candidate marks the rubric points they covered. *done*: the scorecard
-is written, exactly once (a UNIQUE constraint on its session). Every step is a row in SQLite
-(dojo.practice.history's version-2 tables), so a killed terminal loses nothing: `dojo interview --resume`
-continues at the phase and question it stopped at. At most one session is open at a time.
-The clock is `now()`: time.time(), or $DOJO_FAKE_NOW (epoch seconds) so tests can move time.
-Time runs out at started + minutes; dojo notices at the next command, and grades the file as it
-stands then, so the card records time used as the full time box.
-
 Scoring, and the verdict thresholds:
-    code    = hidden-suite points / total, minus HINT_COST (0.10) per hint used, at least 0
-              (a timing test left inconclusive by a busy machine is in neither, and shown apart)
-    answers = rubric points covered / rubric points offered over the follow-up questions
-              (a blank answer covers none, even if marked)
+    code    = hidden-suite points / total (inconclusive tests left out), minus HINT_COST (0.10) per hint, >= 0
+    answers = rubric points covered / rubric points offered (a blank answer covers none)
     score   = 0.7 * code + 0.3 * answers
-    strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
-    lean no: score >= 0.50 · no hire: below 0.50
+    strong hire: score >= 0.85 and every hidden test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire
 Nothing here prints or asks: dojo.interview.flow does the talking.
 """
 

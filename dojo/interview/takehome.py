@@ -1,15 +1,10 @@
 """Take-home grading: `dojo grade PATH...` grades every kata file in each submission, sandboxed, into
 one report, and says which submissions share their code (dojo.grading.scan.similarity).
 
-Each submission is read once and checked by dojo.interview.intake (no links followed, files over 1 MiB
-refused, notebooks parsed in a bounded child) into private copies, and each copy is graded by
-dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot). Every step is
-guarded: what goes wrong with one file is that file's error (status "error", a message naming the file), with
-one submission that submission's `errors`, and the others are graded as ever. The similarity check runs per
-kata in a bounded child (dojo.grading.confine.bounded); one that cannot finish is listed in `similar["errors"]`.
-The report adds per submission the integrity findings (dojo.grading.scan.integrity) and whether every kata ran
-sandboxed. `write_report` writes it atomically. Nothing is recorded in the progress database: a grader's
-runs are not the grader's own practice.
+dojo.interview.intake reads and copies each submission; each copy is graded with `sandboxed=True` (a .py
+by dojo.grading.grade.grade, a notebook by dojo.notebook.grading). What goes wrong with one file is that
+file's error, and the others are graded as ever. `write_report` writes the report atomically. Nothing
+is recorded in the progress database.
 """
 
 from __future__ import annotations
