@@ -1,9 +1,9 @@
 """The notebook commands: `dojo notebook <slug>`, `dojo check --notebook [PATH]`, `python -m dojo.notebook`.
 
-`dojo notebook` writes workspace/<slug>.ipynb (dojo.notebook.build); `dojo check --notebook`
-grades its saved solution cells (dojo.notebook.grading) and prints the report in cell terms;
-`python -m dojo.notebook --render-solutions DIR` (run by `make notebooks`) writes a read-only
-reference notebook per kata. Parsing and printing only: the work is in the modules named.
+`dojo notebook` writes workspace/<slug>.ipynb (dojo.notebook.build); `dojo check --notebook` grades its
+saved solution cells (dojo.notebook.grading) and prints the report in cell terms; `python -m
+dojo.notebook --render-solutions DIR` (run by `make notebooks`) writes a read-only reference notebook
+per kata. Parsing and printing only: the work is in the modules named.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The grading report as a notebook shows it: which saved version was graded, then the report.
 
 `NotebookReport` is what the grading cell returns: HTML for Jupyter (`_repr_html_`), plain text for
-everything else (`repr`). Its first line says which version of the notebook was graded ("as saved
-at 10:42:07, 3 min ago"), then any warning, then dojo.practice.report's lines. The HTML is one block per
-line, in the notebook's code font, that wraps at spaces and keeps the line's indent on the wrapped
-part; its colours are JupyterLab's theme variables (chosen to read on the light and dark themes
-alike), with fixed fallbacks for other front ends. Never terminal escape codes.
-Not done: themes other than JupyterLab's own may give other contrasts.
+everything else (`repr`). Its first line says which version was graded ("as saved at 10:42:07, 3 min
+ago"), then any warning, then dojo.practice.report's lines. The HTML uses JupyterLab's theme colours,
+with fixed fallbacks; never terminal escape codes.
 """
 
 from __future__ import annotations

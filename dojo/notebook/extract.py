@@ -1,17 +1,9 @@
 """A notebook's `solution`-tagged cells as one Python module, with a map from its lines back to cells.
 
-A kata notebook (see dojo.notebook) keeps the learner's code in code cells tagged `solution`;
-everything else (the prompt, scratch cells, the grading cell, magics, `!` shell lines) is left
-out. `extract()` joins the solution cells in notebook order into the source of a module the hidden
-suite can import by path, and remembers where each module line came from, so that `where(42)`
-says "cell 3, line 5" and `rewrite()` turns file:line references in failure messages into cells.
-Cells are numbered from 1 at the top of the notebook, markdown cells included.
-
-Inside a solution cell, IPython-only lines (`%time ...`, `!pip ...`, a leading `%%time`) are left
-out of the module (a `pass` keeps the line count and any indentation valid); any other cell magic
-is an error, since its body is not Python. Problems (no notebook, no solution cell, a syntax
-error) raise NotebookError with a message naming the notebook and the cell.
-Not handled: top-level `await`, `foo?` help lines and other IPython syntax in solution cells.
+`extract()` joins the code cells tagged `solution`, in notebook order, into a module the hidden suite
+can import by path, and remembers where each line came from: `where(42)` says "cell 3, line 5" and
+`rewrite()` turns file:line references in failure messages into cells. IPython-only lines become
+`pass`. Problems (no solution cell, a syntax error) raise NotebookError naming the notebook and cell.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Notebook mode: solve a kata in Jupyter, graded by the same hidden suite as the .py path.
+"""Grading a notebook: its saved solution cells, by the same hidden suite as the .py path, reported in cells.
 
-`dojo notebook <slug>` writes workspace/<slug>.ipynb (dojo.notebook.build): the kata's prompt, the stub in
-a code cell tagged `solution`, a scratch cell, and a last cell calling `grade_here()`, which grades
-the saved notebook and shows the report inline (dojo.notebook.display), led by the version it graded ("as
-saved at 10:42:07, 3 min ago") and a warning while the kernel has run other solution code
-(dojo.notebook.kernel: which case it is, unsaved edits, saved but not run, or a scratch cell's redefinition).
-`grade_notebook()` turns the solution cells into a temporary module
-(dojo.notebook.extract), grades it with dojo.grading.grade like any .py file, then rewrites the report to name the
-notebook and its cells ("cell 3, line 5") instead of the temporary file. `dojo check <slug>
---notebook [PATH]` and `dojo grade PATH.ipynb` go through it; the commands are in
-dojo.notebook.commands. Not done: grading the unsaved state of an open notebook (a kernel cannot read the editor).
+`grade_notebook()` turns the solution cells into a temporary module (dojo.notebook.extract), grades it
+with dojo.grading.grade, and rewrites the report to name the notebook's cells ("cell 3, line 5").
+`grade_here()` is what a kata notebook's last cell calls: the report leads with the version graded and
+warns while the kernel has run other solution code (dojo.notebook.kernel). It grades the saved file only.
 """
 
 from __future__ import annotations

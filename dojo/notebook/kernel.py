@@ -1,13 +1,9 @@
 """What the notebook's kernel knows and the saved file does not: which notebook this is, what code it ran.
 
-The grading cell grades the notebook as saved; a kernel cannot read the open editor. What it can
-read is its own input history (In [1], In [2], ...). `stale_runs` compares that history with the
-saved solution cells: for each saved cell, the latest run that defined any of the cell's top-level
-functions or classes must be that cell's saved text, else the kernel has run solution code that
-the grade did not see (edited and run, not saved; or saved since, but not run). Once the user saves
-the code they ran, or runs the code they saved, the two agree and the warning goes.
-Not done: edits neither saved nor run are invisible here (the report's "as saved at" line is the cue),
-and names are found textually (`def`/`class` at column 0), so a string holding such a line counts too.
+The grading cell grades the notebook as saved; a kernel cannot read the open editor, only its own
+input history. `stale_runs` compares that history with the saved solution cells: the latest run that
+defined a saved cell's top-level functions or classes must be that cell's saved text, else the kernel
+has run code the grade did not see. `this_notebook` finds the notebook the kernel was started for.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`dojo lab [DIR]`: JupyterLab on your workspace (or DIR), reachable from this machine only, and its URL.
 
-It runs this venv's JupyterLab (`python -m jupyterlab`) with its root at the workspace, bound to
-127.0.0.1 on a free port with a token it makes, prints the URL to open, then hands the process
-over to JupyterLab (Ctrl-C stops it). JupyterLab refuses to run as root (common in containers)
-without `--allow-root`: that flag is passed when running as root, and only then. It also says when
-the "decode-dojo" kernel the kata notebooks ask for is missing or runs another python, and how to fix it.
-Not done: listening beyond localhost, or any other JupyterLab option (run `python -m jupyterlab` for those).
+It runs this venv's JupyterLab bound to 127.0.0.1 on a free port with a token it makes, prints the URL,
+then becomes JupyterLab (Ctrl-C stops it). It passes `--allow-root` when running as root, and only then,
+and says when the "decode-dojo" kernel is missing or runs another python. No other JupyterLab options.
 """
 
 from __future__ import annotations
