@@ -2,10 +2,8 @@
 
 Printing only: what to grade and record is dojo.practice.check, the files dojo.practice.workspace,
 the progress dojo.practice.history. dojo.cli parses the arguments and calls these (`func(args) ->
-int`, the exit code); while a mock interview is open it asks dojo.interview first. A kata in progress
-in a notebook (dojo.practice.workspace.form) is named as such, with the notebook's way to grade it.
-Left out: grading a notebook (dojo.notebook.commands: the CLI sends `dojo check` there when
-`grades_notebook` says so).
+int`, the exit code); while a mock interview is open it asks dojo.interview first. Grading a notebook
+is dojo.notebook.commands' (dojo.cli sends `dojo check` there when `grades_notebook` says so).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Folding a report's parametrised tests: one block per test function, one line per cause of failure.
 
-`fold(tests)` groups the cases of one test function (consecutive rows whose names share the part
-before "["). A group whose cases all pass is one line; otherwise its failures are clustered by
-message *modulo the parameters* (quoted text and numbers masked), so 8 malformed files that all
-raise NotImplementedError read as one cause: "all 8 cases: not written yet (NotImplementedError),
-want ValueError". A cause shared by several cases shows the part of their messages they have in
-common when that says something, else the first case's message as an example.
-Left out: printing (dojo.practice.report) and outcomes other than the tests' own.
+`fold(tests)` groups the cases of one test function; a group's failures are clustered by message
+*modulo the parameters* (quoted text and numbers masked), so 8 cases that all raise
+NotImplementedError read as one cause. Printing is dojo.practice.report's.
 """
 
 from __future__ import annotations

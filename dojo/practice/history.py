@@ -1,13 +1,9 @@
 """The progress database: attempts, hints seen, starts/resets/reveals, in SQLite.
 
-One file, workspace/.dojo/progress.sqlite, in WAL mode with a busy timeout, every write its own
-transaction: two `dojo` processes at once both land their rows. The schema version lives in
-`PRAGMA user_version`; `MIGRATIONS[i]` (dojo.practice.schema) brings version i to i + 1. New tables
-(the interview's, say) are one more entry at the end of MIGRATIONS: never appended at run time (every
-command must agree on the version), never by editing an entry already released.
-A corrupt file is moved aside to a timestamped backup (a ProgressDBWarning says where) and a fresh
-one started; a file from a newer dojo is copied to a backup and refused with ProgressDBError.
-Nothing here prints.
+One file, workspace/.dojo/progress.sqlite, in WAL mode, every write its own transaction: two `dojo`
+processes at once both land their rows. Opening it applies what dojo.practice.schema's migrations add;
+a corrupt file is moved to a backup and a fresh one started (ProgressDBWarning), and a file from a newer
+dojo is refused (ProgressDBError). Nothing here prints.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What a learner reads after grading, and the results file a grader reads.
 
-`console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and
-pipes read it). `show_result` prints one line per property (pass/FAIL, or "?" for a timing test
-the machine was too noisy to decide, with why), the cases of a parametrised test folded into one
-block with each cause of failure once (dojo.practice.fold), then the score and time, how to
-re-run the inconclusive ones, and the notes that concern the learner. On a terminal a long line
-wraps inside its column. `write_results` writes the Exercism-style JSON atomically.
+`console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and pipes
+read it). `show_result` prints one line per property (pass, FAIL, or "?" for a timing test left
+inconclusive), the cases of a parametrised test folded (dojo.practice.fold), then the score and the
+notes. `write_results` writes the Exercism-style JSON atomically.
 """
 
 from __future__ import annotations

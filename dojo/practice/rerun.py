@@ -1,10 +1,8 @@
 """`dojo check --rerun-inconclusive`: run again only the timing tests the last check left inconclusive.
 
-A machine test (dojo.testing) that a busy machine could not decide is inconclusive; rather than
-grade the whole suite again, the learner re-runs just those tests when the machine is quieter, and
-their new outcomes replace the old rows of workspace/results/<slug>.json. The graded file's sha256,
-stored in that document, must still match: otherwise the merge would mix two files' results.
-Left out: notebooks and take-home submissions (`dojo grade` has no stored grading to merge into).
+Their new outcomes replace the old rows of workspace/results/<slug>.json, when the graded file's
+sha256 stored there still matches. Only for the workspace's .py file: not notebooks, and not
+take-homes (`dojo grade` stores no grading to merge into).
 """
 
 from __future__ import annotations
