@@ -1,15 +1,10 @@
 """`dojo bench <what>`: measure a curve on the reference model, print it as a table, plot it to a PNG.
 
-- `batching`: decode tokens/s against batch size (solutions.batching.throughput_curve), beside the
-  roofline's prediction from this machine's measured ceilings, with the compute crossover marked.
-- `latency`: time to first token and time per output token against prompt length
-  (solutions.latency.measure_latency), beside predict_ttft / predict_tpot.
-- `serve`: tokens/s, TTFT and TPOT of `dojo serve` against concurrent clients (dojo.tools.serve_bench).
-
-The model is SmolLM2-shaped with random weights (the same FLOPs and bytes as the real one, nothing
-to load); `--layers` and `--vocab` shrink it for quick runs. Plots go under the workspace, in
-bench/<what>.png. The numbers come from `solutions.*`; this module chooses sizes, formats, plots.
-Each bench is one `add_parser` in `register`, so more can join.
+`batching`: decode tokens/s against batch size, beside the roofline's prediction. `latency`: time to
+first token and time per output token against prompt length, beside predict_ttft / predict_tpot.
+`serve`: dojo.tools.serve_bench. The model is SmolLM2-shaped with random weights; plots go to
+bench/<what>.png under the workspace. The numbers come from `solutions.*`; this module chooses sizes,
+formats and plots.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
 
-Greedy answers come, by default, from speculative decoding (solutions.speculative): fp32 weights
-verify what the default packed mode drafts (int4-q8x2 where the compiled kernel is built, else
-int4), so the text is fp32's greedy text token for token, and so HuggingFace's, faster than plain
-fp32 (`make bench`'s speculative rows measure both). Where there is no packed mode, and for
-sampling and beam search, the demo runs one weights mode (`--weights
-fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.system.kernels.weight_modes.default_mode; the int4-q8 modes
-always say whether their compiled kernel runs, and why not); `--weights` always runs that mode
-alone, and `--speculative` asks for speculative decoding (drafting with bf16 where no packed mode
-runs). The models load through the start-up cache (solutions.system.loading.weights_cache, under the
-workspace: the first run parses the GGUF, with a progress bar, later runs map the cached files);
-the answer streams as it is generated, then the demo reports prompt tokens, time to first token,
-decode tokens/s and, when speculative, the drafts accepted; `--verbose` adds what the cache and
-the calibration did and where the start-up time went. With `--mine`, the learner's passed katas
-(attention, kv_cache, generate, speculative) replace the reference parts (plain decoding unless
-`--speculative` is given); a kata that has not passed, or whose file fails to import, falls back
-to the reference, and the demo says which parts are whose. Everything but argument parsing and
-printing is importable.
+Greedy answers come by default from speculative decoding (solutions.speculative: fp32 verifies the
+default packed mode's drafts, so the text is fp32's, token for token). `--weights MODE` runs one mode
+alone; sampling and beam search run the default mode. The answer streams, then the demo reports time
+to first token and decode tokens/s. `--mine` swaps in the learner's passed katas, falling back to the
+reference. Everything but argument parsing and printing is importable.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Moving a plot's point labels so that none covers a marker or another label.
 
-`place_labels(fig)` takes a drawn matplotlib Figure (solutions.roofline.plot_roofline's: one Axes,
-markers as Line2D points, each label an annotation offset from its point) and, label by label, tries
-offsets around the point, nearest first, keeping the first whose text box clears every marker and
-every label already placed; a label that moved far gets a thin leader line to its point.
-`overlaps(fig)` lists what still collides (the tests use it).
-Not done: avoiding the roof line itself, or the legend (the plots here have none).
+`place_labels(fig)` takes a drawn matplotlib Figure (solutions.roofline.plot_roofline's) and, label by
+label, keeps the nearest offset whose text box clears every marker and every label already placed; a
+label that moved far gets a leader line. `overlaps(fig)` lists what still collides (the tests use it).
 """
 
 from __future__ import annotations

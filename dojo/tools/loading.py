@@ -1,5 +1,6 @@
-"""SmolLM2 for the tools (demo, serve, roofline): solutions.system.load in the workspace's cache, with a
-progress bar on stderr while a first run builds the cache."""
+"""SmolLM2 for `dojo demo` and `dojo serve`: solutions.system.load in the workspace's cache, with a
+progress bar on stderr while a first run builds the cache.
+"""
 
 from __future__ import annotations
 

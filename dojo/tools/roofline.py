@@ -1,18 +1,10 @@
 """`dojo roofline`: measure this machine's ceilings and place SmolLM2's prefill and decode under them.
 
-Measures copy bandwidth and matmul peak (solutions.roofline) before and after timing the
-reference model's prefill of a prompt and one decode step after it, keeping the higher of each
-ceiling (a busy machine only ever lowers one, and says so); prints a table (ceilings; per phase:
-intensity, achieved and attainable FLOP/s, share of the roof, verdict) and saves the roofline
-plot under the workspace. Each weights mode (`--weights`, default all: fp32, bf16, int4, int4-q8, int4-q8x2) adds
-its decode step, credited with the bytes its weights really take, and a line comparing its
-measured speed-up over fp32 with its bytes ratio: the INT4 kata's "8x smaller, so 8x faster?"
-on the real model. On a CUDA GPU it repeats the fp32 phases there (the packed modes are CPU
-kernels). The numbers come from `solutions.roofline`; this module only chooses sizes, formats
-and prints. On a terminal each phase (loading a mode, the ceilings, prefill, decode, the plot) gets
-a progress bar on stderr; the weights cache (several hundred MB under the workspace on a first run)
-is named with its size on disk. Plot labels name each point's weights mode and are moved off the
-markers (dojo.tools.labels).
+It measures copy bandwidth and matmul peak (solutions.roofline) before and after timing the model's
+prefill and one decode step, keeps the higher of each, prints a table and saves the plot under the
+workspace. Each weights mode (`--weights`) adds its decode step, credited with its own weight bytes,
+and its speed-up over fp32 beside its bytes ratio. On a CUDA GPU the fp32 phases run there too. The
+numbers come from `solutions.roofline`; this module chooses sizes, formats and prints.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """`dojo serve`: the reference inference system as an OpenAI-compatible HTTP server.
 
-Loads SmolLM2 as `dojo demo` does (same weights modes, same start-up cache), starts the engine
-(solutions.system.serving.engine) and serves it with uvicorn (solutions.system.serving.server) on 127.0.0.1 unless `--host`
-says otherwise; prints the base URL and the model id, then serves until Ctrl-C. Any OpenAI
-client works against it: `OpenAI(base_url=URL + "/v1", api_key="unused")`.
+Loads SmolLM2 as `dojo demo` does (the same start-up cache), starts the engine
+(solutions.system.serving.engine) and serves it with uvicorn (solutions.system.serving.server) on
+127.0.0.1 unless `--host` says otherwise, until Ctrl-C. Any OpenAI client works against it:
+`OpenAI(base_url=URL + "/v1", api_key="unused")`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """`dojo bench serve`: a load generator against `dojo serve` (and llama.cpp's server, where installed).
 
-At each concurrency level, that many clients send streamed chat completions back to back for a
-fixed time (requests in flight then finish; max_tokens bounds them). Per request it records the
-time to first token (TTFT: request sent to first text chunk) and the time per output token (TPOT:
-first to last chunk over the tokens after the first); per level, total output tokens/s over the
-level's wall time, and TTFT and TPOT p50 / p99. The table and a plot (bench/serve.png under the
-workspace) put the servers side by side. Each server runs as its own process started here
-(`python -m dojo serve`, `python -m llama_cpp.server` on the same GGUF), so the load generator
-never shares a core's interpreter with the server it measures. Token counts come from the
-server's usage chunk (`stream_options.include_usage`), else one token per chunk.
-
-Left out: arrival processes other than closed-loop clients, prompts of controlled lengths, and
-warm-up beyond one request per server.
+At each concurrency level, that many clients send streamed chat completions back to back for a fixed
+time. Per request it records TTFT and TPOT; per level, output tokens/s and TTFT and TPOT p50 / p99, in a
+table and a plot (bench/serve.png under the workspace). Each server runs as its own process, so the
+load generator never shares an interpreter with the server it measures.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """`make tour`: the newcomer's walk through the practice loop and a mock interview, on the real CLI.
 
-`python -m dojo.tools.tour [--kata kv_cache]` opens a detached tmux session on a private socket (a real
-terminal: colours, the pager, the editor), in a fresh temporary workspace (DOJO_WORKSPACE), and types
-what a newcomer types: `dojo`, `dojo start <kata>`, `dojo check` on the untouched stub (fails),
-`dojo hint`, copying the reference solution into the workspace, `dojo check` (passes), `dojo interview
-<kata>`, the solution again (the interview starts from the stub), `dojo submit` with the follow-ups
-answered through $EDITOR (a small script that writes an answer) and each rubric marked, `dojo history`.
-After each step it captures the pane, prints what a person sees, and checks the phrases they should
-see (the score line, FAIL and pass marks, the hint heading, the scorecard, the history row) and the
-exit status: one PASS or FAIL line per step. A pager left waiting (a prompt taller than the screen) is
-quit with `q`, as a person would. Exit status 1 on any failed step; the tmux server is always killed.
-Slow (a minute or two: three gradings, one sandboxed), so it is `make tour`, not part of `make test`.
-Not done: `dojo watch` and `dojo lab` (they run until stopped), timing out an interview.
+`python -m dojo.tools.tour [--kata kv_cache]` types, in a detached tmux session and a fresh temporary
+workspace, what a newcomer types: `dojo`, `dojo start`, `dojo check` (fails), `dojo hint`, the reference
+copied in, `dojo check` (passes), `dojo interview`, `dojo submit` with the follow-ups answered, `dojo
+history`. After each step it checks the phrases a person should see and the exit status: one PASS or
+FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
 """
 
 from __future__ import annotations
