@@ -56,7 +56,7 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
     p.add_argument("--weights", default=None, metavar="MODE",
-                   help="fp32, bf16 or int4 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
+                   help="fp32, bf16, int4, int4-q8 or int4-q8x2 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
     p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
                    help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
                         "with fewer, fewer requests run at once")
