@@ -1,23 +1,9 @@
 """BPE training and encoding speed: the reference against the recount oracle and two Rust peers.
 
-Training (0.5 MB of English, threshold 2, 5 000 merges), with the GPT-2 split and with no split
-(the whole text one chunk): solutions/bpe.py against HuggingFace `tokenizers`' BpeTrainer
-(ByteLevel pre-tokenizer, min_frequency=2) and against the kata suite's recount-everything oracle.
-The oracle would take many minutes, so it runs its first few merges and is scaled by the tokens
-left before each later merge (its cost per merge is a recount of every token): an estimate.
-
-Encoding with SmolLM2's vocabulary (from the GGUF): a freshly built reference tokenizer (cold
-chunk cache; loading has built its table of tokens that encode to themselves, the exact form of
-tiktoken's whole-piece lookup) against tiktoken built offline from the same ranks and split, and against the
-`tokenizers` peer of tests/system/test_tokenizer.py. Outputs are checked identical before timing.
-
-Contestants run in turn, best of a few rounds. Training is timed by the wall clock (the Rust
-trainer uses every core); encoding, single-threaded on every side, by CPU time, which a shared
-machine disturbs less. Each row's ratio reads "> 1: ours is faster".
-
-The text: docstrings of the Python standard library's top-level modules, in file order (about
-0.9 MB of English prose with some code; no network, and the same for one Python version). The
-first 0.5 MB trains; the rest is the held-out text for encoding.
+Training (0.5 MB, threshold 2, 5 000 merges; GPT-2 split and none) against `tokenizers`' BpeTrainer
+and the kata suite's recount oracle, estimated from its first merges and the tokens left before each
+later one. Encoding with SmolLM2's vocabulary against tiktoken (offline ranks) and `tokenizers`,
+outputs checked identical first. The text is the standard library's docstrings. Ratios > 1: ours wins.
 
     python -m benchmarks.bpe_bench [--quick]
 """

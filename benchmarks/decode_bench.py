@@ -1,11 +1,9 @@
 """SmolLM2 decode and prefill speed: the reference system against HuggingFace transformers, fp32.
 
-Decode at batch 1 is bandwidth-bound: every step reads every weight once (538 MB in fp32), so
-the ceiling is copy bandwidth / bytes per token. Both engines run the same GGUF weights on the
-same threads, interleaved (ours, HF, ours, HF, ...) so that drift on a shared machine hits both;
-figures are medians. HF runs its bare forward with a `DynamicCache` (no `generate` overhead),
-the most favourable way to time it. Left out: KV-cache reads (small at this context), batching,
-llama.cpp (see `make bench-peers`).
+Decode at batch 1 reads every weight once a step (538 MB in fp32), so its ceiling is copy bandwidth
+/ bytes per token. Both engines run the same GGUF weights on the same threads, interleaved, medians
+reported; HF runs bare forward calls with a `DynamicCache`. Not here: batching, llama.cpp
+(`make bench-peers`).
 
     python -m benchmarks.decode_bench [--tokens 32] [--repeats 5] [--prefill 512] [--threads N]
 """

@@ -1,21 +1,11 @@
 """The generator on SmolLM2: beam-step cost, beam search against HuggingFace, KV cache against recompute.
 
-- A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
-  once, like a greedy step: it should cost at most 1.5x a greedy step on any x86 CPU (issue 18).
-- The same step's matrix products alone, through the product the step runs (the fused fp32 step's
-  native one, which reads each weight once for all rows; without the compiled kernel, the model's
-  `project`: BLAS, or MKL's packed GEMM where the calibration chose it), at 4 rows and at 1: the
-  4-row products' extra time is a floor under the beam-step ratio.
-- Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
-- Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
-  every step (the same tokens, checked).
-Engines run interleaved (A B A B ...) after a warm-up, medians reported. A step's time excludes
-prefill: ours from the generator's own decode clock, HF's from a stopping criterion that HF calls
-once per step (first to last call, over the steps between).
-Each function returns rows for `make bench`: dicts with metric, ours, peer, peer_name, ratio, goal,
-unit (`ratio` is ours over the peer for costs, the peer over ours for speed-ups, as `goal` says).
+A 4-beam step against a greedy one (goal: at most 1.5x), beside the step's matrix products alone at
+4 rows and 1; beam search end to end against HF `generate`; greedy with the KV cache against
+recomputing the whole sequence every step (the same tokens, checked). Engines run interleaved after
+a warm-up, medians reported; each function returns rows for `make bench`.
 
-    python -m benchmarks.generate_bench [--tokens 16] [--repeats 3] [--recompute-tokens 256]
+    python -m benchmarks.generate_bench [--tokens 16] [--repeats 3] [--recompute-tokens 256] [--threads N]
 """
 
 from __future__ import annotations

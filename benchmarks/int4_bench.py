@@ -1,12 +1,9 @@
 """SmolLM2 decode with the int4 kata's numpy Q4_1 matmul against fp32: what 6.4x smaller weights buy.
 
-Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed; the model
-multiplies by them through solutions.model.project (a packed weight multiplies itself), so the
-reference model runs unchanged. Two engines, interleaved (A B A B ...) so that drift on a shared
-machine hits both: fp32 (BLAS) and the int4 kata's `matmul_q4_1` (numpy: dequantize a slab, then
-BLAS). `pack(model, "torch_int4")` offers torch's fused kernel instead (solutions.system.kernels.weight_modes'
-Int4Linear); the real int4 mode, on the GGUF's own blocks, is timed in modes_bench. The roofline
-predicts a ceiling; only a kernel that unpacks in registers gets near it. Reported, never asserted.
+Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed, so the
+reference model runs unchanged through `solutions.model.project`; fp32 (BLAS) and `matmul_q4_1`
+(numpy: dequantize a slab, then BLAS) run interleaved. Reported, never asserted. Not the int4
+weights mode on the GGUF's own blocks: modes_bench times that.
 
     python -m benchmarks.int4_bench [--tokens 8] [--repeats 3] [--threads N]
 """

@@ -1,18 +1,9 @@
 """The weights modes side by side: agreement with fp32, decode speed, where a step's time goes, start-up.
 
-- Agreement: for each chat prompt, fp32 answers greedily; each mode then reads the prompt and
-  that answer in one forward (teacher forcing) and we count the positions where its argmax is
-  fp32's token, and the largest |logit difference| anywhere and among the mode's own top 16;
-  and each mode answers greedily on its own (free-running): tokens equal to fp32's until the first
-  that differs. llama.cpp, with --peers, is teacher-forced on the same ids (llama_cpp_agreement).
-- Decode tok/s at batch 1 per mode, interleaved (A B C A B C ...), medians.
-- Where the time goes, per mode: the step's matrix products alone (each matrix once, on a
-  one-row input, as the step calls them) against the whole step; the rest is everything else
-  (norms, RoPE, attention, cache writes, and the Python and dispatch overhead of ~20 small ops a
-  layer), shown per layer. Bandwidth: bytes read per token x tok/s against copy bandwidth.
-- Start-up: `dojo demo --max-new-tokens 1 "Hi"` in a fresh workspace (cold: parses the GGUF and
-  builds the cache) and again (warm: maps it), wall time to exit and the peak RSS it reports,
-  beside the peak RSS of a Python that only imports torch.
+Agreement: each mode teacher-forced on fp32's greedy chat answers (the share of positions whose
+argmax is fp32's token, the largest logit differences) and free-running (tokens equal to fp32's
+until the first that differs). Speed: decode tok/s at batch 1, interleaved, and the step's matrix
+products alone. Start-up (`dojo demo` cold and warm, peak RSS) is `make bench`'s startup group.
 
     python -m benchmarks.modes_bench [--tokens 16] [--repeats 3] [--threads N]
 """

@@ -1,14 +1,11 @@
-"""Proof that the timing tests never fail correct work: the machine tests of roofline, latency and
-batching, run N times on a target while the machine is idle and while it is loaded, and (--hostile)
-graded beside a hostile submission at `dojo grade --jobs 2`.
+"""Proof that the timing tests never fail correct work: roofline's, latency's and batching's, idle and loaded.
 
-`python -m benchmarks.prove_timing [--target solutions|DIR] [--runs 10] [--load 8] [--hostile]`
-(or `make prove-timing TARGET=... RUNS=...`). Idle and loaded runs are plain pytest (`-m machine`,
-the in-process timing lock); the load is LOAD `yes > /dev/null` processes, started here and always
-killed. It prints passed / failed / inconclusive per kata and condition and exits 1 on any failure.
---hostile grades the target's three katas sandboxed beside a submission that spins CPU in background
-threads, fills its /tmp and forks to the cap, and checks that the target's grade is what it is alone.
-Left out: the other suites (no machine tests) and GPUs.
+Runs those suites' machine tests (`pytest -m machine`) N times on a target with the machine idle and
+loaded by LOAD `yes` processes (always killed), prints passed / failed / inconclusive per kata and
+condition, and exits 1 on any failure. --hostile also grades the target beside a hostile submission
+at `dojo grade --jobs 2` and checks that its grade is what it is alone.
+
+    python -m benchmarks.prove_timing [--target solutions|DIR] [--runs 10] [--load 8] [--hostile]
 """
 
 from __future__ import annotations

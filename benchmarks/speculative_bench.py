@@ -1,12 +1,9 @@
 """Speculative decoding on SmolLM2: fp32 verifying a packed draft against plain fp32, side by side.
 
-Both answer the same chat prompts greedily (to their EOS or `tokens` new tokens), interleaved
-(plain, speculative, plain, ...) after a warm-up, medians of `repeats` rounds: tokens per second
-over the whole answer (prefill included: the same prompts and tokens for both), the draft's
-acceptance rate, and whether the tokens were fp32's (they must be: greedy speculative decoding is
-exact). Beside them, Leviathan's predicted speed-up (solutions.speculative.expected_speedup) from
-the measured acceptance rate and the draft's cost c, a draft decode step over an fp32 one, timed
-here too.
+Both answer the same chat prompts greedily, interleaved after a warm-up, medians of `repeats`
+rounds: tokens per second over the whole answer (prefill included), the draft's acceptance rate, and
+whether the tokens were fp32's (greedy speculative decoding must be exact). Beside them, Leviathan's
+predicted speed-up from the measured acceptance rate and the draft's relative step cost.
 
     python -m benchmarks.speculative_bench [--tokens 48] [--repeats 3] [--k 4]
 """
