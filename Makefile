@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 
 # The compiled Q4_1 x Q8_1 kernel and fused step (solutions/system/kernels/native.py) with the system compiler,
 # build-essential where we can install it. Everything runs without it (the int4-q8 modes take their slow
-# torch path, and int4 is the default), so a failed build is a note; its stamp is left untouched, so the
+# torch path, and the default weights mode falls back to int4), so a failed build is a note; its stamp is left untouched, so the
 # next make tries again.
 $(NATIVE): $(STAMP) solutions/system/kernels/native.py $(wildcard solutions/system/kernels/csrc/*)
 	@command -v g++ >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

@@ -28,8 +28,8 @@ SIZES = {
     "llama_cpp": ({"tokens": 32, "repeats": 5}, {"tokens": 8, "repeats": 1}),
 }
 GRADING_GOAL_S = 10.0  # a kata suite runs in under 10 s on 2 cores (DESIGN.md)
-SANDBOX_GOAL_S = 1.5  # sandboxed grading of the reference costs at most this much more (issue 17)
-JUDGE_GOAL_S = 2.0  # judge mode costs at most this much more than the sandboxed in-process grading (issue 24)
+SANDBOX_GOAL_S = 1.5  # sandboxed grading of the reference costs at most this much more
+JUDGE_GOAL_S = 2.0  # judge mode costs at most this much more than the sandboxed in-process grading
 
 
 @dataclass
@@ -136,7 +136,7 @@ def modes(ctx: Context) -> list[Row]:
 
 def startup(ctx: Context) -> list[Row]:
     """`dojo demo --max-new-tokens 1 "Hi"` cold (fresh workspace) and warm, per mode; peak RSS above
-    `import torch`'s floor against the weights held (issue 27's restated goal: at most 1.5x)."""
+    `import torch`'s floor against the weights held (the goal: at most 1.5x)."""
     from benchmarks import modes_bench
     from solutions.system.kernels.weight_modes import MODES, default_mode, resident_bytes
 
