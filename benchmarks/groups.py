@@ -192,8 +192,8 @@ def generate(ctx: Context) -> list[Row]:
 
 
 def speculative(ctx: Context) -> list[Row]:
-    """fp32 verifying `dojo demo`'s draft (weight_modes.draft_mode) against plain fp32: tok/s, acceptance,
-    exactness."""
+    """fp32 verifying `dojo demo`'s draft (weight_modes.draft_mode) against plain fp32: tok/s, alpha and the
+    draft acceptance rate, exactness."""
     from benchmarks import speculative_bench
     from solutions.system.kernels.weight_modes import draft_mode
 
@@ -207,9 +207,10 @@ def speculative(ctx: Context) -> list[Row]:
     return [
         Row("speculative", what, r["spec_tok_s"], "tok/s", "plain fp32", r["plain_tok_s"],
             r["spec_tok_s"] / r["plain_tok_s"], Goal(">", 1),
-            note=f"Leviathan's model predicts {r['predicted']:.2f}x from alpha {r['acceptance']:.2f} and c "
-                 f"{r['c']:.2f} ({draft} step / fp32 step); {r['passes']} fp32 passes"),
-        Row("speculative", f"{draft} drafts accepted by fp32 (greedy)", r["acceptance"], "%",
+            note=f"Leviathan's model predicts {r['predicted']:.2f}x from alpha {r['alpha']:.2f} (accepted / "
+                 f"(accepted + rejected)) and c {r['c']:.2f} ({draft} step / fp32 step); {r['passes']} fp32 passes"),
+        Row("speculative", f"{draft} drafts accepted by fp32 (greedy; draft acceptance rate: accepted / drafted)",
+            r["acceptance"], "%",
             goal="tokens identical to plain fp32's", met=r["identical"],
             note=f"speculative tokens identical to plain fp32's: {'yes' if r['identical'] else 'NO'}"),
     ]

@@ -46,6 +46,7 @@ class Kata:
     # reference modules that hold this kata's answer besides solutions/<slug>.py, dotted below solutions
     # ("system.kernels.attention_fast"): hidden from its grading like the reference itself
     twins: tuple[str, ...] = ()
+    note: str = ""  # shown before the title in `dojo list`, e.g. "training warm-up"; empty for most
 
     @property
     def folder(self) -> Path:
@@ -160,6 +161,7 @@ def load() -> list[Kata]:
                     prerequisites=tuple(entry.get("prerequisites", ())),
                     tags=tuple(entry.get("tags", ())),
                     twins=tuple(entry.get("twins", ())),
+                    note=str(entry.get("note", "")),
                 )
             )
         except KeyError as exc:

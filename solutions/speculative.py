@@ -3,8 +3,8 @@
 Decode at batch 1 is bandwidth-bound, so a target pass over k + 1 tokens costs about one token's.
 Each round the draft proposes k tokens, the target scores them in one `prefill`, and the longest
 acceptable prefix is kept plus one token of the target's own; both caches are truncated. Greedy
-keeps the drafts equal to the target's argmax (exactly the target's greedy output); sampling uses
-Leviathan et al.'s rejection rule, so each token is distributed as the target alone samples it.
+keeps the drafts equal to the target's argmax (its greedy output, up to floating point); sampling
+uses Leviathan et al.'s rejection rule, so each token is distributed as the target alone samples it.
 Not here: batches of prompts, tree drafts, top-k / top-p filters, adapting k.
 """
 
@@ -28,7 +28,8 @@ class SpeculativeResult:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (0.0 when nothing was drafted)."""
+        """accepted / drafted (0.0 when nothing was drafted): the draft acceptance rate. Below Leviathan's
+        alpha once a draft is rejected, since the drafts after a rejection count but are never tested."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
 

@@ -96,7 +96,8 @@ def cmd_list(args) -> int:
             status += " (notebook)"
         if not kata.has_suite:
             status += " (no tests yet)"
-        rows.append((str(kata.number), kata.slug, kata.title, "*" * kata.difficulty, str(kata.minutes), status))
+        title = f"({kata.note}) {kata.title}" if kata.note else kata.title  # first: a narrow terminal cuts the end
+        rows.append((str(kata.number), kata.slug, title, "*" * kata.difficulty, str(kata.minutes), status))
     headers = ("#", "kata", "title", "difficulty", "minutes", "status")
     widths = [max(len(header), *(len(r[i]) for r in rows)) for i, header in enumerate(headers)]
     room = out.width - (sum(widths) - widths[2]) - 2 * (len(headers) - 1)  # left for the title

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +25,23 @@ def test_list_shows_every_kata_with_status(dojo):
     lines = [line for line in out.stdout.splitlines() if line.strip()]
     assert lines[1].split()[:2] == ["1", "toy"] and "not started" in lines[1] and " 5 " in lines[1]
     assert lines[2].split()[:2] == ["2", "later"] and "no tests yet" in lines[2]
+
+
+def test_list_shows_a_katas_note_before_its_title(dojo):
+    """A manifest entry's optional `note` comes first in its title column; the real manifest marks
+    mixed_precision as the training warm-up it is, and no other kata"""
+    manifest = dojo.toy / "katas" / "katas.toml"
+    manifest.write_text(manifest.read_text().replace('slug = "later"\n', 'slug = "later"\nnote = "a preview"\n'))
+    lines = dojo("list").stdout.splitlines()
+    assert "(a preview) A kata whose suite" in next(line for line in lines if " later " in line)
+    assert "(" not in next(line for line in lines if " toy " in line).split("Toy:")[0], "a note where none was set"
+
+    real = {k: v for k, v in dojo.env.items() if k != "DOJO_KATAS_DIR"}
+    out = subprocess.run([sys.executable, "-m", "dojo", "list"], env=real | {"COLUMNS": "200"}, capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    noted = [line.split()[1] for line in out.stdout.splitlines() if "(training warm-up)" in line]
+    assert noted == ["mixed_precision"], f"the training warm-up note is on {noted}:\n{out.stdout}"
 
 
 def test_start_check_fail_then_pass(dojo):
