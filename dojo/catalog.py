@@ -16,7 +16,6 @@ import tomllib
 
 from dojo import targets
 
-
 HELPS = re.compile(r"^Helps:[ \t]*([^\n]*)\n?", re.MULTILINE)  # a hint's line naming the tests it helps with
 SHARED_PAGES = ("CONFIG.md",)  # katas/<page>: shared by several prompts, linked as ](../<page>)
 

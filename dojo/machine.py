@@ -101,7 +101,7 @@ class SideBySide:
     def best(self, key: str) -> float:
         return min(self.samples[key])
 
-    def round(self, r: int) -> "OneRound":
+    def round(self, r: int) -> OneRound:
         """The samples of round `r` alone, with the same `best(key)` a claim reads."""
         return OneRound(self, r)
 

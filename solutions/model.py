@@ -132,7 +132,9 @@ class Llama(nn.Module):
                  cache_cls: type | None = None):
         super().__init__()
         if attention_fn is None:
-            from solutions.system.kernels.attention_fast import attention as attention_fn  # fused, same contract
+            from solutions.system.kernels.attention_fast import (
+                attention as attention_fn,  # fused, same contract
+            )
         if cache_cls is None:
             from solutions.kv_cache import KVCache as cache_cls
         self.config = config

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
+from dojo.grading import channel, child, outcomes, view
 from dojo.grading.confine import bounded, sandbox
 from dojo.grading.judging import protocol
-from dojo.grading import channel, child, outcomes, view
 from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dojo import catalog, targets
-from dojo.grading.proof import mutant
 from dojo.catalog import Kata, Question
+from dojo.grading.proof import mutant
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from rich.table import Table
 
 from dojo import catalog
 from dojo.errors import UsageError
-from dojo.interview import session
-from dojo.practice import check, prose, report, workspace
-from dojo.interview import answer
+from dojo.interview import answer, session
 from dojo.interview.ask import cmd_ask, cmd_interviewer, mark, show_answer, show_model_answer
 from dojo.interview.session import Session
+from dojo.practice import check, prose, report, workspace
 
 RULES = (
     "Rules: edit {path}. `dojo check` runs only the README's worked examples, and every run is counted. "

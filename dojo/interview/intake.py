@@ -21,7 +21,6 @@ from pathlib import Path
 
 from dojo.grading.confine import bounded
 
-
 MAX_SOURCE_BYTES = 1 << 20  # a kata's .py, and the code extracted from a notebook: 1 MiB
 MAX_NOTEBOOK_BYTES = 8 << 20  # a whole .ipynb (its outputs included): 8 MiB
 LISTED = 10_000  # folder entries looked at for near-miss names

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 
 from dojo import catalog
+from dojo.catalog import Kata
 from dojo.grading import grade
 from dojo.interview import bank
 from dojo.practice import history, report, workspace
-from dojo.catalog import Kata
 
 HINT_COST = 0.10
 CODE_WEIGHT, ANSWERS_WEIGHT = 0.7, 0.3

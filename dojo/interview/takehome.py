@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dojo import catalog
-from dojo.grading.confine import bounded
 from dojo.grading import grade
-from dojo.grading.scan import similarity
+from dojo.grading.confine import bounded
 from dojo.grading.result import GradeResult
+from dojo.grading.scan import similarity
 from dojo.interview import intake
 
 SIMILARITY_TIMEOUT_S = 120.0  # one kata's similarity check, all its submissions together

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from dojo import catalog
-from dojo.notebook import extract as nbextract
-from dojo.practice import workspace
 from dojo.catalog import Kata
+from dojo.notebook import extract as nbextract
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError
+from dojo.practice import workspace
 
 KERNELSPEC = {"name": "decode-dojo", "display_name": "decode-dojo (.venv)", "language": "python"}
 GRADE_TAG = "grade"

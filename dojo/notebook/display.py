@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 
-from dojo.practice import report
 from dojo.grading.result import GradeResult
+from dojo.practice import report
 
 WIDTH = 100  # columns rich lays the report out in; lines are soft-wrapped, the browser wraps them
 # rich's colour numbers (normal and bright alike) -> CSS. Each reads at >= 4.5:1 on JupyterLab's light

@@ -16,11 +16,11 @@ from pathlib import Path
 from dojo import catalog
 from dojo.grading import grade
 from dojo.grading.result import GradeResult
-from dojo.notebook import extract as nbextract, kernel as nbkernel
+from dojo.notebook import extract as nbextract
+from dojo.notebook import kernel as nbkernel
 from dojo.notebook.display import NotebookReport, saved_line
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError
 from dojo.practice import history, report, workspace
-
 
 
 def kata_of(path: Path, nb=None) -> str:

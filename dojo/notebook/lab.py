@@ -13,8 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
-from dojo.practice import report, workspace
 from dojo.notebook.build import KERNELSPEC
+from dojo.practice import report, workspace
 
 HOST = "127.0.0.1"
 

@@ -12,8 +12,8 @@ import sys
 from dojo import catalog
 from dojo.grading.proof import mutant
 from dojo.grading.proof.check_katas import execute
-from dojo.grading.suite.causes import function_name
 from dojo.grading.proof.first_failures import survey_runs
+from dojo.grading.suite.causes import function_name
 from dojo.practice import hints
 
 

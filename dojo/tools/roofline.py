@@ -151,9 +151,8 @@ def phases() -> Iterator[Phase]:
 
 def plot(points: dict[str, tuple[float, float]], ceilings: Ceilings, path: Path) -> None:
     """solutions.roofline's plot, its labels moved off the markers, saved to `path`."""
-    from solutions import roofline
-
     from dojo.tools.labels import place_labels
+    from solutions import roofline
 
     fig = roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
     place_labels(fig)

@@ -18,9 +18,9 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dojo.tools.loading import load_smollm2
+    from solutions.system.kernels.weight_modes import check_mode, default_mode
     from solutions.system.serving.engine import Engine, EngineConfig
     from solutions.system.serving.server import MODEL_ID, bind, build_app, url_of
-    from solutions.system.kernels.weight_modes import check_mode, default_mode
 
     out = report.console()
     mode = check_mode(args.weights or default_mode())

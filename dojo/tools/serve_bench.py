@@ -243,8 +243,8 @@ def plot(results: dict[str, list[Level]], path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from dojo.targets import workspace_dir
-    from solutions.system.serving.server import MODEL_ID
     from solutions.system.loading.weights import find_gguf
+    from solutions.system.serving.server import MODEL_ID
 
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")]))}

@@ -12,12 +12,11 @@ import sqlite3
 import sys
 
 import pytest
+from test_interview import T0, run, solve
 
 from dojo import KATAS_DIR, catalog
 from dojo.interview import answer, ask, session
 from dojo.practice import report
-
-from test_interview import T0, run, solve
 
 
 @pytest.fixture

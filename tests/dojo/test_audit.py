@@ -13,7 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from dojo import catalog
 
 ROOT = Path(__file__).resolve().parents[2]

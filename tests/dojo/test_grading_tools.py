@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import shutil
+import subprocess
 import sys
 import types
 

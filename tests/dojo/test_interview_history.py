@@ -9,10 +9,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_interview import T0, run, solve
 
 from dojo import KATAS_DIR
-
-from test_interview import T0, run, solve
 
 
 @pytest.fixture

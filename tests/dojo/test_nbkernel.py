@@ -13,7 +13,8 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from dojo import catalog
-from dojo.notebook import build as nbbuild, kernel as nbkernel
+from dojo.notebook import build as nbbuild
+from dojo.notebook import kernel as nbkernel
 
 
 @pytest.fixture

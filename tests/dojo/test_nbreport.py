@@ -11,8 +11,8 @@ from pathlib import Path
 import jupyterlab
 import pytest
 
-from dojo.notebook import display as nbreport
 from dojo.grading.result import GradeResult, TestResult
+from dojo.notebook import display as nbreport
 
 THEMES = Path(jupyterlab.__file__).parent / "themes" / "@jupyterlab"
 ROLES = {"failure (red)": nbreport.COLOURS[1], "pass (green)": nbreport.COLOURS[2],

@@ -20,7 +20,9 @@ from nbclient import NotebookClient
 from nbformat import v4
 
 from dojo import catalog
-from dojo.notebook import build as nbbuild, extract as nbextract, grading as notebook
+from dojo.notebook import build as nbbuild
+from dojo.notebook import extract as nbextract
+from dojo.notebook import grading as notebook
 from dojo.notebook.extract import NotebookError
 
 ANSI = re.compile(r"\x1b\[")

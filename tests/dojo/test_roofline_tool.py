@@ -57,9 +57,8 @@ def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
 
 def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
     """Each packed mode's line says how many times fewer bytes its decode moved and how much faster it ran"""
-    from solutions.roofline import Cost
-
     from dojo.tools.roofline import mode_lines
+    from solutions.roofline import Cost
 
     fp32 = Measurement("decode", 0.030, Cost(270_000_000, 540_000_000))
     int4 = Measurement("decode", 0.012, Cost(270_000_000, 125_000_000))

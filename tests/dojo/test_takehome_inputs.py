@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo.grading.confine import bounded
 from dojo.grading import grade
+from dojo.grading.confine import bounded
 from dojo.interview import intake, takehome
 
 HONEST = (Path(__file__).parent / "toy" / "solutions" / "toy.py").read_text()

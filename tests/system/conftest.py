@@ -19,7 +19,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingfac
 
 from solutions.system.kernels import native
 from solutions.system.loading.tokenizer import load_tokenizer
-from solutions.system.loading.weights import build_model, find_gguf, load_smollm2, mode_state, open_gguf, read_config
+from solutions.system.loading.weights import (
+    build_model,
+    find_gguf,
+    load_smollm2,
+    mode_state,
+    open_gguf,
+    read_config,
+)
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import asyncio
 import pytest
 import torch
 
-from solutions.system.serving.engine import Engine, EngineConfig, SamplingParams
 from solutions.generate import generate
 from solutions.model import tiny_model
+from solutions.system.serving.engine import Engine, EngineConfig, SamplingParams
 
 EOS = 7
 

@@ -16,11 +16,11 @@ import gguf
 import pytest
 import torch
 
-from solutions.system.kernels import fused_step
-from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
 from solutions.model import project, tiny_model
+from solutions.system.kernels import fused_step
+from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions.system.kernels.fused_step import ENV, FusedStepF32
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
+from solutions.system.kernels.fused_step import ENV, FusedStepF32
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
 

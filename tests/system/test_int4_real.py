@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from solutions.int4 import dequantize_q4_1, dequantize_q8_0
-
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize as gguf_dequantize
+
+from solutions.int4 import dequantize_q4_1, dequantize_q8_0
 
 
 @pytest.fixture(scope="module")

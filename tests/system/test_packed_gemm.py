@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions.system.kernels import packed_gemm
 from solutions.generate import generate
 from solutions.model import tiny_model
+from solutions.system.kernels import packed_gemm
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL")  # x86 wheels do
 

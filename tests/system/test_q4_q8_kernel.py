@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from solutions.system.kernels import native, q8_1
 from solutions.int4 import dequantize_q4_1, quantize_q4_1
+from solutions.system.kernels import native, q8_1
 from solutions.system.kernels.weight_modes import Q4Q8Linear
 
 

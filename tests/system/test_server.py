@@ -21,8 +21,8 @@ import openai
 import pytest
 import torch
 
-from solutions.system.serving.engine import Engine
 from solutions.generate import generate
+from solutions.system.serving.engine import Engine
 from solutions.system.serving.server import MODEL_ID, TextDelta, build_app, running
 
 NEW = 12  # new tokens per request: enough to tell answers apart

@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 import transformers
 
-from solutions.system.loading.tokenizer import SMOLLM_PATTERN, load_tokenizer, read_tokenizer, save_tokenizer, tokenizer_from_gguf
+from solutions.system.loading.tokenizer import (
+    SMOLLM_PATTERN,
+    load_tokenizer,
+    read_tokenizer,
+    save_tokenizer,
+    tokenizer_from_gguf,
+)
 from solutions.system.loading.weights import find_gguf, open_gguf
-
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<file_sep>", "<repo_name>", "<jupyter_code>"]
 WORDS = ["the", "The", " quick", "brown", "fox's", "don't", "I'LL", "we've", "naïve", "café", "Straße",

@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 from dojo.grading.judging import wire
-from dojo.grading.judging.remote import BoundaryError, Endpoint, Proxy
 from dojo.grading.judging.protocol import BOOT_ID, ENV, recipe_target
-
+from dojo.grading.judging.remote import BoundaryError, Endpoint, Proxy
 
 
 class Worker:

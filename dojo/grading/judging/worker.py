@@ -21,7 +21,6 @@ from dojo.grading.judging.protocol import BOOT_ID, recipe_target
 from dojo.grading.judging.remote import Endpoint
 
 
-
 class Boot:
     """What the judge may ask of the worker before it holds any of the candidate's objects."""
 

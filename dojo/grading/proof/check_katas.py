@@ -21,9 +21,18 @@ import time
 from pathlib import Path
 
 from dojo import catalog, targets
-from dojo.grading.proof import mutant
 from dojo.grading.judging.protocol import ENV as judge_env
-from dojo.grading.proof.suite_runs import Run, cache_path, cached, inputs_digest, load_cache, run_key, save_cache, violations
+from dojo.grading.proof import mutant
+from dojo.grading.proof.suite_runs import (
+    Run,
+    cache_path,
+    cached,
+    inputs_digest,
+    load_cache,
+    run_key,
+    save_cache,
+    violations,
+)
 
 RUN_TIMEOUT_S = 300.0
 

@@ -13,11 +13,24 @@ import ast
 import re
 from pathlib import Path
 
-from dojo import source
-from dojo import catalog
+from dojo import catalog, source
 from dojo.grading import view
-from dojo.grading.scan.rules import (ATTRIBUTES, BUILT_NAMES, BUILTINS, COMPUTED, DICT_WRITES, MODULES, NAMES,
-                                          OS_TWINS, PATCHABLE, PATH_TEXT, PROJECT, SENSITIVE, VALUE_SENSITIVE, WRITERS)
+from dojo.grading.scan.rules import (
+    ATTRIBUTES,
+    BUILT_NAMES,
+    BUILTINS,
+    COMPUTED,
+    DICT_WRITES,
+    MODULES,
+    NAMES,
+    OS_TWINS,
+    PATCHABLE,
+    PATH_TEXT,
+    PROJECT,
+    SENSITIVE,
+    VALUE_SENSITIVE,
+    WRITERS,
+)
 
 
 def scan(path: Path, slug: str) -> list[str]:

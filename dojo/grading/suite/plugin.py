@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +22,8 @@ from pathlib import Path
 import pytest
 
 from dojo import targets, testing
-import sys
-
-from dojo.grading.suite import causes
 from dojo.grading import channel, machine_lock
+from dojo.grading.suite import causes
 from dojo.grading.suite.failures import TestTimeout, case_label, failure_message
 
 
@@ -108,7 +107,9 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
     slug = kata_slug(request)
     try:
         if request.config.getoption("--judge"):
-            from dojo.grading.judging import judge  # only here: it imports torch, which a toy suite never needs
+            from dojo.grading.judging import (
+                judge,  # only here: it imports torch, which a toy suite never needs
+            )
 
             return judge.kata_module(f"dojo_target_{slug}")
         _audit(request.config, kata_path)

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from solutions.system.kernels import native
 from solutions.kv_cache import KVCache
+from solutions.system.kernels import native
 
 RESCORE = 16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
 ENV = native.FUSED_ENV  # "0": never fuse (the readable path only), for comparing the two

@@ -244,7 +244,6 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     layout included: memory-mapped tensors stay mapped). `mapped`: the tensors are mapped from a
     file, so one copied into a packed layout has its pages released (solutions.system.loading.mapped_pages)
     at once. `model_kwargs` go to `Llama`. Raises ValueError for a missing or extra tensor."""
-    from solutions.system.loading.mapped_pages import release
     from solutions.system.kernels.weight_modes import (
         MATRICES,
         Q8_MODES,
@@ -255,6 +254,7 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         RescoredHead,
         check_mode,
     )
+    from solutions.system.loading.mapped_pages import release
 
     check_mode(mode)
     model = Llama(config, **model_kwargs)

@@ -163,8 +163,8 @@ def load(mode: str = "int4", cache_dir: str | Path | None = None, gguf: str | Pa
     for a missing or bad GGUF, and ValueError for an unknown mode.
     """
     from solutions.system.kernels import calibration
-    from solutions.system.loading.tokenizer import read_tokenizer, save_tokenizer, tokenizer_from_gguf
     from solutions.system.kernels.weight_modes import check_mode
+    from solutions.system.loading.tokenizer import read_tokenizer, save_tokenizer, tokenizer_from_gguf
     from solutions.system.loading.weights import find_gguf, open_gguf, read_config
 
     check_mode(mode)

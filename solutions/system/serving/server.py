@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import uvicorn
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request

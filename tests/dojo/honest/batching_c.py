@@ -10,7 +10,6 @@ import torch
 
 from solutions import roofline
 
-
 # ---------------------------------------------------------------- memory
 
 def _bytes_of(dtype: torch.dtype) -> int:
@@ -46,9 +45,8 @@ def max_batch_size(config, context_len: int, memory_budget_bytes: int,
     n = (memory_budget_bytes - w) // seq
     if n < 1:
         raise ValueError(
-            "a budget of {:,} bytes cannot hold one sequence: the weights take {:,} bytes and one "
-            "sequence of {} positions needs {:,} bytes of KV cache".format(
-                memory_budget_bytes, w, context_len, seq))
+            f"a budget of {memory_budget_bytes:,} bytes cannot hold one sequence: the weights take {w:,} bytes and one "
+            f"sequence of {context_len} positions needs {seq:,} bytes of KV cache")
     return int(n)
 
 

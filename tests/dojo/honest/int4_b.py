@@ -144,6 +144,7 @@ def _n_params(config) -> int:
 def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
     """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`."""
     import torch
+
     from solutions.roofline import phase_cost
 
     torch_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

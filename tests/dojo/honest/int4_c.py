@@ -131,6 +131,7 @@ def _parameter_count(cfg) -> int:
 def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
     """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`."""
     import torch
+
     from solutions.roofline import phase_cost
 
     src = from_dtype.lower() if isinstance(from_dtype, str) else from_dtype
