@@ -24,11 +24,20 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"  # the 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--peers", action="store_true", help="add the optional peers (llama.cpp, when installed)")
+    parser.add_argument(
+        "--peers", action="store_true", help="add the optional peers (llama.cpp, when installed)"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: a smoke run")
-    parser.add_argument("--only", action="append", choices=list(groups.GROUPS), metavar="NAME",
-                        help=f"run only this group (repeatable): {', '.join(groups.GROUPS)}")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for every engine (default: all cores)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(groups.GROUPS),
+        metavar="NAME",
+        help=f"run only this group (repeatable): {', '.join(groups.GROUPS)}",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads for every engine (default: all cores)"
+    )
     parser.add_argument("--update-docs", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
@@ -76,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):  # the load can change during a run: both ends go in the report
         facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.print_table(rows, title=f"decode-dojo benchmarks ({total / 60:.1f} min, {threads} threads)")
-    path = report.write_json(rows, facts, extra={"seconds": total, "group_seconds": timings,
-                                                       "group_cpu_seconds": cpu})
+    path = report.write_json(
+        rows, facts, extra={"seconds": total, "group_seconds": timings, "group_cpu_seconds": cpu}
+    )
     print(f"machine: {report.machine_line(facts)}\nresults: {path}")
     if args.update_docs:
         report.update_page(PAGE, rows, facts, total)

@@ -40,8 +40,11 @@ def stdlib_docstrings() -> str:
     return "\n\n".join(parts)
 
 
-def fastest(contestants: dict[str, Callable[[], Callable[[], object]]], repeats: int,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+def fastest(
+    contestants: dict[str, Callable[[], Callable[[], object]]],
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
     """Fastest time of each contestant over `repeats` rounds, run in turn (A B A B ...) so that
     load from elsewhere hits all alike. A contestant is a setup (untimed) returning the timed call."""
     best = dict.fromkeys(contestants, float("inf"))
@@ -62,8 +65,12 @@ def hf_train(text: str, merges: int, threshold: int, split: bool) -> int:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split)
-    trainer = trainers.BpeTrainer(vocab_size=256 + merges, min_frequency=threshold, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=256 + merges,
+        min_frequency=threshold,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([text], trainer)
     return len(json.loads(tok.to_str())["model"]["merges"])
 
@@ -93,7 +100,9 @@ def truncated(tok: BPETokenizer, n: int) -> BPETokenizer:
         path = Path(tmp) / "tok.bpe"
         tok.save(path)
         lines = path.read_text(encoding="utf-8").splitlines()
-        kept = [line for line in lines if not line.startswith("merge ")] + [f"merge {a} {b}" for a, b in list(tok.merges)[:n]]
+        kept = [line for line in lines if not line.startswith("merge ")] + [
+            f"merge {a} {b}" for a, b in list(tok.merges)[:n]
+        ]
         path.write_text("\n".join(kept) + "\n", encoding="utf-8")
         return BPETokenizer.load(path)
 
@@ -104,18 +113,38 @@ def train_rows(text: str, *, merges: int = MERGES, oracle_sample: int = 3) -> li
         split = pattern is not None
         tok = BPETokenizer(pattern)
         made: list[int] = []  # how many merges the peer made
-        t = fastest({"ours": lambda: partial(tok.train, text, threshold=THRESHOLD, max_merges=merges),
-                     "hf": lambda: lambda: made.append(hf_train(text, merges, THRESHOLD, split))},
-                    3 if split else 1)
+        t = fastest(
+            {
+                "ours": lambda: partial(tok.train, text, threshold=THRESHOLD, max_merges=merges),
+                "hf": lambda: lambda: made.append(hf_train(text, merges, THRESHOLD, split)),
+            },
+            3 if split else 1,
+        )
         ours, hf = t["ours"], t["hf"]
         oracle = oracle_estimate(text, pattern, tok, oracle_sample)
         goal = 1.0 if pattern else 10.0
-        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
-                         peer=f"tokenizers BpeTrainer ({made[-1]} merges)", peer_seconds=hf,
-                         ratio=hf / ours, goal=f">= {goal:g}x", ok=hf / ours >= goal))
-        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
-                         peer=f"recount oracle (est. from {oracle_sample} merges)", peer_seconds=oracle,
-                         ratio=oracle / ours, goal=">= 20x", ok=oracle / ours >= 20))
+        rows.append(
+            dict(
+                name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges",
+                seconds=ours,
+                peer=f"tokenizers BpeTrainer ({made[-1]} merges)",
+                peer_seconds=hf,
+                ratio=hf / ours,
+                goal=f">= {goal:g}x",
+                ok=hf / ours >= goal,
+            )
+        )
+        rows.append(
+            dict(
+                name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges",
+                seconds=ours,
+                peer=f"recount oracle (est. from {oracle_sample} merges)",
+                peer_seconds=oracle,
+                ratio=oracle / ours,
+                goal=">= 20x",
+                ok=oracle / ours >= 20,
+            )
+        )
     return rows
 
 
@@ -138,27 +167,52 @@ def encode_rows(text: str, repeats: int = 3) -> list[dict]:
 
     to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
     ranks = {bytes(to_byte[c] for c in t): i for t, i in vocab.items() if t not in specials}
-    tik = tiktoken.Encoding("smollm2-offline", pat_str=SMOLLM_PATTERN, mergeable_ranks=ranks,
-                            special_tokens=specials)
+    tik = tiktoken.Encoding(
+        "smollm2-offline", pat_str=SMOLLM_PATTERN, mergeable_ranks=ranks, special_tokens=specials
+    )
     hf = tokenizers_peer(reader)
 
     want = fresh().encode(text)
-    for name, got in (("tiktoken", tik.encode(text, allowed_special="all")), ("tokenizers", hf.encode(text).ids)):
+    for name, got in (
+        ("tiktoken", tik.encode(text, allowed_special="all")),
+        ("tokenizers", hf.encode(text).ids),
+    ):
         if got != want:
-            first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b) if len(got) == len(want) else -1
-            raise AssertionError(f"{name} encodes the benchmark text differently (first difference at {first})")
+            first = (
+                next(i for i, (a, b) in enumerate(zip(got, want)) if a != b) if len(got) == len(want) else -1
+            )
+            raise AssertionError(
+                f"{name} encodes the benchmark text differently (first difference at {first})"
+            )
 
     # Single-threaded on every side, so CPU time: steadier than wall time on a shared machine.
     mb = len(text.encode("utf-8")) / 1e6
-    t = fastest({"ours": lambda: partial(fresh().encode, text),  # a fresh tokenizer: cold cache
-                 "tiktoken": lambda: lambda: tik.encode(text, allowed_special="all"),
-                 "tokenizers": lambda: lambda: hf.encode(text)}, repeats, clock=time.process_time)
+    t = fastest(
+        {
+            "ours": lambda: partial(fresh().encode, text),  # a fresh tokenizer: cold cache
+            "tiktoken": lambda: lambda: tik.encode(text, allowed_special="all"),
+            "tokenizers": lambda: lambda: hf.encode(text),
+        },
+        repeats,
+        clock=time.process_time,
+    )
     rows = []
-    for key, peer, goal in (("tiktoken", "tiktoken (offline ranks)", 1 / 3), ("tokenizers", "tokenizers BPE", None)):
+    for key, peer, goal in (
+        ("tiktoken", "tiktoken (offline ranks)", 1 / 3),
+        ("tokenizers", "tokenizers BPE", None),
+    ):
         ratio = t[key] / t["ours"]
-        rows.append(dict(name=f"encode {mb:.2f} MB, SmolLM2 vocab, cold cache", mb_per_s=mb / t["ours"], peer=peer,
-                         peer_mb_per_s=mb / t[key], ratio=ratio, goal=">= 1/3x (CPU time)" if goal else "- (CPU time)",
-                         ok=None if goal is None else ratio >= goal))
+        rows.append(
+            dict(
+                name=f"encode {mb:.2f} MB, SmolLM2 vocab, cold cache",
+                mb_per_s=mb / t["ours"],
+                peer=peer,
+                peer_mb_per_s=mb / t[key],
+                ratio=ratio,
+                goal=">= 1/3x (CPU time)" if goal else "- (CPU time)",
+                ok=None if goal is None else ratio >= goal,
+            )
+        )
     return rows
 
 

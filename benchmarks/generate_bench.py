@@ -36,9 +36,19 @@ def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
 def hf_generate(hf, n: int, num_beams: int, **kwargs) -> None:
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
-        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                    num_beams=num_beams, do_sample=False, pad_token_id=2, temperature=None, top_p=None,
-                    top_k=None, **kwargs)
+        hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            num_beams=num_beams,
+            do_sample=False,
+            pad_token_id=2,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            **kwargs,
+        )
 
 
 def hf_timer(hf, n: int, num_beams: int) -> Callable[[], float]:
@@ -82,21 +92,49 @@ def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     Also the step's matrix products alone at 4 rows and at 1 (the model's own products): the
     step can't cost less than `floor`, its ratio were everything else as cheap for 4 rows as for 1.
     """
-    t = interleaved({"ours 1": ours_step(ours, tokens, 1), "ours 4": ours_step(ours, tokens, 4),
-                     "hf 1": hf_step(hf, tokens, 1), "hf 4": hf_step(hf, tokens, 4),
-                     "matmuls 1": products_timer(ours, 1), "matmuls 4": products_timer(ours, 4)}, repeats)
+    t = interleaved(
+        {
+            "ours 1": ours_step(ours, tokens, 1),
+            "ours 4": ours_step(ours, tokens, 4),
+            "hf 1": hf_step(hf, tokens, 1),
+            "hf 4": hf_step(hf, tokens, 4),
+            "matmuls 1": products_timer(ours, 1),
+            "matmuls 4": products_timer(ours, 4),
+        },
+        repeats,
+    )
     mine, theirs = t["ours 4"] / t["ours 1"], t["hf 4"] / t["hf 1"]
     floor = (t["ours 1"] + t["matmuls 4"] - t["matmuls 1"]) / t["ours 1"]
-    return [dict(metric="beam step (4 beams) / greedy step", ours=mine, peer=theirs, peer_name="transformers",
-                 ratio=mine / theirs, goal="ours <= 1.5", unit="x", matmuls_1=t["matmuls 1"],
-                 matmuls_4=t["matmuls 4"], floor=floor)]
+    return [
+        dict(
+            metric="beam step (4 beams) / greedy step",
+            ours=mine,
+            peer=theirs,
+            peer_name="transformers",
+            ratio=mine / theirs,
+            goal="ours <= 1.5",
+            unit="x",
+            matmuls_1=t["matmuls 1"],
+            matmuls_4=t["matmuls 4"],
+            floor=floor,
+        )
+    ]
 
 
 def beam_search_vs_hf(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """Beam search (4 beams, `tokens` new tokens) end to end, seconds; goal: faster than HF."""
     t = interleaved({"ours": ours_timer(ours, tokens, 4), "hf": hf_timer(hf, tokens, 4)}, repeats)
-    return [dict(metric=f"beam search, 4 beams, {tokens} tokens", ours=t["ours"], peer=t["hf"],
-                 peer_name="transformers", ratio=t["hf"] / t["ours"], goal="speed-up > 1", unit="s")]
+    return [
+        dict(
+            metric=f"beam search, 4 beams, {tokens} tokens",
+            ours=t["ours"],
+            peer=t["hf"],
+            peer_name="transformers",
+            ratio=t["hf"] / t["ours"],
+            goal="speed-up > 1",
+            unit="s",
+        )
+    ]
 
 
 @torch.inference_mode()
@@ -105,7 +143,7 @@ def recompute_greedy(model, prompt: list[int], n: int) -> list[int]:
     seq = list(prompt)
     for _ in range(n):
         seq.append(int(model.forward(torch.tensor([seq]))[0, -1].argmax()))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
@@ -118,8 +156,17 @@ def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
     t_recompute = time.perf_counter() - start
     if cached != recomputed:
         raise AssertionError(f"cached and recomputed greedy tokens differ: {cached} vs {recomputed}")
-    return [dict(metric=f"greedy {tokens} tokens: KV cache vs recompute", ours=t_cache, peer=t_recompute,
-                 peer_name="recompute", ratio=t_recompute / t_cache, goal="speed-up > 1", unit="s")]
+    return [
+        dict(
+            metric=f"greedy {tokens} tokens: KV cache vs recompute",
+            ours=t_cache,
+            peer=t_recompute,
+            peer_name="recompute",
+            ratio=t_recompute / t_cache,
+            goal="speed-up > 1",
+            unit="s",
+        )
+    ]
 
 
 def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> Iterator[dict]:
@@ -141,8 +188,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"{'metric':<46}{'ours':>10}{'peer':>10}  {'peer name':<14}{'ratio':>8}  goal")
     for row in bench(args.tokens, args.repeats, args.recompute_tokens):
-        print(f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
-              f"{row['ratio']:>8.2f}  {row['goal']}", flush=True)
+        print(
+            f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
+            f"{row['ratio']:>8.2f}  {row['goal']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

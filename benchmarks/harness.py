@@ -15,7 +15,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
 }
 
 
@@ -87,8 +90,12 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def interleaved(engines: dict[str, Callable[[], float | None]], repeats: int, warmup: int = 1,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+def interleaved(
+    engines: dict[str, Callable[[], float | None]],
+    repeats: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
     """Every engine `warmup` times untimed, then `repeats` rounds of A B A B ...; the seconds of each run.
 
     An engine is a call; if it returns a number, that is its own timing (e.g. the decode steps
@@ -108,7 +115,11 @@ def interleaved(engines: dict[str, Callable[[], float | None]], repeats: int, wa
     return times
 
 
-def medians(engines: dict[str, Callable[[], float | None]], repeats: int, warmup: int = 1,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+def medians(
+    engines: dict[str, Callable[[], float | None]],
+    repeats: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
     """Median seconds of each engine, measured by `interleaved`."""
     return {name: median(t) for name, t in interleaved(engines, repeats, warmup, clock).items()}

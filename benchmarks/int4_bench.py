@@ -45,7 +45,9 @@ class PackedQ4_1:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         picked = self.blocks[ids.reshape(-1).numpy()]  # (n, K / 32 * 20)
-        return torch.from_numpy(dequantize_q4_1(picked, (picked.shape[0], self.shape[1]))).reshape(*ids.shape, -1)
+        return torch.from_numpy(dequantize_q4_1(picked, (picked.shape[0], self.shape[1]))).reshape(
+            *ids.shape, -1
+        )
 
 
 def pack(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
@@ -92,13 +94,28 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
             continue
         with torch.inference_mode():
             drift = float((model.forward(ids)[0, -1] - ref).abs().max())
-        rows.append({"name": f"SmolLM2 decode, batch 1: {name} vs fp32", "ours": tok_s[name],
-                     "peer": tok_s["fp32"], "ratio": tok_s[name] / tok_s["fp32"], "unit": "tok/s",
-                     "goal": f"reported; roofline ceiling {predicted:.2f}x", "max_logit_diff": drift,
-                     "threads": torch.get_num_threads()})
-    rows.append({"name": "bytes per weight, q4_1 vs fp32", "ours": bytes_per_weight("q4_1"),
-                 "peer": bytes_per_weight("fp32"), "ratio": bytes_per_weight("fp32") / bytes_per_weight("q4_1"),
-                 "unit": "B", "goal": "6.4x smaller, not 8x"})
+        rows.append(
+            {
+                "name": f"SmolLM2 decode, batch 1: {name} vs fp32",
+                "ours": tok_s[name],
+                "peer": tok_s["fp32"],
+                "ratio": tok_s[name] / tok_s["fp32"],
+                "unit": "tok/s",
+                "goal": f"reported; roofline ceiling {predicted:.2f}x",
+                "max_logit_diff": drift,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    rows.append(
+        {
+            "name": "bytes per weight, q4_1 vs fp32",
+            "ours": bytes_per_weight("q4_1"),
+            "peer": bytes_per_weight("fp32"),
+            "ratio": bytes_per_weight("fp32") / bytes_per_weight("q4_1"),
+            "unit": "B",
+            "goal": "6.4x smaller, not 8x",
+        }
+    )
     return rows
 
 
@@ -106,7 +123,9 @@ def report(rows: list[dict]) -> str:
     lines = [f"{'row':<66}{'ours':>9}{'peer':>9}{'ratio':>8}  goal"]
     for r in rows:
         drift = f"   (max |logit diff| {r['max_logit_diff']:.3f})" if "max_logit_diff" in r else ""
-        lines.append(f"{r['name']:<66}{r['ours']:>9.2f}{r['peer']:>9.2f}{r['ratio']:>7.2f}x  {r['goal']}{drift}")
+        lines.append(
+            f"{r['name']:<66}{r['ours']:>9.2f}{r['peer']:>9.2f}{r['ratio']:>7.2f}x  {r['goal']}{drift}"
+        )
     return "\n".join(lines)
 
 

@@ -20,8 +20,12 @@ from benchmarks.decode_bench import interleaved, ours_decode
 from solutions.generate import generate
 from solutions.speculative import expected_speedup, speculative_generate
 
-CHATS = ["List three prime numbers.", "What is the capital of France?", "Why is the sky blue?",
-         "How do I reverse a list in Python?"]
+CHATS = [
+    "List three prime numbers.",
+    "What is the capital of France?",
+    "Why is the sky blue?",
+    "How do I reverse a list in Python?",
+]
 
 
 class Watched:
@@ -80,7 +84,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     """{"plain_tok_s", "spec_tok_s"}: medians; "acceptance" (accepted / drafted), "alpha" (estimate_alpha),
     "rejected", "identical", "c", "predicted" (from alpha and c), "tokens", "passes"."""
     eos = tokenizer.eos_token_id
-    prompts = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": c}])) for c in chats]
+    prompts = [
+        tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": c}])) for c in chats
+    ]
     plain_out: list[list[int]] = []
     spec_out: list = []
     spec_rejected: list[int] = []
@@ -88,7 +94,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     @torch.inference_mode()
     def plain() -> float:
         start = time.perf_counter()
-        plain_out[:] = [generate(fp32, [p], max_new_tokens=tokens, eos_token_id=eos).tokens[0] for p in prompts]
+        plain_out[:] = [
+            generate(fp32, [p], max_new_tokens=tokens, eos_token_id=eos).tokens[0] for p in prompts
+        ]
         return time.perf_counter() - start
 
     @torch.inference_mode()
@@ -97,7 +105,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
         spec_out[:], spec_rejected[:] = [], []
         for p in prompts:
             target = Watched(fp32)  # a list append per round: nothing next to a forward pass
-            spec_out.append(speculative_generate(target, draft, p, max_new_tokens=tokens, k=k, eos_token_id=eos))
+            spec_out.append(
+                speculative_generate(target, draft, p, max_new_tokens=tokens, k=k, eos_token_id=eos)
+            )
             spec_rejected.append(rejections(target.passes, len(p), spec_out[-1].accepted))
         return time.perf_counter() - start
 
@@ -112,11 +122,18 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     accepted, rejected = sum(r.accepted for r in spec_out), sum(spec_rejected)
     alpha = estimate_alpha(accepted, rejected)
     c = steps["draft"] / steps["fp32"]
-    return {"plain_tok_s": n / statistics.median(rounds["plain"]), "spec_tok_s": n / statistics.median(rounds["spec"]),
-            "acceptance": accepted / max(1, sum(r.drafted for r in spec_out)), "alpha": alpha, "rejected": rejected,
-            "identical": [r.tokens for r in spec_out] == plain_out, "c": c,
-            "predicted": expected_speedup(alpha, k, c), "tokens": n,
-            "passes": sum(r.rounds for r in spec_out)}
+    return {
+        "plain_tok_s": n / statistics.median(rounds["plain"]),
+        "spec_tok_s": n / statistics.median(rounds["spec"]),
+        "acceptance": accepted / max(1, sum(r.drafted for r in spec_out)),
+        "alpha": alpha,
+        "rejected": rejected,
+        "identical": [r.tokens for r in spec_out] == plain_out,
+        "c": c,
+        "predicted": expected_speedup(alpha, k, c),
+        "tokens": n,
+        "passes": sum(r.rounds for r in spec_out),
+    }
 
 
 def main() -> None:
@@ -132,10 +149,12 @@ def main() -> None:
     fp32 = solutions.system.load("fp32")
     draft = solutions.system.load(mode).model
     r = bench(fp32.model, draft, fp32.tokenizer, tokens=args.tokens, repeats=args.repeats, k=args.k)
-    print(f"plain fp32 {r['plain_tok_s']:.1f} tok/s, fp32 verifying {mode} (k={args.k}) {r['spec_tok_s']:.1f} tok/s "
-          f"({r['spec_tok_s'] / r['plain_tok_s']:.2f}x; predicted {r['predicted']:.2f}x from alpha "
-          f"{r['alpha']:.2f}, c {r['c']:.2f}); draft acceptance rate {r['acceptance']:.2f}; "
-          f"tokens identical: {r['identical']}")
+    print(
+        f"plain fp32 {r['plain_tok_s']:.1f} tok/s, fp32 verifying {mode} (k={args.k}) {r['spec_tok_s']:.1f} tok/s "
+        f"({r['spec_tok_s'] / r['plain_tok_s']:.2f}x; predicted {r['predicted']:.2f}x from alpha "
+        f"{r['alpha']:.2f}, c {r['c']:.2f}); draft acceptance rate {r['acceptance']:.2f}; "
+        f"tokens identical: {r['identical']}"
+    )
 
 
 if __name__ == "__main__":

@@ -92,8 +92,10 @@ class Kata:
 
     def hint_helps(self) -> list[list[str]]:
         """Per hint, the tests it helps with: its "Helps: test_a, test_b" line (empty when it has none)."""
-        return [[name.strip() for m in HELPS.finditer(body) for name in m.group(1).split(",") if name.strip()]
-                for body in self._hint_sections()]
+        return [
+            [name.strip() for m in HELPS.finditer(body) for name in m.group(1).split(",") if name.strip()]
+            for body in self._hint_sections()
+        ]
 
     def _hint_sections(self) -> list[str]:
         path = self.folder / "HINTS.md"

@@ -93,7 +93,7 @@ class SideBySide:
             start = time.monotonic()
             for name, run in self.runs.items():
                 got = run()
-                for key, seconds in (got.items() if isinstance(got, Mapping) else [("", got)]):
+                for key, seconds in got.items() if isinstance(got, Mapping) else [("", got)]:
                     self.samples.setdefault(f"{name}.{key}" if key else name, []).append(float(seconds))
             self.rounds += 1
             self.seconds += time.monotonic() - start
@@ -146,8 +146,9 @@ def agree(a: tuple[float, ...], b: tuple[float, ...], spread: float) -> bool:
     return all(x > 0 and y > 0 and abs(math.log(x / y)) <= slack for x, y in zip(a, b, strict=True))
 
 
-def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, rounds: int = 3,
-                budget_s: float = 12.0) -> Claim:
+def check_claim(
+    bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, rounds: int = 3, budget_s: float = 12.0
+) -> Claim:
     """Pass, fail or end inconclusive as the module docstring says; returns the claim that held.
 
     Measures until the bench has `rounds` rounds, then, while the claim fails on the kata's side,
@@ -163,30 +164,46 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
         bench.measure(1)
     while True:
         claim = claim_of(bench)
-        if claim.holds(claim.kata) or not fits() or bench.rounds >= max(MAX_ROUNDS_FACTOR * rounds, MIN_FAIL_ROUNDS):
+        if (
+            claim.holds(claim.kata)
+            or not fits()
+            or bench.rounds >= max(MAX_ROUNDS_FACTOR * rounds, MIN_FAIL_ROUNDS)
+        ):
             break
         bench.measure(1)
     if claim.holds(claim.kata):
         return claim
     said, plain, spread = claim.describe(claim.kata), claim.describe(claim.oracle), bench.spread()
     if not claim.holds(claim.oracle):
-        inconclusive(f"{said}; but a plain timing loop here shows the same ({plain}): "
-                     "this machine does not show the effect right now")
+        inconclusive(
+            f"{said}; but a plain timing loop here shows the same ({plain}): "
+            "this machine does not show the effect right now"
+        )
     if bench.rounds < MIN_FAIL_ROUNDS:
-        inconclusive(f"{said}; only {bench.rounds} complete round(s) fitted in {budget_s:g} s on this busy machine, "
-                     f"and a fail needs at least {MIN_FAIL_ROUNDS} (one round has no spread and proves nothing)")
+        inconclusive(
+            f"{said}; only {bench.rounds} complete round(s) fitted in {budget_s:g} s on this busy machine, "
+            f"and a fail needs at least {MIN_FAIL_ROUNDS} (one round has no spread and proves nothing)"
+        )
     if spread is None:
-        inconclusive(f"{said}; the timings' spread cannot be measured (a quantity with under {MIN_FAIL_ROUNDS} "
-                     "samples, or a time that is not a positive number), so a miss cannot be told from noise")
+        inconclusive(
+            f"{said}; the timings' spread cannot be measured (a quantity with under {MIN_FAIL_ROUNDS} "
+            "samples, or a time that is not a positive number), so a miss cannot be told from noise"
+        )
     if spread > MAX_SPREAD:
         inconclusive(f"{said}; the timings were too noisy to decide (a median {spread:.0%} above the best)")
     if agree(claim.kata, claim.oracle, spread):
-        inconclusive(f"{said}; a plain timing loop side by side got nearly the same ({plain}), so the miss "
-                     f"is within this machine's noise ({spread:.0%})")
+        inconclusive(
+            f"{said}; a plain timing loop side by side got nearly the same ({plain}), so the miss "
+            f"is within this machine's noise ({spread:.0%})"
+        )
     rounds_claims = [claim_of(bench.round(r)) for r in range(bench.rounds)]
     steady = sum(not c.holds(c.kata) and c.holds(c.oracle) for c in rounds_claims)
     if steady < bench.rounds:
-        inconclusive(f"{said}; but only {steady} of {bench.rounds} rounds missed it while a plain timing loop "
-                     f"beside them showed it ({plain}): the miss came and went with the machine's load")
-    pytest.fail(f"{said}; a plain timing loop, run side by side, shows {plain}, in each of {bench.rounds} rounds",
-                pytrace=False)
+        inconclusive(
+            f"{said}; but only {steady} of {bench.rounds} rounds missed it while a plain timing loop "
+            f"beside them showed it ({plain}): the miss came and went with the machine's load"
+        )
+    pytest.fail(
+        f"{said}; a plain timing loop, run side by side, shows {plain}, in each of {bench.rounds} rounds",
+        pytrace=False,
+    )

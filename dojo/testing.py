@@ -61,7 +61,11 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
             hits = [node.id]
         else:  # a string naming one, however it is built: importlib.import_module("gg" + "uf.quants")
             text = source.fold(node) if id(node) not in prose else None
-            if text is not None and re.fullmatch(r"[\w.]+", text) and (text in names or set(text.split(".")) & names):
+            if (
+                text is not None
+                and re.fullmatch(r"[\w.]+", text)
+                and (text in names or set(text.split(".")) & names)
+            ):
                 hits = [text]
         found += [f"line {node.lineno}: {h}" for h in hits]
     return sorted(set(found))
@@ -153,8 +157,12 @@ def open_lock(path: Path) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         why = "it is a symlink, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
-        raise LockFileError(f"cannot open the timing lock {path} ({why}): set DOJO_TIMING_LOCK to a plain file") from exc
+        raise LockFileError(
+            f"cannot open the timing lock {path} ({why}): set DOJO_TIMING_LOCK to a plain file"
+        ) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise LockFileError(f"the timing lock {path} is not a regular file: set DOJO_TIMING_LOCK to a plain file")
+        raise LockFileError(
+            f"the timing lock {path} is not a regular file: set DOJO_TIMING_LOCK to a plain file"
+        )
     return fd

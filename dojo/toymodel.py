@@ -39,8 +39,12 @@ class BigramModel:
     def __init__(self, probs: list[list[float]], max_seq_len: int = 8192) -> None:
         """Raises ValueError unless `probs` is a square table of rows summing to 1."""
         table = torch.tensor(probs, dtype=torch.float64)
-        if table.dim() != 2 or table.shape[0] != table.shape[1] or (table < 0).any() \
-                or not torch.allclose(table.sum(-1), torch.ones(len(table), dtype=torch.float64)):
+        if (
+            table.dim() != 2
+            or table.shape[0] != table.shape[1]
+            or (table < 0).any()
+            or not torch.allclose(table.sum(-1), torch.ones(len(table), dtype=torch.float64))
+        ):
             raise ValueError("probs must be a square table whose rows are distributions")
         self.table = table.log().float()  # (V, V) logits
         self.config = SimpleNamespace(vocab_size=len(probs), max_seq_len=max_seq_len)

@@ -224,7 +224,9 @@ class BPETokenizer:
 
     def save(self, path) -> None:
         """Write the tokenizer as text (the format is in load's docstring)."""
-        if self._byte_ids != list(range(256)) or any(n != 256 + i for i, n in enumerate(self.merges.values())):
+        if self._byte_ids != list(range(256)) or any(
+            n != 256 + i for i, n in enumerate(self.merges.values())
+        ):
             raise ValueError("save needs ids 0..255 to be the bytes and the i-th merge to create 256 + i")
         lines = [FILE_HEADER, f"pattern {json.dumps(self.pattern)}"]
         lines += [f"special {i} {json.dumps(s)}" for s, i in self.special_tokens.items()]
@@ -300,10 +302,17 @@ class BPETokenizer:
         specials = dict(special_tokens or {})
         tok = cls(pattern)
         try:
-            tok.vocab = {i: s.translate(to_latin1).encode("latin-1") for s, i in vocab.items() if s not in specials}
+            tok.vocab = {
+                i: s.translate(to_latin1).encode("latin-1") for s, i in vocab.items() if s not in specials
+            }
         except UnicodeEncodeError:
-            bad = next(ch for s in vocab if s not in specials for ch in s if ord(ch) not in to_latin1
-                       or to_latin1[ord(ch)] == "\ufffd")
+            bad = next(
+                ch
+                for s in vocab
+                if s not in specials
+                for ch in s
+                if ord(ch) not in to_latin1 or to_latin1[ord(ch)] == "\ufffd"
+            )
             raise ValueError(f"vocabulary token uses {bad!r}, not a byte-level character") from None
         tok._byte_ids = [vocab.get(ch) for ch in alphabet.values()]
         tok.merges = {}
@@ -312,8 +321,11 @@ class BPETokenizer:
             a, _, b = merge.partition(" ")
             tok.merges[(get(a), get(b))] = get(a + b)
         if None in tok.merges.values() or any(None in pair for pair in tok.merges):  # checked once, after
-            rank, merge = next((r, m) for r, m in enumerate(merges) if not all(
-                get(part) is not None for part in (*m.partition(" ")[::2], m.replace(" ", "", 1))))
+            rank, merge = next(
+                (r, m)
+                for r, m in enumerate(merges)
+                if not all(get(part) is not None for part in (*m.partition(" ")[::2], m.replace(" ", "", 1)))
+            )
             raise ValueError(f"merge {rank} ({merge!r}) uses a token missing from the vocabulary")
         tok.special_tokens = specials
         tok._rebuild()
@@ -338,7 +350,9 @@ class BPETokenizer:
         singles = {data[0]: i for i, data in vocab.items() if len(data) == 1}
         tok._byte_ids = [singles.get(b) for b in range(256)]
         if not all(a in vocab and b in vocab and c in vocab for (a, b), c in merges.items()):
-            rank, (a, b), c = next((r, p, c) for r, (p, c) in enumerate(merges.items()) if not {*p, c} <= vocab.keys())
+            rank, (a, b), c = next(
+                (r, p, c) for r, (p, c) in enumerate(merges.items()) if not {*p, c} <= vocab.keys()
+            )
             raise ValueError(f"merge {rank} ({a}, {b}) -> {c} uses an id missing from the vocabulary")
         tok.vocab, tok.merges, tok.special_tokens = vocab, merges, dict(special_tokens or {})
         tok._rebuild()
@@ -394,7 +408,11 @@ class BPETokenizer:
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table: printable Latin-1 bytes map to themselves,
     the other 68 bytes to U+0100 onwards, in byte order (so a space is 'Ġ', a newline 'Ċ')."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table, extra = {}, 0
     for b in range(256):
         if b in printable:

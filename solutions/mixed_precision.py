@@ -31,8 +31,13 @@ class DynamicLossScaler:
     growth_interval < 1.
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         if not (init_scale > 0 and math.isfinite(init_scale)):
             raise ValueError(f"init_scale must be a positive finite number, got {init_scale}")
         if not growth_factor > 1:
@@ -79,8 +84,13 @@ class StepResult:
     skipped: bool  # True when the gradients overflowed and the optimizer did not step
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     """One optimizer step on `batch` = (inputs, targets) with the forward pass autocast to `dtype`.
 
     `model(inputs)` gives logits (..., C) and targets (...) are class ids; the loss is the mean
@@ -92,11 +102,15 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.
     if dtype not in AUTOCAST_DTYPES:
         raise ValueError(f"dtype must be one of {AUTOCAST_DTYPES}, got {dtype}")
     if dtype == torch.float16 and scaler is None:
-        raise ValueError("fp16 training needs a DynamicLossScaler: small gradients underflow to zero without one")
+        raise ValueError(
+            "fp16 training needs a DynamicLossScaler: small gradients underflow to zero without one"
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     bad = [name for name, p in model.named_parameters() if p.dtype != torch.float32]
     if bad:
-        raise ValueError(f"master weights must stay fp32 (autocast makes the low-precision copies); not fp32: {bad[:3]}")
+        raise ValueError(
+            f"master weights must stay fp32 (autocast makes the low-precision copies); not fp32: {bad[:3]}"
+        )
     inputs, targets = batch
 
     optimizer.zero_grad(set_to_none=True)

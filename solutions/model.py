@@ -46,7 +46,8 @@ class LlamaConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads} "
-                "(grouped-query attention shares each KV head among a whole group of query heads)")
+                "(grouped-query attention shares each KV head among a whole group of query heads)"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even: RoPE rotates pairs of dimensions")
 
@@ -61,8 +62,7 @@ class LlamaConfig:
     @classmethod
     def tiny(cls, **overrides) -> LlamaConfig:
         """A model small enough for a test to run in milliseconds; same architecture."""
-        base = cls(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128,
-                   max_seq_len=256)
+        base = cls(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=256)
         return replace(base, **overrides)
 
 
@@ -128,8 +128,9 @@ class Llama(nn.Module):
 
     prefill_last_only = True  # prefill(..., last_only=True) exists: solutions.generate asks for one position
 
-    def __init__(self, config: LlamaConfig, *, attention_fn: Callable | None = None,
-                 cache_cls: type | None = None):
+    def __init__(
+        self, config: LlamaConfig, *, attention_fn: Callable | None = None, cache_cls: type | None = None
+    ):
         super().__init__()
         if attention_fn is None:
             from solutions.system.kernels.attention_fast import (
@@ -142,7 +143,9 @@ class Llama(nn.Module):
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
-        self.fused_step = None  # a native whole step (solutions.system.kernels.fused_step), where the mode has one
+        self.fused_step = (
+            None  # a native whole step (solutions.system.kernels.fused_step), where the mode has one
+        )
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
@@ -155,16 +158,24 @@ class Llama(nn.Module):
         max_len = c.max_seq_len if max_len is None else max_len
         if max_len > c.max_seq_len:
             raise ValueError(f"cache max_len {max_len} exceeds the model's context of {c.max_seq_len}")
-        return self.cache_cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_len,
-                              dtype=self.norm.dtype, device=self.norm.device)
+        return self.cache_cls(
+            c.n_layers,
+            batch_size,
+            c.n_kv_heads,
+            c.head_dim,
+            max_len,
+            dtype=self.norm.dtype,
+            device=self.norm.device,
+        )
 
     def forward(self, ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for ids (B, T), recomputing everything (no cache)."""
         return self._run(ids, None, attention_mask)
 
     @torch.no_grad()
-    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None, *,
-                last_only: bool = False) -> Tensor:
+    def prefill(
+        self, ids: Tensor, cache, attention_mask: Tensor | None = None, *, last_only: bool = False
+    ) -> Tensor:
         """Append ids (B, T) after the cache's `length` positions; logits (B, T, V), or with
         `last_only` only the last position's (B, 1, V): the LM head then runs on one position, not T.
 
@@ -182,8 +193,13 @@ class Llama(nn.Module):
     def decode_step(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
         """One new token per row: ids (B,) -> logits (B, V); mask (B, cache.length + 1) as in prefill."""
         if ids.dim() != 1:
-            raise ValueError(f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}")
-        if self.fused_step is not None and (logits := self.fused_step(ids, cache, attention_mask)) is not None:
+            raise ValueError(
+                f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}"
+            )
+        if (
+            self.fused_step is not None
+            and (logits := self.fused_step(ids, cache, attention_mask)) is not None
+        ):
             return logits  # (1, V): the same step in native code (it declines anything but plain batch 1)
         return self._run(ids[:, None], cache, attention_mask)[:, -1]
 
@@ -196,18 +212,24 @@ class Llama(nn.Module):
         if T == 0:
             raise ValueError("ids is empty: there is no token to run")
         if start + T > c.max_seq_len:
-            raise ValueError(f"{start} cached + {T} new tokens = {start + T} exceeds the model's context "
-                             f"of {c.max_seq_len} tokens")
+            raise ValueError(
+                f"{start} cached + {T} new tokens = {start + T} exceeds the model's context "
+                f"of {c.max_seq_len} tokens"
+            )
         if int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(ids.min())}..{int(ids.max())}")
+            raise ValueError(
+                f"token ids must lie in [0, {c.vocab_size}); got {int(ids.min())}..{int(ids.max())}"
+            )
 
         if attention_mask is None:
             positions = torch.arange(start, start + T, device=ids.device)[None]  # (1, T)
             key_mask = None
         else:
             if attention_mask.shape != (B, start + T):
-                raise ValueError(f"attention_mask must be (B, cached + new) = {(B, start + T)}; "
-                                 f"got {tuple(attention_mask.shape)}")
+                raise ValueError(
+                    f"attention_mask must be (B, cached + new) = {(B, start + T)}; "
+                    f"got {tuple(attention_mask.shape)}"
+                )
             key_mask = attention_mask.bool()
             # subtle: a left-padded row counts positions from its first real token
             positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
@@ -215,13 +237,15 @@ class Llama(nn.Module):
         sin = self.rope_signed_sin[positions][:, :, None]
 
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
-        x = F.embedding(ids, self.embed) if isinstance(self.embed, Tensor) else self.embed.rows(ids)  # (B, T, d)
+        x = (
+            F.embedding(ids, self.embed) if isinstance(self.embed, Tensor) else self.embed.rows(ids)
+        )  # (B, T, d)
         for i, layer in enumerate(self.layers):
             qkv = project(rms_norm(x, layer.attn_norm, c.norm_eps), layer.wqkv).view(B, T, nh + 2 * nkv, hd)
-            qk = apply_rope(qkv[:, :, :nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
+            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
             q = qk[:, :, :nh].transpose(1, 2)  # (B, Hq, T, D)
             k = qk[:, :, nh:].transpose(1, 2)  # (B, Hkv, T, D)
-            v = qkv[:, :, nh + nkv:].transpose(1, 2)  # (B, Hkv, T, D)
+            v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (B, Hkv, T, D)
             if cache is not None:
                 k, v = cache.update(i, k, v)  # (B, Hkv, start + T, D)
             y = self.attention_fn(q, k, v, causal=True, key_padding_mask=key_mask)  # (B, Hq, T, D)
@@ -234,8 +258,9 @@ class Llama(nn.Module):
         return project(rms_norm(x, self.norm, c.norm_eps), head)  # (B, T or 1, V)
 
 
-def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None,
-               **config_overrides) -> Llama:
+def tiny_model(
+    seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None, **config_overrides
+) -> Llama:
     """A `LlamaConfig.tiny` model with deterministic random weights (the global RNG is untouched).
 
     Linear weights ~ N(0, 1/fan_in) keep activations O(1); embeddings with std 0.25 give logits

@@ -179,7 +179,9 @@ class PagedKVCache:
         """
         self._seq(seq_id)
         if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 3 or v.dim() != 3:
-            raise ValueError(f"k and v must be (kv heads, T_new, head_dim) for one sequence, got {_shape(k)} and {_shape(v)}")
+            raise ValueError(
+                f"k and v must be (kv heads, T_new, head_dim) for one sequence, got {_shape(k)} and {_shape(v)}"
+            )
         k_all, v_all = self._append([seq_id], layer, k[None], v[None])
         return k_all[0], v_all[0]
 
@@ -210,26 +212,43 @@ class PagedKVCache:
         none; every row's keys and values so far, right-aligned: each (B, H_kv, width, D)."""
         self._check_layer(layer)
         B, H, D = len(seq_ids), self.n_kv_heads, self.head_dim
-        if k.shape != v.shape or k.dim() != 4 or k.shape[0] != B or k.shape[1] != H or k.shape[3] != D or k.shape[2] < 1:
-            raise ValueError(f"k and v must be ({B} rows, kv heads {H}, T_new >= 1, head_dim {D}), "
-                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        if (
+            k.shape != v.shape
+            or k.dim() != 4
+            or k.shape[0] != B
+            or k.shape[1] != H
+            or k.shape[3] != D
+            or k.shape[2] < 1
+        ):
+            raise ValueError(
+                f"k and v must be ({B} rows, kv heads {H}, T_new >= 1, head_dim {D}), "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         if k.dtype != self.dtype or v.dtype != self.dtype:
             raise ValueError(f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}")
         T, seqs = k.shape[2], [self._seq(s) for s in seq_ids]
         for s, seq in zip(seq_ids, seqs):
             if seq.lens[layer] != seq.tokens:
-                raise ValueError(f"layer {layer} of sequence {s} already holds {seq.lens[layer]} positions while "
-                                 f"the sequence holds {seq.tokens}: every layer must write before any writes again")
+                raise ValueError(
+                    f"layer {layer} of sequence {s} already holds {seq.lens[layer]} positions while "
+                    f"the sequence holds {seq.tokens}: every layer must write before any writes again"
+                )
             if max(seq.lens) not in (seq.tokens, seq.tokens + T):
-                raise ValueError(f"layer {layer} of sequence {s} writes {T} positions; an earlier layer of this pass "
-                                 f"wrote {max(seq.lens) - seq.tokens}: every layer of a pass writes the same T_new")
-        first = [(s, seq) for s, seq in zip(seq_ids, seqs) if max(seq.lens) == seq.tokens]  # rows starting a pass
+                raise ValueError(
+                    f"layer {layer} of sequence {s} writes {T} positions; an earlier layer of this pass "
+                    f"wrote {max(seq.lens) - seq.tokens}: every layer of a pass writes the same T_new"
+                )
+        first = [
+            (s, seq) for s, seq in zip(seq_ids, seqs) if max(seq.lens) == seq.tokens
+        ]  # rows starting a pass
         need = sum(self.blocks_needed(s, T) for s, _ in first)
         if need > self.allocator.num_free:
             many = len(first) > 1
-            raise OutOfBlocksError(f"{'sequences' if many else 'sequence'} {', '.join(str(s) for s, _ in first)} "
-                                   f"{'need' if many else 'needs'} {need} more blocks for {T} new positions each; "
-                                   f"{self.allocator.num_free} of {self.num_blocks} blocks are free")
+            raise OutOfBlocksError(
+                f"{'sequences' if many else 'sequence'} {', '.join(str(s) for s, _ in first)} "
+                f"{'need' if many else 'needs'} {need} more blocks for {T} new positions each; "
+                f"{self.allocator.num_free} of {self.num_blocks} blocks are free"
+            )
         for _, seq in first:
             self._reserve(seq, T)
         lengths = [seq.tokens + T for seq in seqs]
@@ -244,8 +263,12 @@ class PagedKVCache:
         """The first lengths[i] positions of each sequence in this layer, right-aligned after zeros:
         keys and values, each (B, H_kv, max(lengths), D). One gather for all rows."""
         slots = self._slot_ids(seqs, lengths)  # (B, width)
-        kv = self._slots[layer].index_select(1, slots.view(-1))  # (2, B * width, H_kv, D): a copy, in table order
-        kv = kv.view(2, *slots.shape, self.n_kv_heads, self.head_dim).transpose(2, 3)  # (2, B, H_kv, width, D)
+        kv = self._slots[layer].index_select(
+            1, slots.view(-1)
+        )  # (2, B * width, H_kv, D): a copy, in table order
+        kv = kv.view(2, *slots.shape, self.n_kv_heads, self.head_dim).transpose(
+            2, 3
+        )  # (2, B, H_kv, width, D)
         return kv[0], kv[1]
 
     def _slot_ids(self, seqs: list[_Sequence], lengths: list[int]) -> Tensor:
@@ -253,10 +276,16 @@ class PagedKVCache:
         aligned in (B, width), width = max(lengths); the padding before them reads the zero block's slots."""
         bs, width, zero = self.block_size, max(lengths), self.num_blocks
         most = max(len(seq.table) for seq in seqs)
-        tables = torch.tensor([seq.table + [zero] * (most - len(seq.table)) + [zero] for seq in seqs])  # (B, most + 1)
-        pos = torch.arange(width)[None] - (width - torch.tensor(lengths))[:, None]  # (B, width): < 0 on padding
+        tables = torch.tensor(
+            [seq.table + [zero] * (most - len(seq.table)) + [zero] for seq in seqs]
+        )  # (B, most + 1)
+        pos = (
+            torch.arange(width)[None] - (width - torch.tensor(lengths))[:, None]
+        )  # (B, width): < 0 on padding
         block = torch.where(pos < 0, most, pos.clamp(min=0) // bs)  # column `most` is the zero block
-        slots = tables.gather(1, block) * bs + pos.clamp(min=0) % bs  # position p lives in block table[p // bs]
+        slots = (
+            tables.gather(1, block) * bs + pos.clamp(min=0) % bs
+        )  # position p lives in block table[p // bs]
         return slots.to(self._blocks.device)
 
     def _reserve(self, seq: _Sequence, new_tokens: int) -> None:

@@ -75,12 +75,16 @@ class Receiver:
                 doc = json.loads(line)
                 seq, body, mac = doc["seq"], doc["record"], doc["mac"]
             except (ValueError, KeyError, TypeError):
-                raise ChannelError(f"line {number + 1} of the results stream is not a signed record") from None
+                raise ChannelError(
+                    f"line {number + 1} of the results stream is not a signed record"
+                ) from None
             text = json.dumps(body, sort_keys=True)
             if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(self._key, seq, text)):
                 raise ChannelError(f"results record {number + 1} was not written by the grading plugin")
             if seq != number:
-                raise ChannelError(f"results record {seq} arrived in place {number}: a record is repeated or missing")
+                raise ChannelError(
+                    f"results record {seq} arrived in place {number}: a record is repeated or missing"
+                )
             if out and "end" in out[-1]:
                 raise ChannelError("a results record follows the end of the session")
             out.append(body)

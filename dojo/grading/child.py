@@ -39,8 +39,17 @@ LAUNCH = (
 )
 
 
-def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
-         receiver: channel.Receiver, box=None, hold_s: float = 60.0) -> tuple[int | None, bool]:
+def run(
+    cmd,
+    cwd: Path,
+    env: dict,
+    timeout: float,
+    memory_limit: int,
+    output: Path,
+    receiver: channel.Receiver,
+    box=None,
+    hold_s: float = 60.0,
+) -> tuple[int | None, bool]:
     """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
     when `box` is dojo.grading.confine.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
     could fill up; its results to `receiver`. Its timing tests ask dojo.grading.machine_lock for the
@@ -55,12 +64,27 @@ def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Pa
             uid = box.child_uid()
             prefix = box.bwrap_args(cwd, uid=uid)
             limits, env = [str(processes), str(-1 if uid is None else uid)], box.environment(env)
-        launch = [*lock.prefix, *prefix, sys.executable, "-c", LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits,
-                  *cmd[1:]]
+        launch = [
+            *lock.prefix,
+            *prefix,
+            sys.executable,
+            "-c",
+            LAUNCH,
+            str(memory_limit),
+            str(OUTPUT_LIMIT),
+            *limits,
+            *cmd[1:],
+        ]
         with open(output, "wb") as out:
             proc = subprocess.Popen(
-                launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(*receiver.pass_fds, *lock.pass_fds),
+                launch,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(*receiver.pass_fds, *lock.pass_fds),
             )
             receiver.close_child_ends()
             lock.started(proc)

@@ -30,10 +30,14 @@ from dojo.grading.result import GradeResult, TestResult, score
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
 DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
-SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
-                "and the other katas' reference parts it needs; every process ends with the grading")
-JUDGE_NOTE = ("judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
-              "never ran it (points from tests marked 'measured in your process' excepted)")
+SANDBOX_NOTE = (
+    "sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
+    "and the other katas' reference parts it needs; every process ends with the grading"
+)
+JUDGE_NOTE = (
+    "judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
+    "never ran it (points from tests marked 'measured in your process' excepted)"
+)
 
 
 class NoSuite(FileNotFoundError):
@@ -95,19 +99,36 @@ def grade(
             audit = [f"--audit-allowed={_importable(kata)}"] if box is not None else []
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
-                judging = pool.submit(run.suite, path, timeout, only=only, extra=["--judge"],
-                                      env={protocol.ENV: json.dumps(spec)})
+                judging = pool.submit(
+                    run.suite,
+                    path,
+                    timeout,
+                    only=only,
+                    extra=["--judge"],
+                    env={protocol.ENV: json.dumps(spec)},
+                )
                 # beside it, the tests only the candidate's process can measure (selected by their markers
                 # here; the judge's list of them decides below which outcomes count)
-                apart = None if only or not _has_apart_tests(kata) else pool.submit(
-                    run.suite, graded, timeout, box=box, extra=[*audit, "-m", "candidate_process or machine"])
+                apart = (
+                    None
+                    if only or not _has_apart_tests(kata)
+                    else pool.submit(
+                        run.suite,
+                        graded,
+                        timeout,
+                        box=box,
+                        extra=[*audit, "-m", "candidate_process or machine"],
+                    )
+                )
                 (tests, error), output = judging.result()
                 mine_result = apart.result() if apart is not None else None
             deferred = run.deferred
             if deferred and not error:
                 if mine_result is None:  # a re-run of some tests, or markers the scan did not see: now, alone
                     left = max(10.0, timeout - (time.time() - started))
-                    mine_result = run.suite(graded, left, only=[t["name"] for t in deferred], box=box, extra=audit)
+                    mine_result = run.suite(
+                        graded, left, only=[t["name"] for t in deferred], box=box, extra=audit
+                    )
                 (mine, error), more = mine_result
                 output += more
                 tests = _merged(tests, mine, deferred)
@@ -115,7 +136,9 @@ def grade(
         else:
             (tests, error), output = run.suite(graded, timeout, only=only, box=box)
         findings += _audit_findings(run.refused, path.name)
-        notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
+        notes = [
+            "graded with pristine copies of the tests and reference solutions, made before your code ran"
+        ]
         if sandboxed:
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
         if judged:
@@ -123,9 +146,22 @@ def grade(
         notes += _tampering(kata, before)
     points, total, passed = score(tests, error)
     return GradeResult(
-        slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
-        duration=time.time() - started, started=started, error=error, examples_only=examples_only,
-        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
+        slug=slug,
+        target=str(target),
+        path=str(path),
+        tests=tests,
+        points=points,
+        total=total,
+        passed=passed,
+        duration=time.time() - started,
+        started=started,
+        error=error,
+        examples_only=examples_only,
+        notes=notes,
+        output=output,
+        sandboxed=bool(sandboxed and not why_not),
+        integrity=findings,
+        digest=digest,
         judged=judged,
     )
 
@@ -146,20 +182,37 @@ class _Run:
         self.count += 1
         suite = str(self.tmp / "tests" / "katas" / self.kata.suite.name)
         cmd = [
-            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
-            "-c", str(self.ini), "--rootdir", str(self.tmp),
-            "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
-            f"--target={graded}", f"--dojo-test-timeout={self.test_timeout:g}", *extra,
+            sys.executable,
+            "-m",
+            "pytest",
+            *([f"{suite}::{name}" for name in only] if only else [suite]),
+            "-c",
+            str(self.ini),
+            "--rootdir",
+            str(self.tmp),
+            "-p",
+            "dojo.grading.suite.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--tb=no",
+            "--no-header",
+            f"--target={graded}",
+            f"--dojo-test-timeout={self.test_timeout:g}",
+            *extra,
         ] + (["--examples-only"] if self.examples_only else [])
         env = {
-            "PYTHONPATH": str(self.tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(self.tmp),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
             **(env or {}),
         }
         log = self.tmp / f"output-{self.count}-{'judge' if '--judge' in extra else 'apart'}.txt"
         with channel.Receiver() as receiver:
-            returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
-                                              hold_s=self.test_timeout)
+            returncode, timed_out = child.run(
+                cmd, self.tmp, env, timeout, self.memory, log, receiver, box, hold_s=self.test_timeout
+            )
             output = child.tail(log)
             tests, error, records = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
             result = tests, error
@@ -184,7 +237,9 @@ def _merged(judged: list[TestResult], mine: list[TestResult], deferred: list[dic
     by_id = {t.id: t for t in mine if t.id in {d["id"] for d in deferred}}
     out = list(judged)
     for d in deferred:
-        t = by_id.get(d["id"]) or TestResult(**d, outcome="failed", message="not run: the in-process run lost it")
+        t = by_id.get(d["id"]) or TestResult(
+            **d, outcome="failed", message="not run: the in-process run lost it"
+        )
         t.candidate_process = True
         out.append(t)
     return out
@@ -198,8 +253,10 @@ def _audit_findings(refused: list, name: str) -> list[str]:
         if isinstance(f, dict):
             key = (str(f.get("line", "?"))[:12], str(f.get("what", ""))[:300], str(f.get("event", "?"))[:60])
             counts[key] = counts.get(key, 0) + 1
-    return [f"{name}:{line}: {what} (refused {'once' if n == 1 else f'{n} times'} while it ran: audit event {event})"
-            for (line, what, event), n in list(counts.items())[:50]]
+    return [
+        f"{name}:{line}: {what} (refused {'once' if n == 1 else f'{n} times'} while it ran: audit event {event})"
+        for (line, what, event), n in list(counts.items())[:50]
+    ]
 
 
 def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
@@ -213,8 +270,12 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judging.judge.build)
 WORKER_MODULES = (
-    "grading.judging.protocol", "grading.judging.wire", "grading.judging.remote", "grading.judging.worker",
-    "grading.confine.audit", "toymodel",
+    "grading.judging.protocol",
+    "grading.judging.wire",
+    "grading.judging.remote",
+    "grading.judging.worker",
+    "grading.confine.audit",
+    "toymodel",
 )
 
 
@@ -244,13 +305,23 @@ def _worker_spec(tmp: Path, folder: Path, kata: catalog.Kata, name: str, memory:
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
-        return {"cmd": cmd, "env": {**os.environ, **env}, "cwd": str(folder), "output": str(tmp / "worker.txt")}
+        return {
+            "cmd": cmd,
+            "env": {**os.environ, **env},
+            "cwd": str(folder),
+            "output": str(tmp / "worker.txt"),
+        }
     uid = box.child_uid()
     prefix = box.bwrap_args(folder, uid=uid)
     limits = [str(box.process_limit()), str(-1 if uid is None else uid)]
     cmd = [*prefix, sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), *limits, *tail]
-    return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt"),
-            "bwrap": True}
+    return {
+        "cmd": cmd,
+        "env": box.environment(env),
+        "cwd": str(folder),
+        "output": str(tmp / "worker.txt"),
+        "bwrap": True,
+    }
 
 
 # ---- the grading folder ------------------------------------------------------------------------
@@ -319,8 +390,12 @@ def _guarded(kata: catalog.Kata) -> list[Path]:
 
 def _files(folder: Path) -> list[Path]:
     return sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and "mutants" not in p.parts and ".hypothesis" not in p.parts
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and "mutants" not in p.parts
+        and ".hypothesis" not in p.parts
     )
 
 

@@ -35,7 +35,9 @@ def imports_of(path: Path, package: str, folder: Path | None = None) -> set[str]
             elif node.module.startswith(f"{package}."):
                 below = node.module.partition(".")[2]
                 subs = {f"{below}.{a.name}" for a in node.names}
-                found |= ({m for m in subs if folder and module_file(folder, m)} or {below}) if folder else {below}
+                found |= (
+                    ({m for m in subs if folder and module_file(folder, m)} or {below}) if folder else {below}
+                )
     return found
 
 

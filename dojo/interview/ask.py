@@ -35,7 +35,9 @@ def read_line(prompt: str) -> str:
 def read_points(out, n: int) -> list[int]:
     """The rubric points (1..n) the learner says they covered; asks again on anything else."""
     while True:
-        text = read_line(f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): ")
+        text = read_line(
+            f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): "
+        )
         if text.lower() == "all":
             return list(range(1, n + 1))
         try:
@@ -81,18 +83,32 @@ def cmd_interviewer(args) -> int:
         out.print(f"\n[bold]== {title} ==[/bold]")
         out.print(Markdown(text) if md else text, markup=False)
 
-    out.print(f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)")
+    out.print(
+        f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)"
+    )
     section("Prompt (give the candidate this)", p.prompt)
     section("Expected approach", p.approach)
-    section("Hints to give, and when", "\n\n".join(
-        f"Hint {i} (around minute {when}, if stuck):\n{text}" for i, (when, text) in enumerate(p.hints, start=1)
-    ) or "(no hints)")
-    section("Follow-up questions, model answers and rubric", "\n\n".join(
-        f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n" + "\n".join(f"  - {r}" for r in q.rubric)
-        for i, q in enumerate(p.questions, start=1)
-    ) or "(no questions)")
-    section("Common mistakes (each one a known-buggy variant the hidden suite catches)",
-            "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)")
+    section(
+        "Hints to give, and when",
+        "\n\n".join(
+            f"Hint {i} (around minute {when}, if stuck):\n{text}"
+            for i, (when, text) in enumerate(p.hints, start=1)
+        )
+        or "(no hints)",
+    )
+    section(
+        "Follow-up questions, model answers and rubric",
+        "\n\n".join(
+            f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n"
+            + "\n".join(f"  - {r}" for r in q.rubric)
+            for i, q in enumerate(p.questions, start=1)
+        )
+        or "(no questions)",
+    )
+    section(
+        "Common mistakes (each one a known-buggy variant the hidden suite catches)",
+        "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)",
+    )
     scoring = session.__doc__.split("Scoring, and the verdict thresholds:")[1].split("Nothing here")[0]
     section("Scoring", textwrap.dedent(scoring).strip())
     return 0

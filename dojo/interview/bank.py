@@ -60,7 +60,9 @@ def pick(topic: str | None = None) -> list[BankQuestion]:
     if kata is not None:
         return closest(kata)
     needle = _plain(topic)
-    found = [q for q in entries if needle in _plain(q.topic)] or [q for q in entries if needle in _plain(q.question.question)]
+    found = [q for q in entries if needle in _plain(q.topic)] or [
+        q for q in entries if needle in _plain(q.question.question)
+    ]
     if not found:
         raise ValueError(f"no bank question on {topic!r}: topics are {', '.join(topics())}, or a kata's slug")
     return found
@@ -72,8 +74,15 @@ def closest(kata: Kata) -> list[BankQuestion]:
     sharing a tag); the question names the slug; the question names a tag; then the rest in file order."""
     entries = bank()
     slug, tags = _plain(kata.slug), {_plain(t) for t in kata.tags}
-    related = {_plain(t) for k in catalog.load() if k.slug != kata.slug and (
-        k.slug in kata.prerequisites or kata.slug in k.prerequisites or tags & {_plain(t) for t in k.tags}) for t in k.tags}
+    related = {
+        _plain(t)
+        for k in catalog.load()
+        if k.slug != kata.slug
+        and (
+            k.slug in kata.prerequisites or kata.slug in k.prerequisites or tags & {_plain(t) for t in k.tags}
+        )
+        for t in k.tags
+    }
     related = {word for t in related for word in t.split()}
     tests = (
         lambda q: _plain(q.topic) in tags | {slug},
@@ -83,7 +92,9 @@ def closest(kata: Kata) -> list[BankQuestion]:
         lambda q: any(_names(q.question.question, t) for t in tags),
         lambda q: True,
     )
-    return sorted(entries, key=lambda q: next(i for i, matches in enumerate(tests) if matches(q)))  # stable: file order
+    return sorted(
+        entries, key=lambda q: next(i for i, matches in enumerate(tests) if matches(q))
+    )  # stable: file order
 
 
 def for_kata(kata: Kata) -> BankQuestion | None:
@@ -162,7 +173,10 @@ def packet(kata: Kata) -> Packet:
     extra = for_kata(kata)
     mistakes = [(p.stem, mutant.bug(p)) for p in kata.mutants]
     return Packet(
-        kata=kata, prompt=kata.readme(), approach=approach or "(the reference has no module docstring)",
-        hints=list(zip(when, hints)), questions=kata.questions() + ([extra.question] if extra else []),
+        kata=kata,
+        prompt=kata.readme(),
+        approach=approach or "(the reference has no module docstring)",
+        hints=list(zip(when, hints)),
+        questions=kata.questions() + ([extra.question] if extra else []),
         mistakes=[(name, line) for name, line in mistakes if line],
     )

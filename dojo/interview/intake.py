@@ -25,8 +25,14 @@ MAX_SOURCE_BYTES = 1 << 20  # a kata's .py, and the code extracted from a notebo
 MAX_NOTEBOOK_BYTES = 8 << 20  # a whole .ipynb (its outputs included): 8 MiB
 LISTED = 10_000  # folder entries looked at for near-miss names
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: opening a fifo must not hang
-_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a fifo", stat.S_IFSOCK: "a socket",
-          stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFLNK: "a symbolic link"}
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a fifo",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFLNK: "a symbolic link",
+}
 
 
 class InputError(ValueError):
@@ -115,8 +121,10 @@ def _decode(name: str, data: bytes, encoding: str) -> str:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{name} is not valid {encoding} text: byte 0x{data[exc.start]:02x} at line {line} "
-                         f"(save it as UTF-8)") from None
+        raise InputError(
+            f"{name} is not valid {encoding} text: byte 0x{data[exc.start]:02x} at line {line} "
+            f"(save it as UTF-8)"
+        ) from None
 
 
 def private_copy(folder: Path, name: str, data: bytes) -> Path:
@@ -152,8 +160,10 @@ def _read(folder: int, name: str) -> bytes:
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(name, dir_fd=folder)
         beside = os.path.normpath(target)
-        refusal = (f"{name} is a symbolic link (to {target!r}): a submission's files are read as plain files, never "
-                   f"through links (a link to another file in the same folder is the one exception)")
+        refusal = (
+            f"{name} is a symbolic link (to {target!r}): a submission's files are read as plain files, never "
+            f"through links (a link to another file in the same folder is the one exception)"
+        )
         if "/" in beside or beside in (".", ".."):
             raise InputError(refusal)
         try:
@@ -161,7 +171,9 @@ def _read(folder: int, name: str) -> bytes:
         except FileNotFoundError:
             raise InputError(f"{name} is a symbolic link to {target!r}, which does not exist") from None
         if stat.S_ISLNK(st.st_mode):
-            raise InputError(f"{name} is a symbolic link to {target!r}, itself a link (or a loop): not followed")
+            raise InputError(
+                f"{name} is a symbolic link to {target!r}, itself a link (or a loop): not followed"
+            )
         name, shown = beside, f"{name} (a link to {beside})"
     limit = MAX_NOTEBOOK_BYTES if name.endswith(".ipynb") else MAX_SOURCE_BYTES
     try:
@@ -171,7 +183,9 @@ def _read(folder: int, name: str) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{shown} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}, not a file")
+            raise InputError(
+                f"{shown} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}, not a file"
+            )
         chunks, size = [], 0
         while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
             chunks.append(chunk)
@@ -182,8 +196,10 @@ def _read(folder: int, name: str) -> bytes:
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise InputError(f"{shown} is {max(st.st_size, len(data)) / 2**20:.1f} MiB: kata files over "
-                         f"{limit / 2**20:g} MiB are refused, unread")
+        raise InputError(
+            f"{shown} is {max(st.st_size, len(data)) / 2**20:.1f} MiB: kata files over "
+            f"{limit / 2**20:g} MiB are refused, unread"
+        )
     return data
 
 
@@ -200,8 +216,11 @@ def _near_misses(folder: int, slugs: list[str]) -> str:
     wanted = {f"{s}{ext}".casefold(): f"{s}{ext}" for s in slugs for ext in (".py", ".ipynb")}
     with os.scandir(folder) as entries:
         names = [e.name for e in islice(entries, LISTED)]
-    near = [f"{n!r} (not {wanted[n.strip().casefold()]!r})" for n in sorted(names)
-            if n not in wanted.values() and n.strip().casefold() in wanted]
+    near = [
+        f"{n!r} (not {wanted[n.strip().casefold()]!r})"
+        for n in sorted(names)
+        if n not in wanted.values() and n.strip().casefold() in wanted
+    ]
     return f"not graded, since kata files are found by exact name: {', '.join(near)}" if near else ""
 
 
@@ -222,7 +241,9 @@ class Ready:
 class Prepared:
     path: Path  # the submission as given, made absolute
     ready: list[Ready] = field(default_factory=list)
-    refused: dict[str, tuple[Path, str]] = field(default_factory=dict)  # slug -> (its file, why it cannot be graded)
+    refused: dict[str, tuple[Path, str]] = field(
+        default_factory=dict
+    )  # slug -> (its file, why it cannot be graded)
     errors: list[str] = field(default_factory=list)  # the submission's own problems
 
 
@@ -258,12 +279,15 @@ def _lone_notebook(path: Path, slugs: list[str], private: Path) -> Prepared:
     elif named or by_name:
         _ready(out, named or by_name, file, out.path, private, cells)
     else:
-        out.errors.append(f"cannot tell which kata {path.name} is for: name it <kata>.ipynb (one of {', '.join(slugs)})")
+        out.errors.append(
+            f"cannot tell which kata {path.name} is for: name it <kata>.ipynb (one of {', '.join(slugs)})"
+        )
     return out
 
 
-def _ready(out: Prepared, slug: str, file: KataFile, original: Path, private: Path,
-           cells: dict | None = None) -> None:
+def _ready(
+    out: Prepared, slug: str, file: KataFile, original: Path, private: Path, cells: dict | None = None
+) -> None:
     """Copy `file` privately for grading and add it to `out`, or add why it cannot be graded."""
     try:
         if not file.notebook:
@@ -286,8 +310,9 @@ def _solution_cells(file: KataFile) -> dict:
     try:
         text = file.data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{file.name} is not a notebook: its bytes are not UTF-8 JSON ({exc.reason} at byte "
-                                f"{exc.start})") from None
+        raise InputError(
+            f"{file.name} is not a notebook: its bytes are not UTF-8 JSON ({exc.reason} at byte {exc.start})"
+        ) from None
     try:
         cells = bounded.call("dojo.notebook.extract:solution_only", {"text": text, "name": file.name})
     except bounded.BoundedError as exc:
@@ -295,6 +320,7 @@ def _solution_cells(file: KataFile) -> dict:
             raise InputError(str(exc).removeprefix("NotebookError: ")) from None
         raise InputError(f"{file.name} could not be read as a notebook: {exc}") from None
     if len(cells["source"].encode()) > MAX_SOURCE_BYTES:
-        raise InputError(f"{file.name}'s solution cells hold over {MAX_SOURCE_BYTES / 2**20:g} MiB "
-                                f"of code: refused")
+        raise InputError(
+            f"{file.name}'s solution cells hold over {MAX_SOURCE_BYTES / 2**20:g} MiB of code: refused"
+        )
     return cells

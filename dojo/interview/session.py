@@ -70,8 +70,10 @@ class Session:
         return self.phase == "coding" and self.deadline is not None and now() >= self.deadline
 
 
-_COLUMNS = ("id, kata, started, minutes, timer, phase, questions, check_runs, hints, submitted, submitted_by,"
-            " points, total, tests, tests_passed, inconclusive")
+_COLUMNS = (
+    "id, kata, started, minutes, timer, phase, questions, check_runs, hints, submitted, submitted_by,"
+    " points, total, tests, tests_passed, inconclusive"
+)
 
 
 def _session(row) -> Session:
@@ -82,7 +84,9 @@ def _session(row) -> Session:
 
 def get(session_id: int) -> Session:
     with history.connect() as conn:
-        return _session(conn.execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone())
+        return _session(
+            conn.execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        )
 
 
 def open_session() -> Session | None:
@@ -107,7 +111,9 @@ def pick_kata() -> Kata:
     return min(ready or katas, key=lambda k: (best.get(k.slug, 0.0), k.number))
 
 
-def begin(kata: Kata, *, minutes: float | None = None, timer: bool = True) -> tuple[Session, workspace.StartResult]:
+def begin(
+    kata: Kata, *, minutes: float | None = None, timer: bool = True
+) -> tuple[Session, workspace.StartResult]:
     """Open a session on `kata`: a fresh stub in the workspace (earlier work backed up), the clock
     started, the follow-up questions chosen. Raises SessionOpen when one is already in progress,
     ValueError for minutes <= 0, FileNotFoundError when the kata has no stub or suite."""
@@ -123,7 +129,9 @@ def begin(kata: Kata, *, minutes: float | None = None, timer: bool = True) -> tu
     extra = bank.for_kata(kata)
     if extra is not None:
         chosen.append((extra.question, f"bank: {extra.topic}"))
-    questions = [{"question": q.question, "answer": q.answer, "rubric": q.rubric, "source": src} for q, src in chosen]
+    questions = [
+        {"question": q.question, "answer": q.answer, "rubric": q.rubric, "source": src} for q, src in chosen
+    ]
     try:
         with history.connect() as conn, history.transaction(conn):
             cur = conn.execute(
@@ -155,7 +163,9 @@ def take_hint(s: Session) -> tuple[Session, int | None]:
     return get(s.id), hints[-1]
 
 
-def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> tuple[Session, grade.GradeResult | None]:
+def submit(
+    s: Session, *, by: str = "submit", timeout: float | None = None
+) -> tuple[Session, grade.GradeResult | None]:
     """Grade the full hidden suite and move to the questions. `by` is "submit" or "time". Only the
     first submission counts: when another process got there first, its session comes back with
     None for the result."""
@@ -180,7 +190,9 @@ def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> t
 def answered(s: Session) -> dict[int, dict]:
     """Answers given so far: question number (1-based) -> {"answer", "covered"}."""
     with history.connect() as conn:
-        rows = conn.execute("SELECT number, answer, covered FROM session_answers WHERE session = ?", (s.id,)).fetchall()
+        rows = conn.execute(
+            "SELECT number, answer, covered FROM session_answers WHERE session = ?", (s.id,)
+        ).fetchall()
     return {n: {"answer": a, "covered": json.loads(c)} for n, a, c in rows}
 
 
@@ -197,7 +209,14 @@ def record_answer(s: Session, number: int, answer: str, covered: list[int]) -> N
         conn.execute(
             "INSERT OR IGNORE INTO session_answers (session, number, question, answer, covered, rubric)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (s.id, number, s.questions[number - 1]["question"], answer, json.dumps(sorted(set(covered))), len(rubric)),
+            (
+                s.id,
+                number,
+                s.questions[number - 1]["question"],
+                answer,
+                json.dumps(sorted(set(covered))),
+                len(rubric),
+            ),
         )
 
 
@@ -222,15 +241,30 @@ def scorecard(s: Session) -> dict:
     checked = [json.loads(e[3]) for e in history.events(s.kata, "integrity")]
     mine = next((c for c in checked if c["session"] == s.id), {"sandboxed": False, "findings": []})
     return {
-        "session": s.id, "kata": s.kata, "started": s.started, "minutes": s.minutes, "timer": s.timer,
-        "time_used_s": round(time_used, 1), "submitted_by": s.submitted_by,
-        "tests_passed": s.tests_passed, "tests": s.tests, "points": s.points, "total": s.total,
+        "session": s.id,
+        "kata": s.kata,
+        "started": s.started,
+        "minutes": s.minutes,
+        "timer": s.timer,
+        "time_used_s": round(time_used, 1),
+        "submitted_by": s.submitted_by,
+        "tests_passed": s.tests_passed,
+        "tests": s.tests,
+        "points": s.points,
+        "total": s.total,
         "inconclusive": s.inconclusive,
-        "check_runs": s.check_runs, "hints": len(s.hints), "hint_cost": round(HINT_COST * len(s.hints), 2),
-        "rubric_covered": covered, "rubric_offered": offered, "blank_answers": blank,
-        "code": round(code, 3), "answers": round(answers_part, 3), "score": round(score, 3),
+        "check_runs": s.check_runs,
+        "hints": len(s.hints),
+        "hint_cost": round(HINT_COST * len(s.hints), 2),
+        "rubric_covered": covered,
+        "rubric_offered": offered,
+        "blank_answers": blank,
+        "code": round(code, 3),
+        "answers": round(answers_part, 3),
+        "score": round(score, 3),
         "verdict": verdict(score, all_passed),
-        "sandboxed": mine["sandboxed"], "integrity": mine["findings"],  # for the interviewer to judge
+        "sandboxed": mine["sandboxed"],
+        "integrity": mine["findings"],  # for the interviewer to judge
     }
 
 

@@ -47,7 +47,9 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
                 sub["katas"][slug] = _error(slug, prepared.path, file, why).to_json()
             submissions.append(sub)
             ready += [(sub, prepared.path, r) for r in prepared.ready]
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
+        with ThreadPoolExecutor(
+            max_workers=max(1, jobs)
+        ) as pool:  # each grading is a subprocess: threads suffice
             futures = [(sub, r.slug, pool.submit(_grade_one, folder, r, timeout)) for sub, folder, r in ready]
             for sub, slug, future in futures:
                 sub["katas"][slug] = future.result()
@@ -55,19 +57,30 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         results = sub["katas"].values()
         sub["points"] = sum(r["points"] for r in results)
         sub["total"] = sum(r["total"] for r in results)
-        sub["passed"] = bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
+        sub["passed"] = (
+            bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
+        )
         sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
-        ran = [r for r in results if NOT_GRADED not in r["notes"]]  # a refused file says nothing of the sandbox
+        ran = [
+            r for r in results if NOT_GRADED not in r["notes"]
+        ]  # a refused file says nothing of the sandbox
         sub["sandboxed"] = all(r["sandboxed"] for r in ran) if ran else None
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
         apart = [r.get("candidate_process_points", {}) for r in results]  # judge mode cannot vouch for these
-        sub["candidate_process_points"] = {"points": sum(a.get("points", 0) for a in apart),
-                                           "total": sum(a.get("total", 0) for a in apart)}
+        sub["candidate_process_points"] = {
+            "points": sum(a.get("points", 0) for a in apart),
+            "total": sum(a.get("total", 0) for a in apart),
+        }
         sub["judged"] = all(r.get("judged") for r in ran) if ran else None
     sources: dict[str, dict[str, str]] = {}
     for sub, _, r in ready:
         sources.setdefault(r.slug, {})[sub["path"]] = r.source
-    return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": _similar(sources, katas)}
+    return {
+        "version": 1,
+        "graded": time.time(),
+        "submissions": submissions,
+        "similar": _similar(sources, katas),
+    }
 
 
 def write_report(doc: dict, path: Path) -> None:
@@ -111,8 +124,19 @@ def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None) -> dict
 
 def _error(slug: str, folder: Path, file: Path, why: str) -> GradeResult:
     """The result of a kata file that could not be graded: no tests, status "error", `why` as its message."""
-    return GradeResult(slug=slug, target=_shown(folder), path=_shown(file), tests=[], points=0, total=0,
-                       passed=False, duration=0.0, started=time.time(), error=why, notes=[NOT_GRADED])
+    return GradeResult(
+        slug=slug,
+        target=_shown(folder),
+        path=_shown(file),
+        tests=[],
+        points=0,
+        total=0,
+        passed=False,
+        duration=0.0,
+        started=time.time(),
+        error=why,
+        notes=[NOT_GRADED],
+    )
 
 
 def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata]) -> dict:
@@ -121,9 +145,11 @@ def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata])
     merged = {**similarity.find({}, {}, {}), "errors": []}  # the empty report: its settings, no rows
     for slug, files in sources.items():
         kata = katas[slug]
-        args = {"files": {slug: files},
-                "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
-                "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {}}
+        args = {
+            "files": {slug: files},
+            "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
+            "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {},
+        }
         try:
             found = bounded.call("dojo.grading.scan.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
         except bounded.BoundedError as exc:
@@ -157,20 +183,32 @@ def findings(doc: dict) -> list[str]:
     lines = []
     for sub in doc["submissions"]:
         lines += [f"error: {sub['path']}: {why}" for why in sub["errors"]]
-        lines += [f"error: {sub['path']} {slug}: {r['message']}" for slug, r in sub["katas"].items() if r["status"] == "error"]
+        lines += [
+            f"error: {sub['path']} {slug}: {r['message']}"
+            for slug, r in sub["katas"].items()
+            if r["status"] == "error"
+        ]
         for slug, found in sub["integrity"].items():
             lines += [f"integrity: {sub['path']} {slug}: {f}" for f in found]
         for slug, r in sub["katas"].items():
             lines += [f"{sub['path']} {slug}: {n}" for n in r["notes"] if n.startswith("NOT sandboxed")]
         apart = sub.get("candidate_process_points", {})
         if apart.get("total"):
-            lines.append(f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
-                         f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)")
+            lines.append(
+                f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
+                f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)"
+            )
     similar = doc["similar"]
-    share = f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
-    lines += [f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
-              for p in similar["pairs"]]
-    lines += [f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
-              for c in similar["reference"]]
+    share = (
+        f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
+    )
+    lines += [
+        f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
+        for p in similar["pairs"]
+    ]
+    lines += [
+        f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
+        for c in similar["reference"]
+    ]
     lines += [f"similarity, {e['kata']}: {e['error']}" for e in similar.get("errors", [])]
     return lines

@@ -31,7 +31,9 @@ class Extracted:
     notebook: str  # the notebook's file name, for messages
     source: str
     cells: list[int]  # 1-based numbers of the solution cells, in order
-    line_map: list[tuple[int, int] | None] = field(default_factory=list)  # module line - 1 -> (cell, line in cell)
+    line_map: list[tuple[int, int] | None] = field(
+        default_factory=list
+    )  # module line - 1 -> (cell, line in cell)
 
     def locate(self, lineno: int) -> tuple[int, int] | None:
         """(cell, line in that cell) of module line `lineno` (1-based), or None for a line dojo added."""
@@ -40,7 +42,7 @@ class Extracted:
         return None
 
     def where(self, lineno: int) -> str:
-        """"cell 3, line 5" for module line `lineno`."""
+        """ "cell 3, line 5" for module line `lineno`."""
         spot = self.locate(lineno)
         return f"cell {spot[0]}, line {spot[1]}" if spot else f"line {lineno} of the extracted module"
 
@@ -91,10 +93,24 @@ def solution_only(text: str, name: str) -> dict:
     source_ = extract({"cells": cells}, name).source
     kata = ((nb.get("metadata") or {}).get("dojo") or {}) if isinstance(nb.get("metadata"), dict) else {}
     kata = kata.get("kata") if isinstance(kata, dict) and isinstance(kata.get("kata"), str) else None
-    kept = [{"cell_type": "code", "metadata": {"tags": [SOLUTION_TAG]}, "source": source(c), "outputs": [],
-             "execution_count": None} if is_solution(c) else {"cell_type": "raw", "metadata": {}, "source": ""}
-            for c in cells]
-    sanitized = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"dojo": {"kata": kata}} if kata else {}, "cells": kept}
+    kept = [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": [SOLUTION_TAG]},
+            "source": source(c),
+            "outputs": [],
+            "execution_count": None,
+        }
+        if is_solution(c)
+        else {"cell_type": "raw", "metadata": {}, "source": ""}
+        for c in cells
+    ]
+    sanitized = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"dojo": {"kata": kata}} if kata else {},
+        "cells": kept,
+    }
     return {"kata": kata, "source": source_, "notebook": sanitized}
 
 

@@ -85,15 +85,21 @@ def _case(run: int, text: str, cells: list[SavedCell]) -> str:
     why, cell = why_stale(run, text, cells)
     names = ", ".join(sorted(defined(text)))
     if why == "scratch":
-        return (f"In [{run}] ran cell {cell.number}, which is not tagged '{SOLUTION_TAG}', and redefined {names}: this "
-                "kernel uses that definition, the grade does not. Move it into the solution cell, or run the solution "
-                "cell again.")
+        return (
+            f"In [{run}] ran cell {cell.number}, which is not tagged '{SOLUTION_TAG}', and redefined {names}: this "
+            "kernel uses that definition, the grade does not. Move it into the solution cell, or run the solution "
+            "cell again."
+        )
     if why == "not run":
-        return (f"cell {cell.number} was edited and saved since it ran (In [{run}]): the grade is of the saved code, "
-                f"but this kernel still holds the old {names}. Run cell {cell.number} again so that your scratch cells "
-                "test what is graded.")
-    return (f"unsaved edits: In [{run}] ran {names} as it is in no saved cell, so the grade did not see it. "
-            "Save (Ctrl-S / Cmd-S) and run this cell again.")
+        return (
+            f"cell {cell.number} was edited and saved since it ran (In [{run}]): the grade is of the saved code, "
+            f"but this kernel still holds the old {names}. Run cell {cell.number} again so that your scratch cells "
+            "test what is graded."
+        )
+    return (
+        f"unsaved edits: In [{run}] ran {names} as it is in no saved cell, so the grade did not see it. "
+        "Save (Ctrl-S / Cmd-S) and run this cell again."
+    )
 
 
 def this_notebook(slug: str | None, path: str | Path | None) -> Path:
@@ -112,7 +118,7 @@ def this_notebook(slug: str | None, path: str | Path | None) -> Path:
         if isinstance(candidate, str) and candidate.endswith(".ipynb") and Path(candidate).is_file():
             return Path(candidate)
     raise FileNotFoundError(
-        "cannot tell which notebook this is: pass it, as in grade_here(\"<kata>\", \"path/to/<kata>.ipynb\")"
+        'cannot tell which notebook this is: pass it, as in grade_here("<kata>", "path/to/<kata>.ipynb")'
     )
 
 

@@ -22,8 +22,14 @@ HOST = "127.0.0.1"
 def lab_command(root_dir: Path, port: int, token: str, *, as_root: bool, browser: bool) -> list[str]:
     """The command line that starts JupyterLab on `root_dir` at http://127.0.0.1:<port>/lab?token=<token>."""
     argv = [
-        sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root_dir}", f"--ServerApp.ip={HOST}",
-        f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={root_dir}",
+        f"--ServerApp.ip={HOST}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
     ]
     if as_root:
         argv.append("--allow-root")
@@ -48,15 +54,21 @@ def kernel_problem() -> str | None:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     name = KERNELSPEC["name"]
-    fix = (f'{sys.executable} -m ipykernel install --sys-prefix --name {name} '
-           f'--display-name "{KERNELSPEC["display_name"]}"')
+    fix = (
+        f"{sys.executable} -m ipykernel install --sys-prefix --name {name} "
+        f'--display-name "{KERNELSPEC["display_name"]}"'
+    )
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        return f'there is no Jupyter kernel "{name}", which the kata notebooks ask for: install it with\n  {fix}'
+        return (
+            f'there is no Jupyter kernel "{name}", which the kata notebooks ask for: install it with\n  {fix}'
+        )
     if Path(spec.argv[0]).parent != Path(sys.executable).parent:
-        return (f'the kernel "{name}" runs {spec.argv[0]}, not this python ({sys.executable}), so notebooks would '
-                f"be graded with another copy of dojo: re-register it with\n  {fix}")
+        return (
+            f'the kernel "{name}" runs {spec.argv[0]}, not this python ({sys.executable}), so notebooks would '
+            f"be graded with another copy of dojo: re-register it with\n  {fix}"
+        )
     return None
 
 

@@ -12,8 +12,14 @@ from dojo.grading import grade
 from dojo.practice import history, report, rerun, workspace
 
 
-def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,
-          rerun_inconclusive: bool = False) -> grade.GradeResult:
+def check(
+    slug: str,
+    *,
+    mode: str = "check",
+    examples_only: bool = False,
+    timeout: float | None = None,
+    rerun_inconclusive: bool = False,
+) -> grade.GradeResult:
     """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt.
 
     rerun_inconclusive: run only the tests that the last results/<slug>.json left inconclusive, and

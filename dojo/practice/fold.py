@@ -88,8 +88,11 @@ def _causes(tests: list[TestResult]) -> list[Cause]:
         if len(cases) == 1:
             causes.append(Cause(_case(cases[0], tests), messages[0], cases[0].outcome))
             continue
-        who = f"all {len(cases)} cases" if len(cases) == len(tests) else \
-            f"{len(cases)} of {len(tests)} cases ({', '.join(_case(t, tests) for t in cases)})"
+        who = (
+            f"all {len(cases)} cases"
+            if len(cases) == len(tests)
+            else f"{len(cases)} of {len(tests)} cases ({', '.join(_case(t, tests) for t in cases)})"
+        )
         common = _common_tail(messages)
         if len(set(messages)) == 1 or len(common.split()) >= 3:
             causes.append(Cause(who, common, cases[0].outcome))
@@ -110,8 +113,8 @@ def _common_tail(messages: list[str]) -> str:
         n = 0
         while n < min(len(tail), len(message)) and tail[-1 - n] == message[-1 - n]:
             n += 1
-        tail = tail[len(tail) - n:]
+        tail = tail[len(tail) - n :]
     if any(tail == m for m in messages):
         return tail
     cut = tail.find(": ")
-    return tail[cut + 2:] if cut >= 0 else ""
+    return tail[cut + 2 :] if cut >= 0 else ""

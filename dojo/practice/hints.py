@@ -23,7 +23,9 @@ def failures(results: Path) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
     for t in tests:
         if isinstance(t, dict) and t.get("status") in ("fail", "skip", "error"):
-            found.setdefault(re.sub(r"\[.*\]$", "", str(t.get("name", ""))), str(t.get("property") or t.get("name", "")))
+            found.setdefault(
+                re.sub(r"\[.*\]$", "", str(t.get("name", ""))), str(t.get("property") or t.get("name", ""))
+            )
     return list(found.items())
 
 

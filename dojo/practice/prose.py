@@ -31,8 +31,15 @@ class Document(Markdown):
 def render_plain(text: str) -> str:
     """The Markdown `text` rendered as plain text (no escape codes), code blocks unwrapped."""
     width = max([WIDTH, *(len(line) + 4 for line in text.splitlines())])  # + rich's code padding and indent
-    con = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, emoji=False,
-                  force_terminal=False, force_jupyter=False)
+    con = Console(
+        file=io.StringIO(),
+        width=width,
+        color_system=None,
+        highlight=False,
+        emoji=False,
+        force_terminal=False,
+        force_jupyter=False,
+    )
     con.print(Document(text))
     return "\n".join(line.rstrip() for line in con.file.getvalue().rstrip("\n").splitlines())
 

@@ -20,9 +20,15 @@ from dojo.tools.loading import load_smollm2
 STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 
 # kata -> (the name its file defines, the Parts field it fills)
-MINE = {"attention": ("attention", "attention_fn"), "kv_cache": ("KVCache", "cache_cls"),
-        "generate": ("generate", "generate"), "speculative": ("speculative_generate", "speculative")}
-DRAFT_K = 4  # draft tokens per round: near the best of expected_speedup for the int4 draft's measured alpha and c
+MINE = {
+    "attention": ("attention", "attention_fn"),
+    "kv_cache": ("KVCache", "cache_cls"),
+    "generate": ("generate", "generate"),
+    "speculative": ("speculative_generate", "speculative"),
+}
+DRAFT_K = (
+    4  # draft tokens per round: near the best of expected_speedup for the int4 draft's measured alpha and c
+)
 
 
 @dataclass
@@ -92,12 +98,13 @@ def plan(args: argparse.Namespace) -> Plan:
         if not greedy:
             raise ValueError("--speculative is greedy decoding: it does not go with --sample or --beams")
         if args.weights not in (None, "fp32"):
-            raise ValueError(f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify")
+            raise ValueError(
+                f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify"
+            )
         return Plan("fp32", draft_mode())
     if args.weights is None and greedy and not args.mine and draft_mode() != "bf16":
         return Plan("fp32", draft_mode())
     return Plan(check_mode(args.weights or default_mode()))
-
 
 
 def generation_kwargs(args: argparse.Namespace) -> dict:
@@ -110,8 +117,13 @@ def generation_kwargs(args: argparse.Namespace) -> dict:
     if args.beams > 1:
         kwargs |= dict(strategy="beam", num_beams=args.beams)
     elif args.sample:
-        kwargs |= dict(strategy="sample", temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                       seed=args.seed)
+        kwargs |= dict(
+            strategy="sample",
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
     return kwargs
 
 
@@ -134,7 +146,7 @@ class TextStream:
         self.ids.append(token)
         text = self.tokenizer.decode(self.ids)
         if not text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait for the rest
-            self.write(text[self.shown:])
+            self.write(text[self.shown :])
             self.shown = len(text)
 
 
@@ -167,33 +179,55 @@ def run(args: argparse.Namespace) -> int:
     note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
     loaded = load_smollm2(chosen.mode, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
     model, tokenizer = loaded.model, loaded.tokenizer
-    draft = load_smollm2(chosen.draft, note, attention_fn=parts.attention_fn,
-                         cache_cls=parts.cache_cls).model if chosen.draft else None
+    draft = (
+        load_smollm2(chosen.draft, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls).model
+        if chosen.draft
+        else None
+    )
     for mode, m in [(chosen.mode, model)] + ([(chosen.draft, draft)] if draft is not None else []):
-        if args.verbose or mode in Q8_MODES:  # a q8 mode's product path (compiled or not, and why) is always said
-            out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
-                      markup=False)
+        if (
+            args.verbose or mode in Q8_MODES
+        ):  # a q8 mode's product path (compiled or not, and why) is always said
+            out.print(
+                f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
+                markup=False,
+            )
             if args.verbose and getattr(m, "fused_step", None) is not None:
                 out.print(f"  decode steps: {m.fused_step.describe()}", markup=False)
     if args.verbose:
         out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:
             out.print(f"  {loaded.calibration.summary()}", markup=False)
-        out.print("start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
-                  + f"; {time.perf_counter() - STARTED:.2f} s since the command began")
+        out.print(
+            "start-up: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
+            + f"; {time.perf_counter() - STARTED:.2f} s since the command began"
+        )
     prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": args.question}]))
     stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
     start = time.perf_counter()
     with torch.inference_mode():
         if draft is not None:
-            spec = parts.speculative(model, draft, prompt, eos_token_id=tokenizer.eos_token_id, k=DRAFT_K,
-                                     on_token=lambda token: stream(0, token), **kwargs)
+            spec = parts.speculative(
+                model,
+                draft,
+                prompt,
+                eos_token_id=tokenizer.eos_token_id,
+                k=DRAFT_K,
+                on_token=lambda token: stream(0, token),
+                **kwargs,
+            )
             new_tokens, prefill_seconds = spec.tokens, 0.0
             decode_seconds = time.perf_counter() - (stream.first_token_at or start)
         else:
-            result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream,
-                                    **kwargs)
-            new_tokens, prefill_seconds, decode_seconds = result.tokens[0], result.prefill_seconds, result.decode_seconds
+            result = parts.generate(
+                model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream, **kwargs
+            )
+            new_tokens, prefill_seconds, decode_seconds = (
+                result.tokens[0],
+                result.prefill_seconds,
+                result.decode_seconds,
+            )
     out.print()
     n_new = len(new_tokens)
     streamed = args.beams == 1 and stream.first_token_at is not None  # beam search streams only at the end
@@ -210,10 +244,12 @@ def run(args: argparse.Namespace) -> int:
 def speculative_line(chosen: Plan, result) -> str:
     """How the drafts fared: accepted of drafted, and target passes for the tokens."""
     n, passes = len(result.tokens), result.rounds
-    return (f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
-            f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
-            f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
-            f"greedy text")
+    return (
+        f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
+        f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
+        f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
+        f"greedy text"
+    )
 
 
 def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
@@ -222,13 +258,15 @@ def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
     steps = n_new - 1
     rate = f"{steps / decode_seconds:.1f}" if steps > 0 and decode_seconds > 0 else "-"
     what = f"{beams} beams, " if beams > 1 else ""
-    return (f"decode: {n_new} new token{'s' if n_new != 1 else ''} ({what}{steps} decode "
-            f"step{'s' if steps != 1 else ''} in {decode_seconds:.2f} s): {rate} tokens/s")
+    return (
+        f"decode: {n_new} new token{'s' if n_new != 1 else ''} ({what}{steps} decode "
+        f"step{'s' if steps != 1 else ''} in {decode_seconds:.2f} s): {rate} tokens/s"
+    )
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="chat with SmolLM2 on the reference system (or yours: --mine)")
-    p.add_argument("question", help="what to ask, e.g. \"What is the capital of France?\"")
+    p.add_argument("question", help='what to ask, e.g. "What is the capital of France?"')
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
     mode.add_argument("--sample", action="store_true", help="sample (see --temperature, --top-p)")
@@ -236,20 +274,35 @@ def register(subparsers) -> None:
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--beams", type=int, default=1, metavar="N",
-                   help="beam search with N beams (answer shown at the end)")
+    p.add_argument(
+        "--beams", type=int, default=1, metavar="N", help="beam search with N beams (answer shown at the end)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
-    p.add_argument("--mine", action="store_true",
-                   help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)")
-    p.add_argument("--speculative", action="store_true",
-                   help="greedy by speculative decoding: fp32 verifies the default packed mode's drafts "
-                        "(int4-q8x2 with the compiled kernel, else int4, else bf16); the text is fp32's, "
-                        "token-identical to HuggingFace's. The default for greedy where a packed mode runs")
-    p.add_argument("--weights", default=None, metavar="MODE",
-                   help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
-                        "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
-                        "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
-                        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
-                        "compiled kernel is built, else int4 where torch has its kernel, else fp32")
-    p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
+    p.add_argument(
+        "--mine",
+        action="store_true",
+        help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)",
+    )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="greedy by speculative decoding: fp32 verifies the default packed mode's drafts "
+        "(int4-q8x2 with the compiled kernel, else int4, else bf16); the text is fp32's, "
+        "token-identical to HuggingFace's. The default for greedy where a packed mode runs",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="MODE",
+        help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
+        "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
+        "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
+        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
+        "compiled kernel is built, else int4 where torch has its kernel, else fp32",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say what the cache and the calibration did, and start-up times",
+    )
     p.set_defaults(func=run, fast_exit=True)

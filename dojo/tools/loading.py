@@ -21,16 +21,23 @@ def load_smollm2(mode: str, log: Callable[[str], None], **model_kwargs):
         if not shown:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
-                       TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
-            shown["bar"] = Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False)
+            columns = (
+                TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} tensors"),
+                TimeElapsedColumn(),
+            )
+            shown["bar"] = Progress(
+                *columns, console=report.console(stderr=True), transient=True, auto_refresh=False
+            )
             shown["bar"].start()
             shown["task"] = shown["bar"].add_task("load", total=total)
         shown["bar"].update(shown["task"], completed=done, total=total, refresh=True)
 
     try:
-        return solutions.system.load(mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress,
-                                     **model_kwargs)
+        return solutions.system.load(
+            mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress, **model_kwargs
+        )
     finally:
         if shown:
             shown["bar"].stop()

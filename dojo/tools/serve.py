@@ -36,12 +36,18 @@ def run(args: argparse.Namespace) -> int:
     engine.start()
     url = url_of(sock)
     out.print(f"serving {MODEL_ID} ({mode} weights) at {url}/v1  (Ctrl-C stops)", markup=False)
-    out.print(f"  try: curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
-              f"'{{\"model\": \"{MODEL_ID}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'",
-              markup=False)
+    out.print(
+        f"  try: curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
+        f'\'{{"model": "{MODEL_ID}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
+        markup=False,
+    )
     try:
-        config = uvicorn.Config(build_app(engine, loaded.tokenizer), log_level=args.log_level,
-                                lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            build_app(engine, loaded.tokenizer),
+            log_level=args.log_level,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn has shut down, then re-raises the Ctrl-C it caught
         out.print("stopped", markup=False)
@@ -53,14 +59,31 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve SmolLM2 over an OpenAI-compatible HTTP API")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
-    p.add_argument("--weights", default=None, metavar="MODE",
-                   help="fp32, bf16, int4, int4-q8 or int4-q8x2 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
-    p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
-                   help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
-                        "with fewer, fewer requests run at once")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's choice)")
-    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
-                   help="uvicorn's log level (info: one line per request)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="MODE",
+        help="fp32, bf16, int4, int4-q8 or int4-q8x2 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)",
+    )
+    p.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
+        "with fewer, fewer requests run at once",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's choice)"
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="uvicorn's log level (info: one line per request)",
+    )
     p.set_defaults(func=run)

@@ -20,8 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(script: str) -> dict:
     """Run `script` in a fresh interpreter at the repository root; the JSON its last line prints."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -89,7 +95,7 @@ def test_every_reference_as_the_candidate_gets_no_finding_and_works():
     assert result["found"] == []
 
 
-HOSTILE = '''
+HOSTILE = """
 import dataclasses, gc, inspect, json, logging, os, subprocess, sys, typing, warnings
 from collections import namedtuple
 
@@ -126,7 +132,7 @@ def _tb_frame():
         1 / 0
     except ZeroDivisionError as e:
         return e.__traceback__.tb_frame
-'''
+"""
 
 HOSTILE_RUN = """
     import importlib.util, json, sys

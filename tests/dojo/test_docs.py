@@ -22,7 +22,9 @@ def rows(path: Path) -> list[tuple[int, str, str, int]]:
 
 def test_readme_kata_table_is_katas_toml():
     """README's table: every kata in practice order, with its title (and note) and its minutes."""
-    want = [(k.number, k.slug, k.title + (f" ({k.note})" if k.note else ""), k.minutes) for k in catalog.load()]
+    want = [
+        (k.number, k.slug, k.title + (f" ({k.note})" if k.note else ""), k.minutes) for k in catalog.load()
+    ]
     assert rows(ROOT / "README.md") == want, "README.md's kata table differs from katas/katas.toml"
 
 
@@ -30,7 +32,8 @@ def test_practice_page_kata_table_has_each_katas_difficulty():
     """docs/practice.md's table: every kata in practice order, with its difficulty."""
     got = [(n, slug, last) for n, slug, _, last in rows(ROOT / "docs" / "practice.md")]
     assert got == [(k.number, k.slug, k.difficulty) for k in catalog.load()], (
-        "docs/practice.md's kata table differs from katas/katas.toml")
+        "docs/practice.md's kata table differs from katas/katas.toml"
+    )
 
 
 def test_readme_is_a_front_door():
@@ -52,5 +55,7 @@ def test_named_paths_exist(page):
     file or folder of this repository (placeholders such as <slug>, and what a run writes, excepted)."""
     generated = ("benchmarks/results/",)  # `make bench` writes its reports there
     named = re.findall(r"`((?:solutions|dojo|katas|tests|benchmarks|docs)/[\w./-]*)`", page.read_text())
-    missing = sorted({p for p in named if not p.startswith(generated) and not (ROOT / p.rstrip("/")).exists()})
+    missing = sorted(
+        {p for p in named if not p.startswith(generated) and not (ROOT / p.rstrip("/")).exists()}
+    )
     assert not missing, f"{page.name} names paths that do not exist: {missing}"

@@ -30,10 +30,21 @@ def deep_line(terms: int) -> str:
 
 def notebook(source: str, kata: str | None = None) -> str:
     """A version-4 notebook with one solution cell holding `source` (and `kata` in its metadata)."""
-    cell = {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": source, "outputs": [],
-            "execution_count": None}
-    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
-                       "metadata": {"dojo": {"kata": kata}} if kata else {}})
+    cell = {
+        "cell_type": "code",
+        "metadata": {"tags": ["solution"]},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
+    return json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "cells": [cell],
+            "metadata": {"dojo": {"kata": kata}} if kata else {},
+        }
+    )
 
 
 def folder(root: Path, name: str, files: dict[str, str | bytes] | None = None) -> Path:
@@ -175,7 +186,9 @@ def test_a_notebook_that_is_not_json_or_names_no_kata_is_its_error(toy_env, tmp_
     answer = tmp_path / "answer.ipynb"
     answer.write_text(notebook(HONEST))
     prepared = intake.prepare(answer, ["toy"], tmp_path / "private")
-    assert prepared.errors == ["cannot tell which kata answer.ipynb is for: name it <kata>.ipynb (one of toy)"]
+    assert prepared.errors == [
+        "cannot tell which kata answer.ipynb is for: name it <kata>.ipynb (one of toy)"
+    ]
     answer.write_text(notebook(HONEST, kata="toy"))
     assert [r.slug for r in intake.prepare(answer, ["toy"], tmp_path / "private").ready] == ["toy"]
 
@@ -227,7 +240,9 @@ def test_bad_inputs_beside_honest_ones_each_get_their_error(dojo, tmp_path):
     odd = folder(tmp_path, "Ana María — 2", {"toy.py": HONEST})
     deep = folder(tmp_path, "deep600", {"toy.py": HONEST + deep_line(600)})
     deeper = folder(tmp_path, "deep3000", {"toy.py": HONEST + deep_line(3000)})
-    shadow, stolen, loop, dangling, dir_ = (folder(tmp_path, n) for n in ("shadow-link", "stolen", "loop", "dangling", "dir"))
+    shadow, stolen, loop, dangling, dir_ = (
+        folder(tmp_path, n) for n in ("shadow-link", "stolen", "loop", "dangling", "dir")
+    )
     (shadow / "toy.py").symlink_to(secret)
     (stolen / "toy.py").symlink_to(honest / "toy.py")
     (loop / "toy.py").symlink_to("toy.py")
@@ -255,7 +270,9 @@ def test_bad_inputs_beside_honest_ones_each_get_their_error(dojo, tmp_path):
     for path in bad:
         result = by_path[str(path)]["katas"]["toy"]
         assert result["status"] == "error" and result["points"] == 0, path.name
-        assert by_path[str(path)]["sandboxed"] is None, f"{path.name}: a refused file said something of the sandbox"
+        assert by_path[str(path)]["sandboxed"] is None, (
+            f"{path.name}: a refused file said something of the sandbox"
+        )
         assert result["message"].startswith("toy."), f"{path.name}: the message does not name the file"
     assert out.stdout.count("error: ") == len(bad) + 1, out.stdout
     assert "could not be graded" not in report.read_text() and "SECRET" not in report.read_text()
@@ -296,7 +313,10 @@ def test_steps_that_fail_are_their_submissions_errors_and_copies_are_private(toy
     doc = takehome.grade_submissions([honest, boom, broken], jobs=1, timeout=60)
     by_path = {s["path"]: s for s in doc["submissions"]}
     assert by_path[str(honest)]["points"] == 6
-    assert by_path[str(boom)]["katas"]["toy"]["message"] == "toy.py could not be graded: RuntimeError: a bug in grading"
+    assert (
+        by_path[str(boom)]["katas"]["toy"]["message"]
+        == "toy.py could not be graded: RuntimeError: a bug in grading"
+    )
     assert "a bug in reading" in by_path[str(broken)]["errors"][0]
     assert seen["copy"] == [0o600, 0o700, 0o700] and seen["grading folder"] == 0o700
     assert seen["copy unreadable"] and seen["grading unreadable"]
@@ -306,5 +326,7 @@ def _unreadable_by_others(path: Path) -> bool:
     """Whether a uid other than ours (nobody) fails to read `path`; True when not root (it cannot try)."""
     if os.geteuid() != 0:
         return True
-    done = subprocess.run(["cat", str(path)], user=65534, group=65534, capture_output=True, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["cat", str(path)], user=65534, group=65534, capture_output=True, stdin=subprocess.DEVNULL
+    )
     return done.returncode != 0 and b"Permission denied" in done.stderr

@@ -24,7 +24,9 @@ def test_what_each_kata_is_given():
     assert view.hidden(catalog.get("attention")) == {"attention", "system.kernels.attention_fast"}
     assert view.reference_modules(catalog.get("attention")) == []
     assert {"model", "kv_cache"} <= set(view.reference_modules(catalog.get("generate")))
-    assert "roofline" in view.reference_modules(catalog.get("latency")) and "roofline" in view.allowed(catalog.get("latency"))
+    assert "roofline" in view.reference_modules(catalog.get("latency")) and "roofline" in view.allowed(
+        catalog.get("latency")
+    )
     assert "roofline" not in view.allowed(catalog.get("mixed_precision"))
 
 
@@ -32,5 +34,11 @@ def test_only_the_plugin_and_its_helpers_of_the_runner():
     """the plugin, the channel, target loading and the suites' helpers: not grade, check_katas or the CLI"""
     runner = set(view.runner_modules(catalog.get("bpe")))  # its suite uses dojo.testing
     assert {"grading.suite.plugin", "grading.channel", "targets", "testing"} <= runner
-    assert not runner & {"grading.grade", "grading.proof.check_katas", "cli", "grading.proof.mutant", "grading.confine.sandbox",
-                         "grading.scan.integrity"}
+    assert not runner & {
+        "grading.grade",
+        "grading.proof.check_katas",
+        "cli",
+        "grading.proof.mutant",
+        "grading.confine.sandbox",
+        "grading.scan.integrity",
+    }

@@ -88,7 +88,8 @@ def hf_smollm2(smollm2_path):
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True)
+        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True
+    )
     return model.eval()
 
 

@@ -86,7 +86,11 @@ def test_decode_shape_from_a_cache_view():
 def test_attn_mask_and_scale_follow_the_reference():
     """A float or bool attn_mask and a custom scale give the reference's result."""
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(1, 4, 3, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+    q, k, v = (
+        torch.randn(1, 4, 3, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+    )
     for mask in (torch.randn(1, 4, 3, 5, generator=g), torch.rand(3, 5, generator=g) < 0.5):
         got = fast.attention(q, k, v, causal=True, attn_mask=mask, scale=0.3)
         want = readable.attention(q, k, v, causal=True, attn_mask=mask, scale=0.3)

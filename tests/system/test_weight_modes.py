@@ -43,7 +43,9 @@ def test_int4_product_is_the_q4_1_matrix():
     want = x @ torch.from_numpy(dequantize_q4_1(blocks, w.shape)).T
     got = Int4Linear.from_q4_1(blocks, w.shape)(x)
     assert got.shape == (4, 96) and got.dtype == torch.float32
-    assert relative_error(got, want) < 2e-2, f"int4 product off by {relative_error(got, want):.3g} of its largest"
+    assert relative_error(got, want) < 2e-2, (
+        f"int4 product off by {relative_error(got, want):.3g} of its largest"
+    )
 
 
 def test_bf16_product_and_lookup():
@@ -64,8 +66,13 @@ def test_q8_rows_are_the_dequantized_rows():
     """Q8Rows.rows(ids) equals dequantize_q8_0's rows bit for bit."""
     gen = np.random.default_rng(1)
     v, d = 50, 64
-    blocks = np.concatenate([gen.normal(scale=0.01, size=(v * d // 32, 1)).astype(np.float16).view(np.uint8),
-                             gen.integers(-127, 128, size=(v * d // 32, 32)).astype(np.int8).view(np.uint8)], axis=1)
+    blocks = np.concatenate(
+        [
+            gen.normal(scale=0.01, size=(v * d // 32, 1)).astype(np.float16).view(np.uint8),
+            gen.integers(-127, 128, size=(v * d // 32, 32)).astype(np.int8).view(np.uint8),
+        ],
+        axis=1,
+    )
     table = Q8Rows(torch.from_numpy(blocks.reshape(v, -1)), (v, d))
     ids = torch.tensor([[0, 49, 7]])
     want = dequantize_q8_0(blocks, (v, d))[ids.numpy()]
@@ -144,8 +151,9 @@ def test_packed_modes_stay_near_fp32_logits(modes, chats):
             diff = float((got - ref).abs().max())
             top_diff = float((got - ref).gather(-1, top).abs().max())
             agree = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
-            assert top_diff < 2.0 and diff < (8.0 if q4 else 2.0) and agree >= floor, \
+            assert top_diff < 2.0 and diff < (8.0 if q4 else 2.0) and agree >= floor, (
                 f"{mode}: max |logit diff| {diff:.3f} ({top_diff:.3f} over its top logits), argmax agreement {agree:.0%}"
+            )
 
 
 def test_bytes_read_per_token(modes):

@@ -130,7 +130,9 @@ def test_first_start_builds_later_starts_map(gguf_copy, cold_int4, tmp_path):
     built, cold = cold_int4
     folder = tmp_path / "cache"
     shutil.copytree(built, folder)
-    assert any("cached the tokenizer" in n for n in cold.notes) and any("int4 weights" in n for n in cold.notes)
+    assert any("cached the tokenizer" in n for n in cold.notes) and any(
+        "int4 weights" in n for n in cold.notes
+    )
     warm = weights_cache.load("int4", folder, gguf_copy)
     assert warm.notes == [] and "parse GGUF" not in warm.seconds, warm
     want = logits(cold.model, cold.tokenizer)
@@ -159,8 +161,14 @@ def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, cold_int4, tmp_path):
 def test_fp32_from_the_cache_is_the_reference_model(gguf_copy, tmp_path, smollm2, smollm2_tokenizer):
     """fp32 through the cache, in the layout the calibration picks (column-major here, by an
     injected timer, with 4-row products packed), has the reference model's logits; the calibration is noted."""
-    col_wins = {("row", 1): 2.0, ("row", 4): 4.0, ("col", 1): 2.0, ("col", 4): 3.0, ("packed", 1): 2.5,
-                ("packed", 4): 2.0}
+    col_wins = {
+        ("row", 1): 2.0,
+        ("row", 4): 4.0,
+        ("col", 1): 2.0,
+        ("col", 4): 3.0,
+        ("packed", 1): 2.5,
+        ("packed", 4): 2.0,
+    }
     loaded = weights_cache.load("fp32", tmp_path, gguf_copy, calibration_timer=lambda *pair: col_wins[pair])
     assert loaded.calibration.layout == "col"
     if "packed" in calibration.kinds():  # torch with MKL

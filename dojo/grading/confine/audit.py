@@ -17,8 +17,13 @@ from collections.abc import Callable, Collection
 
 FORBIDDEN_IMPORTS = ("dojo", "solutions", "tests", "katas", "conftest", "_pytest", "pytest", "pluggy")
 PROCESS = ("subprocess", "os", "multiprocessing", "concurrent.futures", "pty", "platform", "asyncio")
-PASS_THROUGH = {"process": PROCESS, "ctypes": ("ctypes",), "frames": ("inspect", "traceback"),
-                "code": ("runpy", "code", "codeop"), "direct": ()}
+PASS_THROUGH = {
+    "process": PROCESS,
+    "ctypes": ("ctypes",),
+    "frames": ("inspect", "traceback"),
+    "code": ("runpy", "code", "codeop"),
+    "direct": (),
+}
 EVENTS = {  # audit event -> (kind of pass-through, what the finding says)
     "exec": ("code", "runs a code object it built (exec/eval)"),
     "compile": ("code", "compiles source at run time (compile/exec/eval of text)"),
@@ -54,8 +59,9 @@ class Refused(RuntimeError):
     """An operation the candidate's code asked for during grading; the message names the audit event."""
 
 
-def install(candidate_files: Collection[str], record: Callable[[dict], object], *,
-            allowed: Collection[str] = ()) -> None:
+def install(
+    candidate_files: Collection[str], record: Callable[[dict], object], *, allowed: Collection[str] = ()
+) -> None:
     """Add the hook for the rest of this process. `candidate_files`: the paths of the candidate's source
     (as given, and resolved). `record(finding)` is called once per refusal with {"event", "file",
     "line", "what"} (the candidate's file and line that asked). `allowed`: dotted modules among
@@ -72,14 +78,23 @@ def install(candidate_files: Collection[str], record: Callable[[dict], object], 
         """The frame that asked: below the hook, past the pass-through modules for `kind`."""
         frame = sys._getframe(2)
         modules = PASS_THROUGH[kind]
-        while frame is not None and (name := frame.f_globals.get("__name__", "")) and any(
-                name == m or name.startswith(m + ".") for m in modules):
+        while (
+            frame is not None
+            and (name := frame.f_globals.get("__name__", ""))
+            and any(name == m or name.startswith(m + ".") for m in modules)
+        ):
             frame = frame.f_back
         return frame
 
     def refuse(frame: types.FrameType, event: str, what: str) -> None:
-        record({"event": event, "file": os.path.basename(frame.f_code.co_filename), "line": frame.f_lineno,
-                "what": what})
+        record(
+            {
+                "event": event,
+                "file": os.path.basename(frame.f_code.co_filename),
+                "line": frame.f_lineno,
+                "what": what,
+            }
+        )
         raise Refused(f"{what}: audit event {event!r} refused during grading")
 
     def owned(obj: object) -> bool:
@@ -87,7 +102,11 @@ def install(candidate_files: Collection[str], record: Callable[[dict], object], 
         if isinstance(obj, types.FunctionType):
             return obj.__code__.co_filename in files
         target = obj if isinstance(obj, (type, types.ModuleType)) else type(obj)
-        module = target if isinstance(target, types.ModuleType) else sys.modules.get(getattr(target, "__module__", ""))
+        module = (
+            target
+            if isinstance(target, types.ModuleType)
+            else sys.modules.get(getattr(target, "__module__", ""))
+        )
         path = getattr(module, "__file__", None)
         return path is not None and (path in files or os.path.realpath(path) in files)
 

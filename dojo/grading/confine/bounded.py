@@ -56,8 +56,12 @@ def call(function: str, kwargs: dict, *, memory: int = MEMORY_LIMIT, timeout: fl
     seconds; its JSON return value. Raises BoundedError (see there) and TypeError when kwargs are not JSON."""
     root = str(Path(dojo.__file__).resolve().parent.parent)
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", _CHILD, str(memory), root, function],
-                              input=json.dumps(kwargs).encode(), capture_output=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _CHILD, str(memory), root, function],
+            input=json.dumps(kwargs).encode(),
+            capture_output=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise BoundedError(f"took longer than {timeout:g} s") from None
     try:
@@ -67,7 +71,9 @@ def call(function: str, kwargs: dict, *, memory: int = MEMORY_LIMIT, timeout: fl
     if not isinstance(out, dict) or not ({"value", "error"} & out.keys()):
         if done.returncode < 0:
             raise BoundedError(f"the child process died (signal {-done.returncode})")
-        last = (done.stderr.decode(errors="replace").strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        last = (
+            done.stderr.decode(errors="replace").strip().splitlines() or [f"exit status {done.returncode}"]
+        )[-1]
         if "MemoryError" in last:
             raise BoundedError(f"ran out of memory (limit {memory / 2**30:g} GiB)", "MemoryError")
         raise BoundedError(f"the child process failed: {last}")

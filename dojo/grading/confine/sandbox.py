@@ -35,7 +35,9 @@ def process_limit() -> int:
     given = os.environ.get("DOJO_PROCESS_LIMIT")
     if given:
         if not given.isdigit() or int(given) < 8:
-            raise ValueError(f"DOJO_PROCESS_LIMIT must be a whole number of processes, at least 8; got {given!r}")
+            raise ValueError(
+                f"DOJO_PROCESS_LIMIT must be a whole number of processes, at least 8; got {given!r}"
+            )
         return int(given)
     return 32 + 2 * len(os.sched_getaffinity(0))
 
@@ -49,7 +51,11 @@ def child_uid() -> int | None:
 def _is_checkout(path: Path) -> bool:
     """A checkout of this project, or a folder holding this one or the home folder (a .pth naming /work)."""
     holds = any(inside.is_relative_to(path) for inside in (ROOT.resolve(), Path.home().resolve()))
-    return holds or (path / "katas" / "katas.toml").is_file() or ((path / "solutions").is_dir() and (path / "dojo").is_dir())
+    return (
+        holds
+        or (path / "katas" / "katas.toml").is_file()
+        or ((path / "solutions").is_dir() and (path / "dojo").is_dir())
+    )
 
 
 @cache
@@ -58,8 +64,13 @@ def python_paths() -> list[Path]:
     fresh interpreter builds (`python -I`: not this process's, which pytest or PYTHONPATH may have
     extended), without a checkout of this project (the editable install's root) and without
     anything inside another."""
-    fresh = subprocess.run([sys.executable, "-I", "-c", "import sys; print('\\n'.join(sys.path))"],
-                           capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stdout
+    fresh = subprocess.run(
+        [sys.executable, "-I", "-c", "import sys; print('\\n'.join(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
+    ).stdout
     found = [Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent]
     found += [Path(p) for p in fresh.splitlines() if p and Path(p).exists()]
     keep: list[Path] = []
@@ -83,8 +94,16 @@ def _ancestors(paths: list[Path], covered: list[Path]) -> list[Path]:
 
 def bwrap_args(grading: Path, *, uid: int | None) -> list[str]:
     """bwrap's command line up to the command: namespaces, the view, the private /tmp."""
-    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try"]
+    args = [
+        "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if uid is None:
         args.append("--unshare-user")
     for name in SYSTEM:
@@ -94,8 +113,21 @@ def bwrap_args(grading: Path, *, uid: int | None) -> list[str]:
         elif path.is_dir():
             args += ["--ro-bind", name, name]
     args += [x for name in ETC if Path(name).exists() for x in ("--ro-bind", name, name)]
-    args += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES),
-             "--tmpfs", "/tmp"]
+    args += [
+        "--ro-bind",
+        "/sys",
+        "/sys",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(TMP_BYTES),
+        "--tmpfs",
+        "/tmp",
+    ]
     binds = [*python_paths(), grading]
     covered = [Path(n) for n in SYSTEM if Path(n).exists()] + [Path("/sys"), Path("/proc"), Path("/dev")]
     for folder in _ancestors(binds, covered):

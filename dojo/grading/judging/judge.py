@@ -45,8 +45,14 @@ class Worker:
         mine, theirs = socket.socketpair()
         with open(self.spec["output"], "ab") as out:
             self.proc = subprocess.Popen(
-                self.spec["cmd"], stdin=theirs, stdout=out, stderr=subprocess.STDOUT, env=self.spec["env"],
-                cwd=self.spec["cwd"], start_new_session=True)
+                self.spec["cmd"],
+                stdin=theirs,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.spec["env"],
+                cwd=self.spec["cwd"],
+                start_new_session=True,
+            )
         theirs.close()
         self.endpoint = Endpoint(mine, "judge", trusted=True, lend=lend)
         self.starts += 1
@@ -71,9 +77,12 @@ class Worker:
         if code is not None and code < 0:
             sig = -code
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-            what = {signal.SIGSEGV: "crashed with a segmentation fault", signal.SIGBUS: "crashed with a bus error",
-                    signal.SIGABRT: "aborted",
-                    signal.SIGKILL: "was killed (SIGKILL), most likely for using too much memory"}.get(sig)
+            what = {
+                signal.SIGSEGV: "crashed with a segmentation fault",
+                signal.SIGBUS: "crashed with a bus error",
+                signal.SIGABRT: "aborted",
+                signal.SIGKILL: "was killed (SIGKILL), most likely for using too much memory",
+            }.get(sig)
             why = f"your code's process {what or f'was killed by {name}'}"
         elif code is not None:
             why = f"your code's process exited with code {code}"
@@ -158,7 +167,12 @@ class KataModule:
 
     def _current(self) -> Proxy:
         w = worker()
-        if self._module is None or w.endpoint is None or w.endpoint.broken or w.endpoint is not self._endpoint:
+        if (
+            self._module is None
+            or w.endpoint is None
+            or w.endpoint.broken
+            or w.endpoint is not self._endpoint
+        ):
             boot = w.boot()
             self._module, self._endpoint = boot.load(), w.endpoint
         return self._module

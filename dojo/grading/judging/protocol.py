@@ -12,7 +12,9 @@ ENV = "DOJO_JUDGE_WORKER"  # JSON: {"cmd": [...], "env": {...}, "cwd": "...", "o
 def recipe_target(recipe: str):
     """The callable a recipe "package.module:name" names; ValueError for anything else."""
     module_name, _, attr = recipe.partition(":")
-    if not module_name or not all(part.isidentifier() for part in [*module_name.split("."), *attr.split(".")]):
+    if not module_name or not all(
+        part.isidentifier() for part in [*module_name.split("."), *attr.split(".")]
+    ):
         raise ValueError(f"not a recipe (want 'module:name'): {recipe!r}")
     target = importlib.import_module(module_name)
     for part in attr.split("."):

@@ -20,14 +20,49 @@ from typing import Any
 
 from dojo.grading.judging import wire
 
-OPS = ("getattr", "setattr", "call", "len", "iter", "next", "getitem", "setitem", "contains", "enter", "exit", "str")
+OPS = (
+    "getattr",
+    "setattr",
+    "call",
+    "len",
+    "iter",
+    "next",
+    "getitem",
+    "setitem",
+    "contains",
+    "enter",
+    "exit",
+    "str",
+)
 SAFE_BUILTIN_ERRORS = {
-    name: getattr(builtins, name) for name in (
-        "ValueError", "TypeError", "KeyError", "IndexError", "RuntimeError", "NotImplementedError",
-        "AttributeError", "AssertionError", "ZeroDivisionError", "OverflowError", "ArithmeticError",
-        "LookupError", "MemoryError", "RecursionError", "StopIteration", "OSError", "FileNotFoundError",
-        "UnicodeError", "ImportError", "ModuleNotFoundError",  # (not Unicode{De,En}codeError: five arguments)
-        "NameError", "UnboundLocalError", "FloatingPointError", "IOError", "EOFError", "BufferError",
+    name: getattr(builtins, name)
+    for name in (
+        "ValueError",
+        "TypeError",
+        "KeyError",
+        "IndexError",
+        "RuntimeError",
+        "NotImplementedError",
+        "AttributeError",
+        "AssertionError",
+        "ZeroDivisionError",
+        "OverflowError",
+        "ArithmeticError",
+        "LookupError",
+        "MemoryError",
+        "RecursionError",
+        "StopIteration",
+        "OSError",
+        "FileNotFoundError",
+        "UnicodeError",
+        "ImportError",
+        "ModuleNotFoundError",  # (not Unicode{De,En}codeError: five arguments)
+        "NameError",
+        "UnboundLocalError",
+        "FloatingPointError",
+        "IOError",
+        "EOFError",
+        "BufferError",
         "Exception",
     )
 }
@@ -274,8 +309,13 @@ class Endpoint:
             return obj(*pos, **kw)
         if op == "str":
             return str(obj)[:2000]
-        one = {"len": len, "iter": iter, "next": next, "enter": lambda o: o.__enter__(),
-               "exit": lambda o: o.__exit__(None, None, None)}
+        one = {
+            "len": len,
+            "iter": iter,
+            "next": next,
+            "enter": lambda o: o.__enter__(),
+            "exit": lambda o: o.__exit__(None, None, None),
+        }
         if op in one:
             return one[op](obj)
         if op == "getitem":
@@ -289,11 +329,18 @@ class Endpoint:
 
     def _describe(self, exc: BaseException) -> dict:
         cls = type(exc)
-        frames = [f"{f.lineno}, in {f.name}" for f in traceback.extract_tb(exc.__traceback__)
-                  if self.side == "worker" and f.filename == getattr(self, "candidate_file", None)]
-        return {"type": cls.__name__[:100], "base": _builtin_base(cls), "message": _text(exc)[:4000],
-                "class": self._export(cls) if self.side == "worker" and cls.__module__ != "builtins" else None,
-                "where": frames[-1] if frames else ""}  # the innermost line of the candidate's file
+        frames = [
+            f"{f.lineno}, in {f.name}"
+            for f in traceback.extract_tb(exc.__traceback__)
+            if self.side == "worker" and f.filename == getattr(self, "candidate_file", None)
+        ]
+        return {
+            "type": cls.__name__[:100],
+            "base": _builtin_base(cls),
+            "message": _text(exc)[:4000],
+            "class": self._export(cls) if self.side == "worker" and cls.__module__ != "builtins" else None,
+            "where": frames[-1] if frames else "",
+        }  # the innermost line of the candidate's file
 
     def _error(self, err, op: str = "call") -> BaseException:
         if not self.trusted:  # the candidate's side: the judge's builtin errors as themselves, so that
@@ -341,18 +388,52 @@ BUILTIN_FUNCTIONS = {id(v): k for k, v in vars(builtins).items() if callable(v) 
 # not lent (compile reaches Dynamo and Inductor, whose options end up in a compiler's command line: a
 # red team ran a shell command in the judge that way). A model's own attributes (prefill, config ...)
 # are lent as before.
-MODULE_API = frozenset({
-    "forward", "training", "parameters", "named_parameters", "buffers", "named_buffers", "children",
-    "named_children", "modules", "named_modules", "get_submodule", "get_parameter", "get_buffer",
-    "state_dict", "load_state_dict", "train", "eval", "zero_grad", "requires_grad_", "to", "float",
-    "double", "half", "bfloat16", "apply", "register_forward_hook", "register_forward_pre_hook"})
+MODULE_API = frozenset(
+    {
+        "forward",
+        "training",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "children",
+        "named_children",
+        "modules",
+        "named_modules",
+        "get_submodule",
+        "get_parameter",
+        "get_buffer",
+        "state_dict",
+        "load_state_dict",
+        "train",
+        "eval",
+        "zero_grad",
+        "requires_grad_",
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "apply",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+    }
+)
 
 
 def _torch_module_api(obj, name: str) -> bool:
     """Whether `name` is the torch.nn.Module base class's own API on `obj` (not the model's own)."""
     nn = sys.modules.get("torch.nn")
-    return nn is not None and isinstance(obj, nn.Module) and hasattr(nn.Module, name) and not any(
-        name in vars(cls) for cls in type(obj).__mro__ if cls is not nn.Module and not issubclass(nn.Module, cls))
+    return (
+        nn is not None
+        and isinstance(obj, nn.Module)
+        and hasattr(nn.Module, name)
+        and not any(
+            name in vars(cls)
+            for cls in type(obj).__mro__
+            if cls is not nn.Module and not issubclass(nn.Module, cls)
+        )
+    )
 
 
 def _unlendable(obj) -> str:
@@ -374,10 +455,14 @@ def _check_lent_use(op: str, args: list, obj=None) -> None:
     a running generator or coroutine (model.parameters() is for iterating: its gi_frame is the judge's
     frame). What it lends is checked too (_unlendable)."""
     if op == "getattr" and isinstance(obj, RUNNING):
-        raise AttributeError(f"your code may iterate the judge's {type(obj).__name__}, not read its attributes")
+        raise AttributeError(
+            f"your code may iterate the judge's {type(obj).__name__}, not read its attributes"
+        )
     if op == "getattr" and args and args[0] not in MODULE_API and _torch_module_api(obj, args[0]):
-        raise AttributeError(f"your code may not use {type(obj).__name__}.{args[0]} of the judge's model: its "
-                             f"torch.nn.Module methods lent are {', '.join(sorted(MODULE_API))}")
+        raise AttributeError(
+            f"your code may not use {type(obj).__name__}.{args[0]} of the judge's model: its "
+            f"torch.nn.Module methods lent are {', '.join(sorted(MODULE_API))}"
+        )
     if op == "setattr":
         raise PermissionError("the judge's objects are read-only to your code")
     if op == "setitem":
@@ -385,7 +470,9 @@ def _check_lent_use(op: str, args: list, obj=None) -> None:
     if op == "getattr":
         name = args[0] if args else None
         if type(name) is not str or name.startswith("_"):
-            raise AttributeError(f"your code may read only public attributes of the judge's objects, not {name!r}")
+            raise AttributeError(
+                f"your code may read only public attributes of the judge's objects, not {name!r}"
+            )
 
 
 def _builtin(name, base) -> type | None:

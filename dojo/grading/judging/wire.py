@@ -31,11 +31,37 @@ _HEADER = struct.Struct(">QI")  # total length, JSON length
 
 TORCH_DTYPES = {
     str(d).removeprefix("torch."): d
-    for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-              torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
 }
-NUMPY_DTYPES = {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32",
-                "uint16", "uint8", "bool", "complex64", "complex128"}
+NUMPY_DTYPES = {
+    "float64",
+    "float32",
+    "float16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+}
 
 
 class WireError(ValueError):
@@ -140,7 +166,7 @@ def decode(text: str, buffers: list[bytes], resolve: Callable[[Ref], Any]) -> An
             return v
         if type(v) is not dict or len(v) != 1:
             raise WireError(f"a bare {type(v).__name__} where a tagged value belongs")
-        (tag, x), = v.items()
+        ((tag, x),) = v.items()
         if tag in ("L", "T", "S", "F"):
             items = [dec(i, depth + 1) for i in _list(x)]
             return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
@@ -148,7 +174,12 @@ def decode(text: str, buffers: list[bytes], resolve: Callable[[Ref], Any]) -> An
             return {dec(_pair(p)[0], depth + 1): dec(_pair(p)[1], depth + 1) for p in _list(x)}
         if tag == "NT":
             name, fields, values = _list(x)
-            if type(name) is not str or not _names(fields) or type(values) is not list or len(values) != len(fields):
+            if (
+                type(name) is not str
+                or not _names(fields)
+                or type(values) is not list
+                or len(values) != len(fields)
+            ):
                 raise WireError("a malformed named tuple")
             return _named_tuple(name, tuple(fields))(*(dec(i, depth + 1) for i in values))
         if tag == "f":
@@ -192,12 +223,21 @@ def decode(text: str, buffers: list[bytes], resolve: Callable[[Ref], Any]) -> An
 @functools.lru_cache(maxsize=256)
 def _named_tuple(name: str, fields: tuple[str, ...]) -> type:
     """A namedtuple class made here for a named tuple that came over the wire: plain tuple equality."""
-    return collections.namedtuple(name if name.isidentifier() and not keyword.iskeyword(name) else "Record", fields)
+    return collections.namedtuple(
+        name if name.isidentifier() and not keyword.iskeyword(name) else "Record", fields
+    )
 
 
 def _names(fields) -> bool:
-    return (type(fields) is list and len(fields) <= 256 and len(set(fields)) == len(fields) and all(
-        type(f) is str and f.isidentifier() and not keyword.iskeyword(f) and not f.startswith("_") for f in fields))
+    return (
+        type(fields) is list
+        and len(fields) <= 256
+        and len(set(fields)) == len(fields)
+        and all(
+            type(f) is str and f.isidentifier() and not keyword.iskeyword(f) and not f.startswith("_")
+            for f in fields
+        )
+    )
 
 
 def _no_constant(name: str):
@@ -225,8 +265,10 @@ def _buffer(buffers: list[bytes], index) -> bytes:
 def _tensor(t: torch.Tensor, buffers: list[bytes]) -> dict:
     name = str(t.dtype).removeprefix("torch.")
     if name not in TORCH_DTYPES or t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
-        raise TypeError(f"a tensor of dtype {t.dtype}, layout {t.layout} on {t.device} cannot be sent: "
-                        "only plain CPU tensors of the common dtypes")
+        raise TypeError(
+            f"a tensor of dtype {t.dtype}, layout {t.layout} on {t.device} cannot be sent: "
+            "only plain CPU tensors of the common dtypes"
+        )
     flat = torch.empty(t.numel(), dtype=t.dtype)  # a fresh dense copy: no view's strides come along
     flat.copy_(torch.Tensor.detach(t).reshape(-1))
     data = flat.view(torch.uint8) if flat.numel() and flat.dtype != torch.uint8 else flat
@@ -298,8 +340,8 @@ def recv(sock: socket.socket) -> tuple[str, list[bytes]]:
         (n,) = struct.unpack(">Q", rest[:8])
         if n > len(rest) - 8:
             raise WireError("a frame whose buffers do not add up")
-        buffers.append(bytes(rest[8:8 + n]))
-        rest = rest[8 + n:]
+        buffers.append(bytes(rest[8 : 8 + n]))
+        rest = rest[8 + n :]
     try:
         return text.decode(), buffers
     except UnicodeDecodeError:

@@ -116,7 +116,9 @@ def main(argv: list[str]) -> None:
     path, name, allowed = argv
     import torch
 
-    torch.set_num_threads(1)  # tiny models, one core: steady beside other gradings (as the suites' one_thread)
+    torch.set_num_threads(
+        1
+    )  # tiny models, one core: steady beside other gradings (as the suites' one_thread)
     sock = socket.socket(fileno=os.dup(0))  # the connection came as standard input
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -85,10 +85,13 @@ def _child(run: Run, results: Path, ini: Path, log: Path, threads: int) -> None:
 
         code = int(pytest.main(run.args(results, ini)))
         roots = (str(targets.solutions_dir()) + os.sep, str(targets.suites_dir()) + os.sep)
-        deps = sorted({
-            str(Path(f).resolve()) for m in list(sys.modules.values())
-            if (f := getattr(m, "__file__", None)) and str(Path(f).resolve()).startswith(roots)
-        })
+        deps = sorted(
+            {
+                str(Path(f).resolve())
+                for m in list(sys.modules.values())
+                if (f := getattr(m, "__file__", None)) and str(Path(f).resolve()).startswith(roots)
+            }
+        )
         Path(f"{results}.deps").write_text(json.dumps(deps))
         sys.stdout.flush()
         sys.stderr.flush()
@@ -113,8 +116,12 @@ def _fork_worker(run: Run) -> dict:
                 os.dup2(devnull, fd)
             os.setpgid(0, 0)
             spec = run.worker_spec
-            worker.serve(theirs, str(run.target), f"dojo_target_{run.slug}",
-                         [a for a in spec["cmd"][-1].split(",") if a])
+            worker.serve(
+                theirs,
+                str(run.target),
+                f"dojo_target_{run.slug}",
+                [a for a in spec["cmd"][-1].split(",") if a],
+            )
         finally:
             os._exit(0)
     theirs.close()
@@ -127,8 +134,10 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
     reference (ordered by its timings), `jobs` at a time."""
     cache = load_cache() if use_cache else {}
     refs = {(r.slug, r.judge): r for r in runs if r.kind == "reference"}
-    waiting = {key: [r for r in runs if (r.slug, r.judge) == key and r.kind != "reference" and not r.broken]
-               for key in refs}
+    waiting = {
+        key: [r for r in runs if (r.slug, r.judge) == key and r.kind != "reference" and not r.broken]
+        for key in refs
+    }
     ready: list[Run] = list(refs.values())
     running: dict[int, tuple[Run, Path, float, str, Path]] = {}  # pid -> run, results, start, key, log
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
@@ -180,8 +189,15 @@ def execute(runs: list[Run], jobs: int, *, use_cache: bool = True, timeout: floa
                     deps = json.loads(Path(f"{results}.deps").read_text())
                 except (OSError, ValueError):
                     deps = None
-                if deps is not None and not any(r["outcome"] == "inconclusive" for r in run.rows):  # re-run those
-                    cache[key] = {"digest": inputs_digest(run, deps), "deps": deps, "rows": run.rows, "error": None}
+                if deps is not None and not any(
+                    r["outcome"] == "inconclusive" for r in run.rows
+                ):  # re-run those
+                    cache[key] = {
+                        "digest": inputs_digest(run, deps),
+                        "deps": deps,
+                        "rows": run.rows,
+                        "error": None,
+                    }
             finished(run)
     if use_cache:
         save_cache(cache)
@@ -216,7 +232,9 @@ def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: fl
     elif doc is None:
         code = os.waitstatus_to_exitcode(status)
         tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
-        run.error = f"pytest ended without results (exit {code})" + ("".join(f"\n    {line}" for line in tail))
+        run.error = f"pytest ended without results (exit {code})" + (
+            "".join(f"\n    {line}" for line in tail)
+        )
     elif not run.rows and doc.get("exitstatus") not in (0, 1):
         errors = "\n".join(e["message"] for e in doc.get("errors", []))
         tail = (errors or (log.read_text(errors="replace") if log.exists() else "")).strip().splitlines()[-8:]
@@ -237,17 +255,23 @@ def plan(katas: list[catalog.Kata]) -> list[Run]:
         targets_ = [("reference", kata.reference, None, None), ("stub", kata.stub, None, None)]
         for m in kata.mutants:
             try:
-                targets_.append(("mutant", mutant.materialize(m, kata.reference, written / kata.slug), m, None))
+                targets_.append(
+                    ("mutant", mutant.materialize(m, kata.reference, written / kata.slug), m, None)
+                )
             except (SyntaxError, ValueError) as exc:
                 targets_.append(("mutant", m, m, str(exc)))
         for judged in (False, True):
-            runs += [Run(kata.slug, kind, target, kata.suite, source=source, broken=broken, judge=judged)
-                     for kind, target, source, broken in targets_]
+            runs += [
+                Run(kata.slug, kind, target, kata.suite, source=source, broken=broken, judge=judged)
+                for kind, target, source, broken in targets_
+            ]
     return runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dojo.grading.proof.check_katas", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m dojo.grading.proof.check_katas", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("slugs", nargs="*", help="katas to check (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="re-run everything, even unchanged runs")
@@ -266,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     _print_table(katas, runs, time.monotonic() - started)
     for problem in problems:
         print(f"VIOLATION {problem}")
-    print(f"{len(problems)} violation{'s' if len(problems) != 1 else ''} in {len(katas)} katas" if problems else "all katas OK")
+    print(
+        f"{len(problems)} violation{'s' if len(problems) != 1 else ''} in {len(katas)} katas"
+        if problems
+        else "all katas OK"
+    )
     return 1 if problems else 0
 
 
@@ -306,7 +334,8 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
         table.add_row(
             name,
             str(len(graded)),
-            ("ok " if not violations(ref) else "BAD ") + f"{ok_ref}/{len(graded)} pass"
+            ("ok " if not violations(ref) else "BAD ")
+            + f"{ok_ref}/{len(graded)} pass"
             + (f" ({unsure} inconclusive)" if unsure else ""),
             ("ok " if not violations(stub) else "BAD ") + f"{failing}/{len(stub_rows)} fail",
             ("ok " if killed == len(mutants) else "BAD ") + f"{killed}/{len(mutants)}" if mutants else "none",
@@ -315,7 +344,9 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     console.print(table, markup=False)
     fresh = sum(not r.cached for r in runs)
-    console.print(f"{len(runs)} runs ({fresh} run, {len(runs) - fresh} cached) in {seconds:.1f} s", markup=False)
+    console.print(
+        f"{len(runs)} runs ({fresh} run, {len(runs) - fresh} cached) in {seconds:.1f} s", markup=False
+    )
 
 
 if __name__ == "__main__":

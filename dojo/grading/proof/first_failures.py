@@ -46,7 +46,9 @@ def first_failure(rows: list[dict]) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dojo.grading.proof.first_failures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m dojo.grading.proof.first_failures", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("slugs", nargs="*", help="katas (default: all)")
     parser.add_argument("--all", action="store_true", help="list every failure, not only the first")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")

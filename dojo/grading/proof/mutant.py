@@ -21,13 +21,21 @@ def edits_of(mutant: Path) -> list[tuple[str, str]] | None:
     Raises ValueError when EDITS is not a literal list of (old, new) string pairs."""
     tree = ast.parse(mutant.read_text(encoding="utf-8"), filename=str(mutant))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EDITS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EDITS" for t in node.targets
+        ):
             try:
                 edits = ast.literal_eval(node.value)
             except ValueError:
-                raise ValueError(f"{mutant.name}: EDITS must be a literal list of (old, new) strings") from None
-            if not isinstance(edits, list) or not edits or not all(
-                isinstance(e, tuple) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in edits
+                raise ValueError(
+                    f"{mutant.name}: EDITS must be a literal list of (old, new) strings"
+                ) from None
+            if (
+                not isinstance(edits, list)
+                or not edits
+                or not all(
+                    isinstance(e, tuple) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in edits
+                )
             ):
                 raise ValueError(f"{mutant.name}: EDITS must be a non-empty list of (old, new) string pairs")
             return edits
@@ -78,8 +86,9 @@ def diff(mutant: Path, reference: Path) -> str:
     before = reference.read_text(encoding="utf-8")
     edits = edits_of(mutant)
     after = mutant.read_text(encoding="utf-8") if edits is None else apply(before, edits, mutant.name)
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                        str(reference), str(mutant)))
+    return "".join(
+        difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(reference), str(mutant))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     if not paths:
-        print("usage: python -m dojo.grading.proof.mutant tests/katas/mutants/<slug>/<name>.py ...", file=sys.stderr)
+        print(
+            "usage: python -m dojo.grading.proof.mutant tests/katas/mutants/<slug>/<name>.py ...",
+            file=sys.stderr,
+        )
         return 2
     for path in paths:
         try:

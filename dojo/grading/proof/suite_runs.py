@@ -37,7 +37,9 @@ class Run:
     seconds: float = 0.0
     cached: bool = False
     judge: bool = False  # judge mode: the target runs in a worker process, the suite never imports it
-    killed_apart: bool = False  # a judge-mode mutant that a candidate_process test kills in its in-process twin
+    killed_apart: bool = (
+        False  # a judge-mode mutant that a candidate_process test kills in its in-process twin
+    )
 
     @property
     def worker_spec(self) -> dict:
@@ -46,8 +48,19 @@ class Run:
         from dojo.grading import view
 
         allowed = ",".join(f"solutions.{m}" for m in view.importable(catalog.get(self.slug)))
-        cmd = [sys.executable, "-m", "dojo.grading.judging.worker", str(self.target), f"dojo_target_{self.slug}", allowed]
-        env = {**os.environ, "PYTHONPATH": str(targets.solutions_dir().parent), "PYTHONDONTWRITEBYTECODE": "1"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "dojo.grading.judging.worker",
+            str(self.target),
+            f"dojo_target_{self.slug}",
+            allowed,
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(targets.solutions_dir().parent),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         return {"cmd": cmd, "env": env, "cwd": str(targets.solutions_dir().parent), "output": os.devnull}
 
     @property
@@ -55,13 +68,34 @@ class Run:
         return (self.source or self.target).stem if self.kind == "mutant" else self.kind
 
     def args(self, results: Path, ini: Path) -> list[str]:
-        tests = [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order] if self.order else [str(self.suite)]
-        return [
-            *tests, "-c", str(ini), "--rootdir", str(targets.katas_dir().parent),
-            "--confcutdir", str(self.suite.parent), "-p", "dojo.grading.suite.plugin", "-p", "no:cacheprovider",
-            "-q", "--tb=no", "--no-header", f"--target={self.target}", f"--dojo-results={results}",
-            f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
-        ] + (["-x"] if self.kind == "mutant" else []) + (["--judge"] if self.judge else [])
+        tests = (
+            [f"{self.suite}::{node.split('::', 1)[1]}" for node in self.order]
+            if self.order
+            else [str(self.suite)]
+        )
+        return (
+            [
+                *tests,
+                "-c",
+                str(ini),
+                "--rootdir",
+                str(targets.katas_dir().parent),
+                "--confcutdir",
+                str(self.suite.parent),
+                "-p",
+                "dojo.grading.suite.plugin",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--tb=no",
+                "--no-header",
+                f"--target={self.target}",
+                f"--dojo-results={results}",
+                f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
+            ]
+            + (["-x"] if self.kind == "mutant" else [])
+            + (["--judge"] if self.judge else [])
+        )
 
 
 # ---- verdicts ----------------------------------------------------------------------------------
@@ -74,24 +108,37 @@ def violations(run: Run) -> list[str]:
         if run.error or not graded:
             return [f"{run.slug}: the suite does not run on the reference: {run.error or 'no tests ran'}"]
         # inconclusive: a timing test the busy machine could not decide, never a verdict on the suite
-        return [f"{run.slug}: reference fails '{r['property']}': {r['message'][:300]}" for r in graded
-                if r["outcome"] not in ("passed", "inconclusive")]
+        return [
+            f"{run.slug}: reference fails '{r['property']}': {r['message'][:300]}"
+            for r in graded
+            if r["outcome"] not in ("passed", "inconclusive")
+        ]
     if run.kind == "stub":
         if not run.target.exists():
             return [f"{run.slug}: no stub at {run.target}"]
-        return [f"{run.slug}: '{r['property']}' passes on the untouched stub" for r in graded if r["outcome"] == "passed"]
+        return [
+            f"{run.slug}: '{r['property']}' passes on the untouched stub"
+            for r in graded
+            if r["outcome"] == "passed"
+        ]
     source = run.source or run.target
     if run.broken:
         return [f"{run.slug}: mutant {source.name} does not apply: {run.broken}"]
     killed = bool(run.error) or run.killed_apart or any(r["outcome"] == "failed" for r in graded)
-    return [] if killed else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
+    return (
+        []
+        if killed
+        else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
+    )
 
 
 # ---- the cache ---------------------------------------------------------------------------------
 
 
 def cache_path() -> Path:
-    return Path(os.environ.get("DOJO_CHECK_CACHE") or dojo.ROOT / ".pytest_cache" / "dojo" / "check_katas.json")
+    return Path(
+        os.environ.get("DOJO_CHECK_CACHE") or dojo.ROOT / ".pytest_cache" / "dojo" / "check_katas.json"
+    )
 
 
 def _digest(paths: list[Path]) -> str:
@@ -106,8 +153,19 @@ def runner_files() -> list[Path]:
     the audit hook, the channel and timing lock, and the suites' kit."""
     package = Path(dojo.__file__).resolve().parent
     folders = [package / "grading" / "suite", package / "grading" / "judging"]
-    files = [package / n for n in ("grading/confine/audit.py", "grading/channel.py", "grading/machine_lock.py",
-                                   "grading/freezer.py", "targets.py", "testing.py", "machine.py", "fakeclock.py")]
+    files = [
+        package / n
+        for n in (
+            "grading/confine/audit.py",
+            "grading/channel.py",
+            "grading/machine_lock.py",
+            "grading/freezer.py",
+            "targets.py",
+            "testing.py",
+            "machine.py",
+            "fakeclock.py",
+        )
+    ]
     return sorted(p for f in folders for p in f.glob("*.py")) + files
 
 

@@ -57,14 +57,20 @@ def scan(path: Path, slug: str) -> list[str]:
 
 def _type_of(node: ast.AST) -> bool:
     """`type(x)` or `x.__class__`: a class reached through an object."""
-    return ((isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
-             and len(node.args) == 1) or (isinstance(node, ast.Attribute) and node.attr == "__class__"))
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "type"
+        and len(node.args) == 1
+    ) or (isinstance(node, ast.Attribute) and node.attr == "__class__")
 
 
 class _Scanner(ast.NodeVisitor):
     def __init__(self, allowed: set[str]) -> None:
         self.allowed = allowed
-        self.aliases: dict[str, str] = {}  # local name -> dotted name it stands for (imported, or assigned: s = sys)
+        self.aliases: dict[
+            str, str
+        ] = {}  # local name -> dotted name it stands for (imported, or assigned: s = sys)
         self.consts: dict[str, ast.AST] = {}  # names bound once, to text the scan can fold ("sol" + "utions")
         self.defined: set[str] = set()  # names the file binds itself (a local `compile` is not the builtin)
         self.parent: dict[ast.AST, ast.AST] = {}
@@ -127,7 +133,9 @@ class _Scanner(ast.NodeVisitor):
             owner = self.dotted(node.value)
             if owner and not owner.startswith(PATCHABLE):
                 self.flag(node, f"patches {owner}.{node.attr} (code the grader or a library relies on)")
-            elif _type_of(node.value):  # type(torch.empty(0)).data_ptr = ...: a class reached through an object
+            elif _type_of(
+                node.value
+            ):  # type(torch.empty(0)).data_ptr = ...: a class reached through an object
                 self.flag(node, f"patches the class of an object ({node.attr}), not one this file defines")
         dotted = self.dotted(node)
         if dotted:
@@ -148,12 +156,24 @@ class _Scanner(ast.NodeVisitor):
         if isinstance(parent, ast.Attribute):
             return True
         if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
-            return (self.dotted(parent.func) or _plain(parent.func)) in (*WRITERS, "getattr", "hasattr", "vars")
-        return isinstance(parent, (ast.Assign, ast.NamedExpr)) and parent.value is node and all(
-            isinstance(t, ast.Name) for t in getattr(parent, "targets", [getattr(parent, "target", None)]))
+            return (self.dotted(parent.func) or _plain(parent.func)) in (
+                *WRITERS,
+                "getattr",
+                "hasattr",
+                "vars",
+            )
+        return (
+            isinstance(parent, (ast.Assign, ast.NamedExpr))
+            and parent.value is node
+            and all(
+                isinstance(t, ast.Name) for t in getattr(parent, "targets", [getattr(parent, "target", None)])
+            )
+        )
 
     def visit_Call(self, node: ast.Call) -> None:
-        func = self.dotted(node.func) or _plain(node.func)  # an alias's target, or the name as written (object.__setattr__)
+        func = self.dotted(node.func) or _plain(
+            node.func
+        )  # an alias's target, or the name as written (object.__setattr__)
         first = node.args[0] if node.args else None
         if func in COMPUTED:
             name = self.fold(first) if first is not None else None
@@ -189,7 +209,11 @@ class _Scanner(ast.NodeVisitor):
         """A write through `X.__dict__[k] = v` or `vars(X).update(...)` into an X the file imported."""
         if isinstance(container, ast.Attribute) and container.attr == "__dict__":
             inner = container.value
-        elif isinstance(container, ast.Call) and getattr(container.func, "id", None) == "vars" and container.args:
+        elif (
+            isinstance(container, ast.Call)
+            and getattr(container.func, "id", None) == "vars"
+            and container.args
+        ):
             inner = container.args[0]
         else:
             return
@@ -228,8 +252,12 @@ class _Scanner(ast.NodeVisitor):
 
     def check_text(self, node: ast.AST, text: str) -> None:
         if PATH_TEXT.search(text) and not self._permitted_text(text):
-            self.flag(node, f"names the project's files or the grader's internals in a string ({text[:40]!r})")
-        for part in set(re.split(r"[.\s]", text)) & set(ATTRIBUTES):  # getattr(tb, "tb_frame"), attrgetter("f_back")
+            self.flag(
+                node, f"names the project's files or the grader's internals in a string ({text[:40]!r})"
+            )
+        for part in set(re.split(r"[.\s]", text)) & set(
+            ATTRIBUTES
+        ):  # getattr(tb, "tb_frame"), attrgetter("f_back")
             self.flag(node, f"names {part} in a string: {ATTRIBUTES[part]}")
 
     def _permitted_text(self, text: str) -> bool:
@@ -263,7 +291,9 @@ class _Scanner(ast.NodeVisitor):
         self.aliases.update({n: "os" for n, m in self.aliases.items() if m in OS_TWINS})
         self.consts = {n: values[0] for n, values in stores.items() if len(values) == 1}
         for _ in range(3):  # s = sys; t = s: follow assignment chains a few links deep
-            self.aliases.update({n: d for n, values in stores.items() for v in values if (d := self.dotted(v))})
+            self.aliases.update(
+                {n: d for n, values in stores.items() for v in values if (d := self.dotted(v))}
+            )
         self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:
@@ -284,4 +314,8 @@ def _plain(node: ast.AST) -> str | None:
 
 
 def _is_docstring(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )

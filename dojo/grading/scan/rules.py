@@ -41,10 +41,41 @@ MODULES = {  # importing any of these is a finding
 }
 OS_TWINS = ("posix", "nt")  # os's C halves: posix.fork is os.fork
 # a module with a flagged member used as a value (`[sys][0].modules`, `f(os)`) escapes alias tracking
-VALUE_SENSITIVE = frozenset({"sys", "os", "gc", "inspect", "importlib", "builtins", "pickle", "operator",
-                             "posix", "nt", "types", "ctypes", "subprocess", "marshal"})
-DICT_WRITES = ("update", "setdefault", "__setitem__", "__delitem__", "pop", "popitem", "clear")  # on X.__dict__, vars(X)
-WRITERS = ("setattr", "delattr", "object.__setattr__", "type.__setattr__", "object.__delattr__", "type.__delattr__")
+VALUE_SENSITIVE = frozenset(
+    {
+        "sys",
+        "os",
+        "gc",
+        "inspect",
+        "importlib",
+        "builtins",
+        "pickle",
+        "operator",
+        "posix",
+        "nt",
+        "types",
+        "ctypes",
+        "subprocess",
+        "marshal",
+    }
+)
+DICT_WRITES = (
+    "update",
+    "setdefault",
+    "__setitem__",
+    "__delitem__",
+    "pop",
+    "popitem",
+    "clear",
+)  # on X.__dict__, vars(X)
+WRITERS = (
+    "setattr",
+    "delattr",
+    "object.__setattr__",
+    "type.__setattr__",
+    "object.__delattr__",
+    "type.__delattr__",
+)
 PATCHABLE = ("torch.backends",)  # settings an honest solution may assign (torch.backends.mkldnn.enabled)
 NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suffix
     "os._exit": "calls os._exit (ends the process before the grader hears back)",
@@ -93,20 +124,39 @@ NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suf
     "importlib.__import__": "imports by a computed name (importlib.__import__)",
 }
 ATTRIBUTES = {  # on any object
-    "f_back": "walks stack frames (f_back)", "f_globals": "reads a frame's globals", "f_locals": "reads a frame's locals",
-    "f_builtins": "reads a frame's builtins", "tb_frame": "walks stack frames (tb_frame)", "gi_frame": "walks frames",
-    "cr_frame": "walks frames", "__globals__": "reads another function's globals (__globals__)",
-    "__builtins__": "reaches the builtins by name (__builtins__)", "__subclasses__": "walks every class (__subclasses__)",
-    "__code__": "reads or swaps code objects (__code__)", "__closure__": "reads closures (__closure__)",
-    "__loader__": "reaches a module loader (__loader__)", "exec_module": "runs a module by hand (exec_module)",
-    "rglob": "searches the filesystem (rglob)", "tb_next": "walks tracebacks (tb_next)", "f_code": "reads a frame's code",
-    "gi_code": "reads a generator's code", "cr_code": "reads a coroutine's code", "ag_frame": "walks frames",
-    "f_trace": "traces a frame (f_trace)", "co_consts": "reads a code object's constants (co_consts)",
-    "co_code": "reads or swaps bytecode (co_code)", "co_names": "reads a code object's names (co_names)",
+    "f_back": "walks stack frames (f_back)",
+    "f_globals": "reads a frame's globals",
+    "f_locals": "reads a frame's locals",
+    "f_builtins": "reads a frame's builtins",
+    "tb_frame": "walks stack frames (tb_frame)",
+    "gi_frame": "walks frames",
+    "cr_frame": "walks frames",
+    "__globals__": "reads another function's globals (__globals__)",
+    "__builtins__": "reaches the builtins by name (__builtins__)",
+    "__subclasses__": "walks every class (__subclasses__)",
+    "__code__": "reads or swaps code objects (__code__)",
+    "__closure__": "reads closures (__closure__)",
+    "__loader__": "reaches a module loader (__loader__)",
+    "exec_module": "runs a module by hand (exec_module)",
+    "rglob": "searches the filesystem (rglob)",
+    "tb_next": "walks tracebacks (tb_next)",
+    "f_code": "reads a frame's code",
+    "gi_code": "reads a generator's code",
+    "cr_code": "reads a coroutine's code",
+    "ag_frame": "walks frames",
+    "f_trace": "traces a frame (f_trace)",
+    "co_consts": "reads a code object's constants (co_consts)",
+    "co_code": "reads or swaps bytecode (co_code)",
+    "co_names": "reads a code object's names (co_names)",
 }
-BUILTINS = {"exec": "exec of text", "eval": "eval of text", "compile": "compile of text",
-            "__builtins__": "reaches the builtins by name (__builtins__)", "globals": "reads its module's globals() by name",
-            "breakpoint": "calls breakpoint()"}
+BUILTINS = {
+    "exec": "exec of text",
+    "eval": "eval of text",
+    "compile": "compile of text",
+    "__builtins__": "reaches the builtins by name (__builtins__)",
+    "globals": "reads its module's globals() by name",
+    "breakpoint": "calls breakpoint()",
+}
 COMPUTED = ("importlib.import_module", "__import__")  # fine with a constant name (then checked as an import)
 SENSITIVE = {n.split(".")[0] for n in (*NAMES, *MODULES)} | set(PROJECT)  # getattr(os, name) is a finding
 PATH_TEXT = re.compile(
@@ -115,4 +165,6 @@ PATH_TEXT = re.compile(
 )
 
 # last parts of flagged dotted names ("system", "_getframe", "fork"): text built from pieces that ends so is a finding
-BUILT_NAMES = frozenset(n.rpartition(".")[2].rstrip("*") for n in NAMES) | frozenset(BUILTINS) | frozenset(ATTRIBUTES)
+BUILT_NAMES = (
+    frozenset(n.rpartition(".")[2].rstrip("*") for n in NAMES) | frozenset(BUILTINS) | frozenset(ATTRIBUTES)
+)

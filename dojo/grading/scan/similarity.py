@@ -70,11 +70,20 @@ def _pass_throughs(source: str) -> set[str]:
     for node in ast.walk(tree):
         fn, name = None, None
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
-            fn, name = (body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None), node.name
+            body = [
+                b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            ]
+            fn, name = (
+                (body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None),
+                node.name,
+            )
             args = node.args
-        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-              and isinstance(node.value, ast.Lambda)):
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Lambda)
+        ):
             fn, name, args = node.value.body, node.targets[0].id, node.value.args
         if fn is not None and isinstance(fn, ast.Name) and args.args and fn.id == args.args[0].arg:
             found.add(name)
@@ -91,7 +100,9 @@ def _no_op(statement: list[str]) -> bool:
 
 def _normal(tok: tokenize.TokenInfo, before: str) -> list[str]:
     if tok.type == tokenize.NAME:  # keywords, builtins and attribute names stay: a copier renames locals
-        return [tok.string if keyword.iskeyword(tok.string) or tok.string in BUILTIN or before == "." else "N"]
+        return [
+            tok.string if keyword.iskeyword(tok.string) or tok.string in BUILTIN or before == "." else "N"
+        ]
     if tok.type == tokenize.STRING or tok.type >= getattr(tokenize, "FSTRING_START", 1000):
         return ["S"]
     if tok.type == tokenize.NUMBER:
@@ -116,21 +127,28 @@ def similarity(a: Stream, b: Stream) -> float | None:
     return (len(covered) - len(a.base)) / min(len(a), len(b))
 
 
-def _tile(a: tuple[str, ...], b: tuple[str, ...], marked_a: set[int], marked_b: set[int]) -> tuple[set[int], set[int]]:
+def _tile(
+    a: tuple[str, ...], b: tuple[str, ...], marked_a: set[int], marked_b: set[int]
+) -> tuple[set[int], set[int]]:
     """Greedy String Tiling: mark the longest common unmarked runs first, down to MIN_MATCH tokens.
     Returns the marked positions of a and of b (the given marks included)."""
     starts: dict[tuple[str, ...], list[int]] = {}
     for j in range(len(b) - MIN_MATCH + 1):
-        starts.setdefault(b[j:j + MIN_MATCH], []).append(j)
+        starts.setdefault(b[j : j + MIN_MATCH], []).append(j)
     while True:
         longest, matches = MIN_MATCH, []
         for i in range(len(a) - MIN_MATCH + 1):
             if i in marked_a:
                 continue
-            for j in starts.get(a[i:i + MIN_MATCH], ()):
+            for j in starts.get(a[i : i + MIN_MATCH], ()):
                 k = 0
-                while (i + k < len(a) and j + k < len(b) and a[i + k] == b[j + k]
-                       and i + k not in marked_a and j + k not in marked_b):
+                while (
+                    i + k < len(a)
+                    and j + k < len(b)
+                    and a[i + k] == b[j + k]
+                    and i + k not in marked_a
+                    and j + k not in marked_b
+                ):
                     k += 1
                 if k > longest:
                     longest, matches = k, [(i, j, k)]
@@ -163,5 +181,9 @@ def find(files: dict[str, dict[str, str]], references: dict[str, str], stubs: di
                 if score is not None and score >= THRESHOLD:
                     copies.append({"kata": kata, "submission": name, "similarity": round(score, 3)})
     key = lambda row: -row["similarity"]  # noqa: E731
-    return {"threshold": THRESHOLD, "min_match": MIN_MATCH, "pairs": sorted(pairs, key=key),
-            "reference": sorted(copies, key=key)}
+    return {
+        "threshold": THRESHOLD,
+        "min_match": MIN_MATCH,
+        "pairs": sorted(pairs, key=key),
+        "reference": sorted(copies, key=key),
+    }

@@ -64,8 +64,18 @@ def _notes(exc: BaseException) -> list[str]:
 
 
 _EXAMPLE_HEADS = ("Failing test case:", "Falsifying example:", "Falsifying explicit example:")
-_HYPOTHESIS_CHATTER = ("Explanation:", "You can reproduce", "Unreliable test", "Highest target", "Trying example",
-                       "Hypothesis", "@reproduce_failure", "Retried", "Tests with", "The test always failed")
+_HYPOTHESIS_CHATTER = (
+    "Explanation:",
+    "You can reproduce",
+    "Unreliable test",
+    "Highest target",
+    "Trying example",
+    "Hypothesis",
+    "@reproduce_failure",
+    "Retried",
+    "Tests with",
+    "The test always failed",
+)
 _FILE_LINE = re.compile(r"[\w.-]*/[\w./-]+\.py\b(:\d+)?")  # /tmp/dojo-grade-bpe-x/tests/katas/test_bpe.py:86
 _ANY_VALUE = "  # or any other generated value"
 
@@ -113,11 +123,13 @@ def _shown(name: str, value) -> str:
 
 
 def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
-    """" (at file.py:LINE, in func)" for the innermost frame in the learner's file (or, failing that, in
+    """ " (at file.py:LINE, in func)" for the innermost frame in the learner's file (or, failing that, in
     any file that is not the suite's, the plugin's or a library's)."""
     entries = list(reversed(excinfo.traceback))
     mine = [e for e in entries if target and str(e.path) == target]
-    others = [e for e in entries if not any(part in str(e.path) for part in ("/tests/", "site-packages", "/dojo/"))]
+    others = [
+        e for e in entries if not any(part in str(e.path) for part in ("/tests/", "site-packages", "/dojo/"))
+    ]
     for entry in mine or others:
         return f" (at {Path(str(entry.path)).name}:{entry.lineno + 1}, in {entry.name})"
     return ""

@@ -37,14 +37,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--examples-only", action="store_true", help="run only the README's worked examples")
     group.addoption("--dojo-results", default=None, metavar="FILE", help="write structured results as JSON")
     group.addoption(
-        "--dojo-test-timeout", type=float, default=None, metavar="S", help="fail any test that runs past S seconds"
+        "--dojo-test-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="fail any test that runs past S seconds",
     )
-    group.addoption("--audit-allowed", default=None, metavar="MODULES",
-                    help="install the audit hook (dojo.grading.confine.audit) before the implementation is imported; "
-                         "MODULES: comma-separated reference modules it may import")
-    group.addoption("--judge", action="store_true",
-                    help="judge mode: the implementation runs in the worker named by $DOJO_JUDGE_WORKER, never here; "
-                         "tests marked candidate_process (and machine) are deferred")
+    group.addoption(
+        "--audit-allowed",
+        default=None,
+        metavar="MODULES",
+        help="install the audit hook (dojo.grading.confine.audit) before the implementation is imported; "
+        "MODULES: comma-separated reference modules it may import",
+    )
+    group.addoption(
+        "--judge",
+        action="store_true",
+        help="judge mode: the implementation runs in the worker named by $DOJO_JUDGE_WORKER, never here; "
+        "tests marked candidate_process (and machine) are deferred",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,12 +69,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
     config.addinivalue_line(
-        "markers", "builds_on(*tests): basic tests whose failure explains this one's (dojo.grading.suite.causes)")
+        "markers",
+        "builds_on(*tests): basic tests whose failure explains this one's (dojo.grading.suite.causes)",
+    )
     config.addinivalue_line(
-        "markers", "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive")
+        "markers",
+        "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive",
+    )
     config.addinivalue_line(
-        "markers", "candidate_process: can only be measured inside the candidate's process (timings, gradients "
-                   "through its code, buffer identity); judge mode runs it apart and reports its points apart")
+        "markers",
+        "candidate_process: can only be measured inside the candidate's process (timings, gradients "
+        "through its code, buffer identity); judge mode runs it apart and reports its points apart",
+    )
 
 
 def in_candidate_process(item: pytest.Item) -> bool:
@@ -86,7 +103,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def kata_slug(request: pytest.FixtureRequest) -> str:
     slug = getattr(request.module, "KATA", None)
     if not slug:
-        raise pytest.UsageError(f"{request.module.__name__} uses the kata fixture but sets no KATA = '<slug>'")
+        raise pytest.UsageError(
+            f"{request.module.__name__} uses the kata fixture but sets no KATA = '<slug>'"
+        )
     return slug
 
 
@@ -122,7 +141,9 @@ def kata(request: pytest.FixtureRequest, kata_path: Path):
         if type(exc).__name__ == "BoundaryError":  # judge mode: the worker died or hung while importing it
             from dojo.grading.judging import judge
 
-            pytest.fail(f"{kata_path.name} could not be imported: {judge.describe_failure(exc)}", pytrace=False)
+            pytest.fail(
+                f"{kata_path.name} could not be imported: {judge.describe_failure(exc)}", pytrace=False
+            )
         pytest.fail(f"{kata_path.name} raised at import: {type(exc).__name__}: {exc}", pytrace=False)
 
 
@@ -251,8 +272,12 @@ def _outcome(report: pytest.TestReport, call: pytest.CallInfo, item: pytest.Item
     (dojo.testing.inconclusive) raised by the suite: never from the candidate's file."""
     if report.passed:
         return "passed"
-    if (call.excinfo is not None and call.excinfo.errisinstance(testing.Inconclusive)
-            and item.get_closest_marker("machine") and not _raised_by_candidate(call.excinfo, item)):
+    if (
+        call.excinfo is not None
+        and call.excinfo.errisinstance(testing.Inconclusive)
+        and item.get_closest_marker("machine")
+        and not _raised_by_candidate(call.excinfo, item)
+    ):
         return "inconclusive"
     return "failed"
 
@@ -332,7 +357,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif _refused:
         _emit({"audit": list(_refused)})
     if _sender is not None:
-        _sender.send({"end": {"exitstatus": int(exitstatus), "examples_only": bool(session.config.getoption("--examples-only"))}})
+        _sender.send(
+            {
+                "end": {
+                    "exitstatus": int(exitstatus),
+                    "examples_only": bool(session.config.getoption("--examples-only")),
+                }
+            }
+        )
     path = session.config.getoption("--dojo-results")
     if not path:
         return

@@ -15,13 +15,21 @@ from torch import Tensor
 from solutions import attention as readable
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-              key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
-              scale: float | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
     """Same as `solutions.attention.attention` (see there), computed by the fused kernel."""
     if attn_mask is not None:
-        return readable.attention(q, k, v, causal=causal, key_padding_mask=key_padding_mask,
-                                  attn_mask=attn_mask, scale=scale)
+        return readable.attention(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask, attn_mask=attn_mask, scale=scale
+        )
     readable._check_inputs(q, k, v, key_padding_mask, None)
     b, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
@@ -29,8 +37,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
 
     all_real = key_padding_mask is None or bool(key_padding_mask.all())
     if causal and tq == tk and tq > 1 and all_real:  # unpadded prefill: no query is blind
-        out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
-                                             scale=scale, enable_gqa=True)  # (B, Hq, Tq, D)
+        out = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=True, scale=scale, enable_gqa=True
+        )  # (B, Hq, Tq, D)
         return out.to(q.dtype)
 
     allowed = None  # bool, broadcastable to (B, 1, Tq, Tk); None = every query sees every key

@@ -26,7 +26,12 @@ PACKED = "packed"  # MKL's packed GEMM, timed beside the layouts where torch has
 PACK_GAIN = 0.10  # pack only where that saves at least this share of the product's time
 VERSION = "2"  # what a calibration measures; a new one measures cached machines again
 ROWS = (1, 4)  # a greedy step, a 4-beam step
-SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # SmolLM2's (N, K) per layer: qkv, o, gate|up, down
+SHAPES = (
+    (960, 576),
+    (576, 576),
+    (3072, 576),
+    (576, 1536),
+)  # SmolLM2's (N, K) per layer: qkv, o, gate|up, down
 LAYERS = 15  # half SmolLM2's 30: 210 MB of fp32 per kind, so products stream from memory as the real
 # step's do. With 4 layers (56 MB) one Xeon kept part of them in its cache and ran them 30 % faster
 # than the real model, enough to pick the wrong layout; 15 and 30 layers time alike there.
@@ -74,8 +79,12 @@ def cpu_model() -> str:
 
 def machine() -> dict[str, str]:
     """What a calibration holds for: CPU model, torch version, torch's thread count, and VERSION."""
-    return {"cpu": cpu_model(), "torch": torch.__version__, "threads": str(torch.get_num_threads()),
-            "calibration": VERSION}
+    return {
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
+        "threads": str(torch.get_num_threads()),
+        "calibration": VERSION,
+    }
 
 
 def kinds() -> tuple[str, ...]:
@@ -91,11 +100,16 @@ def matmul_timer(layers: int = LAYERS) -> Callable[[str, int], float]:
     from solutions.system.kernels import packed_gemm
 
     gen = torch.Generator().manual_seed(0)
-    weights = {layout: [apply_layout(torch.full((n, k), 0.01), layout)
-                        for _ in range(layers) for n, k in SHAPES] for layout in LAYOUTS}
+    weights = {
+        layout: [apply_layout(torch.full((n, k), 0.01), layout) for _ in range(layers) for n, k in SHAPES]
+        for layout in LAYOUTS
+    }
     inputs = {(rows, k): torch.rand(rows, k, generator=gen) for rows in ROWS for _, k in SHAPES}
-    packs = ({rows: [packed_gemm.pack(w, rows) for w in weights["row"]] for rows in ROWS}
-             if PACKED in kinds() else {})
+    packs = (
+        {rows: [packed_gemm.pack(w, rows) for w in weights["row"]] for rows in ROWS}
+        if PACKED in kinds()
+        else {}
+    )
 
     def timer(kind: str, rows: int) -> float:
         start = time.perf_counter()
@@ -110,8 +124,11 @@ def matmul_timer(layers: int = LAYERS) -> Callable[[str, int], float]:
     return timer
 
 
-def calibrate(timer: Callable[[str, int], float] | None = None, repeats: int = 7,
-              candidates: tuple[str, ...] | None = None) -> Calibration:
+def calibrate(
+    timer: Callable[[str, int], float] | None = None,
+    repeats: int = 7,
+    candidates: tuple[str, ...] | None = None,
+) -> Calibration:
     """Time every (kind, rows) pair `repeats` times, interleaved after a warm-up; pick the
     layout with the least 1-row + 4-row time, each pair's fastest run counting, and pack for the
     row counts where PACKED beats that layout by PACK_GAIN. `timer(kind, rows)` -> seconds
@@ -133,8 +150,12 @@ def calibrate(timer: Callable[[str, int], float] | None = None, repeats: int = 7
     seconds = {f"{kind} {rows}": min(times[kind, rows]) for kind, rows in pairs}
     cost = {layout: sum(seconds[f"{layout} {rows}"] for rows in ROWS) for layout in LAYOUTS}
     layout = min(LAYOUTS, key=cost.__getitem__)
-    packed = tuple(rows for rows in ROWS if PACKED in candidates
-                   and seconds[f"{PACKED} {rows}"] <= (1 - PACK_GAIN) * seconds[f"{layout} {rows}"])
+    packed = tuple(
+        rows
+        for rows in ROWS
+        if PACKED in candidates
+        and seconds[f"{PACKED} {rows}"] <= (1 - PACK_GAIN) * seconds[f"{layout} {rows}"]
+    )
     return Calibration(layout, seconds, machine(), packed)
 
 
@@ -142,8 +163,11 @@ def calibration_path(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "calibration.json"
 
 
-def load_or_calibrate(cache_dir: str | Path, timer: Callable[[str, int], float] | None = None,
-                      log: Callable[[str], None] | None = None) -> Calibration:
+def load_or_calibrate(
+    cache_dir: str | Path,
+    timer: Callable[[str, int], float] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Calibration:
     """This machine's calibration from `cache_dir`, measured (and saved) when there is none for
     this machine, or the file is unreadable. The file maps a machine's key to its calibration,
     so machines sharing a workspace each keep theirs. `log` hears what happened."""
@@ -162,8 +186,10 @@ def load_or_calibrate(cache_dir: str | Path, timer: Callable[[str, int], float] 
             if log:
                 log(f"calibration file {path} is unreadable ({type(exc).__name__}): measuring again")
     if log:
-        log(f"calibrating the fp32 weight layout for {here['cpu']} (torch {here['torch']}, "
-            f"{here['threads']} threads) ...")
+        log(
+            f"calibrating the fp32 weight layout for {here['cpu']} (torch {here['torch']}, "
+            f"{here['threads']} threads) ..."
+        )
     found = calibrate(timer)
     write_entry(path, key, asdict(found))
     return found

@@ -23,7 +23,9 @@ from torch import Tensor
 from solutions.kv_cache import KVCache
 from solutions.system.kernels import native
 
-RESCORE = 16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
+RESCORE = (
+    16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
+)
 ENV = native.FUSED_ENV  # "0": never fuse (the readable path only), for comparing the two
 PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
@@ -31,7 +33,9 @@ PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
 ROUNDS = 3  # interleaved rounds over the candidates, the median kept ...
 BUDGET_S = 1.0  # ... while the calibration has taken less than this: on a busy machine a step can take
 # a hundred times its quiet time, and the first start must not wait minutes (one round always runs)
-_calibrated: dict[str, dict[int, float]] = {}  # this process's, by calibration key: distance -> median seconds
+_calibrated: dict[
+    str, dict[int, float]
+] = {}  # this process's, by calibration key: distance -> median seconds
 
 
 def prefetch_file() -> Path:
@@ -43,8 +47,16 @@ def calibration_key(kernel, config) -> str:
     """What a measured distance depends on: the kernel build, CPU, instruction set, threads, model shape."""
     from solutions.system.kernels.calibration import cpu_model
 
-    return json.dumps({"build": native.module_name(), "cpu": cpu_model(), "isa": kernel.isa,
-                       "threads": torch.get_num_threads(), "model": repr(config)}, sort_keys=True)
+    return json.dumps(
+        {
+            "build": native.module_name(),
+            "cpu": cpu_model(),
+            "isa": kernel.isa,
+            "threads": torch.get_num_threads(),
+            "model": repr(config),
+        },
+        sort_keys=True,
+    )
 
 
 def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
@@ -59,13 +71,17 @@ def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
         try:
             kernel.module.set_prefetch(int(fixed))
         except (ValueError, RuntimeError) as exc:
-            raise ValueError(f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks") from exc
+            raise ValueError(
+                f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks"
+            ) from exc
         return {int(fixed): float("nan")}
     key = calibration_key(kernel, config)
     medians = _calibrated.get(key) or _read_saved(key)
     if medians is None:
         medians, complete = _measure(decoder, kernel, config)
-        if complete:  # all ROUNDS within the budget; else the machine was too busy to trust: measure next time
+        if (
+            complete
+        ):  # all ROUNDS within the budget; else the machine was too busy to trust: measure next time
             _save(key, medians)
     _calibrated[key] = medians
     kernel.module.set_prefetch(min(medians, key=medians.get))
@@ -107,8 +123,15 @@ def _save(key: str, medians: dict[int, float]) -> None:
         pass  # a read-only build folder: this process keeps its measurement, the next measures again
 
 
-def _plain_step_cache(ids: Tensor, cache, attention_mask: Tensor | None, max_seq_len: int, max_rows: int,
-                      vocab_size: int, max_tokens: int = 1) -> bool:
+def _plain_step_cache(
+    ids: Tensor,
+    cache,
+    attention_mask: Tensor | None,
+    max_seq_len: int,
+    max_rows: int,
+    vocab_size: int,
+    max_tokens: int = 1,
+) -> bool:
     """Whether a fused step can take these tokens: ids (rows,), one a row, or (rows, T), T a row, with
     1..max_rows rows and 1..max_tokens tokens a row, all in the vocabulary; the reference KVCache in
     fp32 on the CPU with one row per row of ids, every layer at the same length, room for the new
@@ -127,7 +150,9 @@ def _plain_step_cache(ids: Tensor, cache, attention_mask: Tensor | None, max_seq
         cache.advance(0)  # raises where a pass was left half written
     except ValueError:
         return False
-    if attention_mask is not None and (attention_mask.shape != (rows, pos + new) or not bool(attention_mask.all())):
+    if attention_mask is not None and (
+        attention_mask.shape != (rows, pos + new) or not bool(attention_mask.all())
+    ):
         return False
     return bool(((ids >= 0) & (ids < vocab_size)).all())
 
@@ -168,18 +193,41 @@ class FusedStep:
         if isa is not None:
             kernel = replace(kernel, isa=isa)
         head = model.lm_head
-        mats = [getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")]
-        if not (isinstance(head, RescoredHead) and isinstance(head.fast, Q4Q8Linear) and head.k == RESCORE
-                and isinstance(model.embed, Q8Rows) and all(isinstance(m, Q4Q8Linear) for m in mats)
-                and len({m.residual for m in [*mats, head.fast]}) == 1):
+        mats = [
+            getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")
+        ]
+        if not (
+            isinstance(head, RescoredHead)
+            and isinstance(head.fast, Q4Q8Linear)
+            and head.k == RESCORE
+            and isinstance(model.embed, Q8Rows)
+            and all(isinstance(m, Q4Q8Linear) for m in mats)
+            and len({m.residual for m in [*mats, head.fast]}) == 1
+        ):
             return None
         c = model.config
         norms = [n.detach().contiguous() for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
         decoder = kernel.module.Decoder(
-            [c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.vocab_size, c.max_seq_len,
-             RESCORE], c.norm_eps, head.fast.residual, [*norms, model.norm.detach().contiguous()],
-            [m.tiles for m in mats] + [head.fast.tiles], model.embed.blocks.contiguous(),
-            model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
+            [
+                c.d_model,
+                c.n_layers,
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+                c.d_ff,
+                c.vocab_size,
+                c.max_seq_len,
+                RESCORE,
+            ],
+            c.norm_eps,
+            head.fast.residual,
+            [*norms, model.norm.detach().contiguous()],
+            [m.tiles for m in mats] + [head.fast.tiles],
+            model.embed.blocks.contiguous(),
+            model.rope_cos.contiguous(),
+            model.rope_signed_sin.contiguous(),
+            kernel.isa,
+        )
         return cls(decoder, kernel, c.vocab_size, c.max_seq_len, calibrate_prefetch(decoder, kernel, c))
 
     def describe(self) -> str:
@@ -191,10 +239,14 @@ class FusedStep:
         return f"{where} (measured ms a step: {times})"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        if ids.dim() != 1 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size):
+        if ids.dim() != 1 or not _plain_step_cache(
+            ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size
+        ):
             return None
         self.kernel.module.set_prefetch(self.distance)
-        logits = self.decoder.step(int(ids[0]), cache.storage, cache.length)  # (V,); writes K, V at pos of every layer
+        logits = self.decoder.step(
+            int(ids[0]), cache.storage, cache.length
+        )  # (V,); writes K, V at pos of every layer
         cache.advance(1)
         return logits[None]
 
@@ -204,13 +256,14 @@ class FusedStep:
     def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         """Logits (1, T, V) for 1 or 2 tokens ids (1, T) of one row as T fused steps, or None (a longer
         prompt, and anything a step declines, takes the readable path, whose products are this kernel)."""
-        if ids.dim() != 2 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size,
-                                                    self.PREFILL_STEPS):
+        if ids.dim() != 2 or not _plain_step_cache(
+            ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size, self.PREFILL_STEPS
+        ):
             return None
         T = ids.shape[1]
         rows = []
         for i in range(T):
-            mask = None if attention_mask is None else attention_mask[:, :cache.length + 1]
+            mask = None if attention_mask is None else attention_mask[:, : cache.length + 1]
             if (row := self(ids[:, i], cache, mask)) is None:
                 if i:  # (cannot happen: the checks above cover what a later step would decline)
                     raise RuntimeError("a fused prefill declined half way")
@@ -223,8 +276,11 @@ def _reads(model) -> tuple:
     """Where each tensor the fp32 step reads lives (data pointer, strides), with the model's head and
     attention function: what must not change under a built step."""
     tensors = [model.embed, model.norm, model.rope_cos, model.rope_signed_sin]
-    tensors += [getattr(layer, name) for layer in model.layers
-                for name in ("attn_norm", "ffn_norm", "wqkv", "wo", "w_gate_up", "w_down")]
+    tensors += [
+        getattr(layer, name)
+        for layer in model.layers
+        for name in ("attn_norm", "ffn_norm", "wqkv", "wo", "w_gate_up", "w_down")
+    ]
     return (model.lm_head, model.attention_fn, *((t.data_ptr(), t.stride(), t.dtype) for t in tensors))
 
 
@@ -265,30 +321,45 @@ class FusedStepF32:
         kernel = native.kernel()
         if isa is not None:
             kernel = replace(kernel, isa=isa)
-        mats = [getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")]
+        mats = [
+            getattr(layer, name) for layer in model.layers for name in ("wqkv", "wo", "w_gate_up", "w_down")
+        ]
         tensors = [model.embed, *mats]
-        if not (model.lm_head is None and model.attention_fn is fast_attention
-                and all(isinstance(t, Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"
-                        for t in tensors)):
+        if not (
+            model.lm_head is None
+            and model.attention_fn is fast_attention
+            and all(
+                isinstance(t, Tensor) and t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors
+            )
+        ):
             return None
         c = model.config
         norms = [n.detach().contiguous() for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
         decoder = kernel.module.DecoderF32(
             [c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.vocab_size, c.max_seq_len],
-            c.norm_eps, [*norms, model.norm.detach().contiguous()], [m.detach() for m in mats],
-            model.embed.detach(), model.rope_cos.contiguous(), model.rope_signed_sin.contiguous(), kernel.isa)
+            c.norm_eps,
+            [*norms, model.norm.detach().contiguous()],
+            [m.detach() for m in mats],
+            model.embed.detach(),
+            model.rope_cos.contiguous(),
+            model.rope_signed_sin.contiguous(),
+            kernel.isa,
+        )
         return cls(decoder, kernel, model)
 
     def describe(self) -> str:
         return f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        if ids.dim() != 1 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS,
-                                                    self.vocab_size):
+        if ids.dim() != 1 or not _plain_step_cache(
+            ids, cache, attention_mask, self.max_seq_len, self.MAX_ROWS, self.vocab_size
+        ):
             return None
         if not self.current():
             return None
-        logits = self.decoder.step(ids.contiguous(), cache.storage, cache.length)  # (B, V); K, V written at pos
+        logits = self.decoder.step(
+            ids.contiguous(), cache.storage, cache.length
+        )  # (B, V); K, V written at pos
         cache.advance(1)
         return logits
 
@@ -297,8 +368,9 @@ class FusedStepF32:
         cache's positions, in one native call (speculative decoding's verification: each weight read once
         for all T), or None where it is not plain (the readable path then runs). Each position's logits
         are bit for bit those of feeding its token alone through `__call__`."""
-        if ids.dim() != 2 or not _plain_step_cache(ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size,
-                                                    self.MAX_ROWS):
+        if ids.dim() != 2 or not _plain_step_cache(
+            ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size, self.MAX_ROWS
+        ):
             return None
         if not self.current():
             return None

@@ -48,8 +48,9 @@ class Kernel:
 
 def module_name() -> str:
     """The extension's module name: a hash of its sources and flags, so each edit is a new build."""
-    digest = hashlib.blake2b(b"".join(p.read_bytes() for p in SOURCES) + " ".join(COMPILE_FLAGS).encode(),
-                             digest_size=6).hexdigest()
+    digest = hashlib.blake2b(
+        b"".join(p.read_bytes() for p in SOURCES) + " ".join(COMPILE_FLAGS).encode(), digest_size=6
+    ).hexdigest()
     return f"dojo_q4_1_q8_1_{digest}"
 
 
@@ -69,8 +70,11 @@ def _load() -> tuple[Kernel | None, str]:
     path = built_path()
     if path is None:
         stale = sorted(BUILD_DIR.glob("dojo_q4_1_q8_1_*")) if BUILD_DIR.is_dir() else []
-        return None, ("the build is of other sources: `make setup` (or `python -m solutions.system.kernels.native`) rebuilds it"
-                      if stale else "it is not built: `make setup` (or `python -m solutions.system.kernels.native`) builds it")
+        return None, (
+            "the build is of other sources: `make setup` (or `python -m solutions.system.kernels.native`) rebuilds it"
+            if stale
+            else "it is not built: `make setup` (or `python -m solutions.system.kernels.native`) builds it"
+        )
     import torch  # noqa: F401  (the module links against libtorch, which importing torch loads)
 
     try:
@@ -122,12 +126,25 @@ def build() -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     for old in BUILD_DIR.glob("dojo_q4_1_q8_1_*"):
         old.unlink()
-    ext = CppExtension(name, [str(SOURCES[0])], extra_compile_args=COMPILE_FLAGS, extra_link_args=["-fopenmp"])
+    ext = CppExtension(
+        name, [str(SOURCES[0])], extra_compile_args=COMPILE_FLAGS, extra_link_args=["-fopenmp"]
+    )
     cwd = os.getcwd()
     try:
         os.chdir(BUILD_DIR)  # away from the repository's pyproject.toml, which setuptools would read
-        setup(name=name, ext_modules=[ext], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
-              script_args=["-q", "build_ext", "--build-lib", str(BUILD_DIR), "--build-temp", str(BUILD_DIR / "tmp")])
+        setup(
+            name=name,
+            ext_modules=[ext],
+            cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+            script_args=[
+                "-q",
+                "build_ext",
+                "--build-lib",
+                str(BUILD_DIR),
+                "--build-temp",
+                str(BUILD_DIR / "tmp"),
+            ],
+        )
     finally:
         os.chdir(cwd)
     path = built_path()

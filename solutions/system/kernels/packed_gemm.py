@@ -17,8 +17,11 @@ from torch import Tensor
 
 def available() -> bool:
     """Whether this torch has MKL's packed GEMM ops (x86 builds with MKL do)."""
-    return (torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
-            and hasattr(torch.ops.mkl, "_mkl_linear"))
+    return (
+        torch.backends.mkl.is_available()
+        and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+        and hasattr(torch.ops.mkl, "_mkl_linear")
+    )
 
 
 def pack(w: Tensor, rows: int) -> Tensor:

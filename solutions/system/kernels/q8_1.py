@@ -26,7 +26,9 @@ def quantize_q8_1(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     block), s = d * sum(q): in fp32, step by step as the compiled kernel does, so the two agree
     bit for bit. Raises ValueError unless x is 2-D fp32 with K a multiple of 32."""
     if x.dim() != 2 or x.dtype != torch.float32 or x.shape[1] % BLOCK:
-        raise ValueError(f"x must be (M, K) fp32 with K a multiple of {BLOCK}; got {tuple(x.shape)} {x.dtype}")
+        raise ValueError(
+            f"x must be (M, K) fp32 with K a multiple of {BLOCK}; got {tuple(x.shape)} {x.dtype}"
+        )
     m, k = x.shape
     xb = x.reshape(m, k // BLOCK, BLOCK)  # (M, blocks, 32)
     d = xb.abs().amax(-1) / 127  # (M, blocks)
@@ -59,8 +61,9 @@ def unpack_q4_1(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     fp32. Byte j of a block's codes holds weight j in its low nibble, weight j + 16 in its high one.
     Raises ValueError for a tensor that is not rows of whole blocks."""
     if blocks.dim() != 2 or blocks.dtype != torch.uint8 or blocks.shape[1] % BLOCK_BYTES:
-        raise ValueError(f"Q4_1 blocks must be (N, K / 32 * {BLOCK_BYTES}) uint8; got "
-                         f"{tuple(blocks.shape)} {blocks.dtype}")
+        raise ValueError(
+            f"Q4_1 blocks must be (N, K / 32 * {BLOCK_BYTES}) uint8; got {tuple(blocks.shape)} {blocks.dtype}"
+        )
     n = blocks.shape[0]
     b = blocks.reshape(n, -1, BLOCK_BYTES)  # (N, blocks, 20)
     d = b[..., 0:2].contiguous().view(torch.float16).float()[..., 0]  # (N, blocks)
@@ -96,9 +99,15 @@ def repack(blocks: Tensor) -> Tensor:
     each row, code bytes 4g..4g+3 of its block (weights 4g..4g+3 in the low nibbles, 16+4g..
     16+4g+3 in the high ones). A pure permutation of the file's bytes: `unpack` is its inverse.
     Raises ValueError for a tensor that is not rows of whole blocks."""
-    if blocks.dim() != 2 or blocks.dtype != torch.uint8 or blocks.shape[1] % BLOCK_BYTES or not blocks.shape[1]:
-        raise ValueError(f"Q4_1 blocks must be (N, K / 32 * {BLOCK_BYTES}) uint8; got "
-                         f"{tuple(blocks.shape)} {blocks.dtype}")
+    if (
+        blocks.dim() != 2
+        or blocks.dtype != torch.uint8
+        or blocks.shape[1] % BLOCK_BYTES
+        or not blocks.shape[1]
+    ):
+        raise ValueError(
+            f"Q4_1 blocks must be (N, K / 32 * {BLOCK_BYTES}) uint8; got {tuple(blocks.shape)} {blocks.dtype}"
+        )
     n, nb = blocks.shape[0], blocks.shape[1] // BLOCK_BYTES
     tiles = -(-n // TILE)
     padded = torch.zeros(tiles * TILE, nb, BLOCK_BYTES, dtype=torch.uint8)
@@ -114,8 +123,10 @@ def unpack(tiles: Tensor, n: int) -> Tensor:
     """The inverse of `repack`: the first n rows as Q4_1 blocks (N, K / 32 * 20) uint8.
     Raises ValueError for a tensor that is not tiles, or n past its rows."""
     if tiles.dim() != 3 or tiles.dtype != torch.uint8 or tiles.shape[2] != TILE_BLOCK_BYTES:
-        raise ValueError(f"tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
-                         f"{tuple(tiles.shape)} {tiles.dtype}")
+        raise ValueError(
+            f"tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
+            f"{tuple(tiles.shape)} {tiles.dtype}"
+        )
     t, nb = tiles.shape[0], tiles.shape[1]
     if not (t - 1) * TILE < n <= t * TILE:
         raise ValueError(f"{t} tiles hold {(t - 1) * TILE + 1}..{t * TILE} rows, not {n}")

