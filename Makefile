@@ -10,7 +10,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint clean
+.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint format docs clean
 
 setup: $(STAMP) $(NATIVE)
 
@@ -28,14 +28,14 @@ $(STAMP): pyproject.toml
 	  echo "note: bubblewrap (bwrap) is not installed: take-home grading will run, but not sandboxed"
 	touch $(STAMP)
 
-# The compiled Q4_1 x Q8_1 kernel and fused step (solutions/native.py) with the system compiler,
+# The compiled Q4_1 x Q8_1 kernel and fused step (solutions/system/kernels/native.py) with the system compiler,
 # build-essential where we can install it. Everything runs without it (the int4-q8 modes take their slow
-# torch path, and int4 is the default), so a failed build is a note; its stamp is left untouched, so the
+# torch path, and the default weights mode falls back to int4), so a failed build is a note; its stamp is left untouched, so the
 # next make tries again.
-$(NATIVE): $(STAMP) solutions/native.py $(wildcard solutions/csrc/*)
+$(NATIVE): $(STAMP) solutions/system/kernels/native.py $(wildcard solutions/system/kernels/csrc/*)
 	@command -v g++ >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq build-essential >/dev/null 2>&1; } || true
-	@mkdir -p build && if $(PY) -m solutions.native >build/native.log 2>&1; then tail -1 build/native.log; \
+	@mkdir -p build && if $(PY) -m solutions.system.kernels.native >build/native.log 2>&1; then tail -1 build/native.log; \
 	  touch $(NATIVE); else echo "note: the int4-q8 kernel did not build (see build/native.log): those modes run" \
 	  "their slow torch path, and the next make tries again"; fi
 
@@ -46,7 +46,8 @@ practice: $(STAMP) $(NATIVE)
 # each), each worker and its children on one thread (tests/conftest.py); then every kata's proof.
 test: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n $(JOBS) tests
-	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
+	$(PY) -m mkdocs build --strict --quiet
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
 # submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
@@ -54,7 +55,7 @@ tour: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.tools.tour $(if $(KATA),--kata $(KATA))
 
 check-katas: $(STAMP) $(NATIVE)
-	$(PY) -m dojo.grading.check_katas --jobs $(JOBS)
+	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
 
 grade: $(STAMP) $(NATIVE)
 	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }
@@ -83,8 +84,21 @@ notebooks: $(STAMP) $(NATIVE)
 lab: $(STAMP) $(NATIVE)
 	$(VENV)/bin/dojo lab
 
-lint: $(STAMP) $(NATIVE)
-	$(PY) -m ruff check dojo solutions katas tests benchmarks
+# ruff's checks (pyflakes, pycodestyle errors, import order, bugbear, pyupgrade) and its formatter, as
+# `.ci/run` runs them before the tests; `make format` applies both. Neither needs the C++ kernel.
+LINTED := dojo solutions katas tests benchmarks
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix $(LINTED)
+	$(PY) -m ruff format $(LINTED)
+
+# The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8001, rebuilt as pages change; `make test` builds
+# it with --strict, so a broken link or a page missing from the nav fails.
+docs: $(STAMP)
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

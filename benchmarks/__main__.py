@@ -1,9 +1,10 @@
-"""`python -m benchmarks [--peers] [--quick] [--only NAME ...] [--threads N] [--update-readme]`.
+"""`python -m benchmarks [--peers] [--quick] [--only NAME ...] [--threads N] [--update-docs]`.
 
-Runs the row groups in order (bpe, grading, decode, int4, generate; llama_cpp with --peers),
-prints each group's time as it ends, then the whole table; writes benchmarks/results/*.json.
-A group that raises is reported and the others still run; the exit status is then 1. Missed
-goals do not change the exit status: they are figures, not tests.
+Runs the row groups in order (bpe, grading, decode, int4, modes, startup, generate, speculative;
+llama_cpp with --peers), prints each group's time as it ends, then the whole table; writes
+benchmarks/results/*.json, and with --update-docs the table in docs/benchmarks.md. A group that
+raises is reported and the others still run; the exit status is then 1. Missed goals do not change
+the exit status: they are figures, not tests.
 """
 
 from __future__ import annotations
@@ -18,17 +19,26 @@ from pathlib import Path
 from benchmarks import groups, report
 from benchmarks.harness import Row, fix_threads
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"  # the table's home
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--peers", action="store_true", help="add the optional peers (llama.cpp, when installed)")
+    parser.add_argument(
+        "--peers", action="store_true", help="add the optional peers (llama.cpp, when installed)"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: a smoke run")
-    parser.add_argument("--only", action="append", choices=list(groups.GROUPS), metavar="NAME",
-                        help=f"run only this group (repeatable): {', '.join(groups.GROUPS)}")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for every engine (default: all cores)")
-    parser.add_argument("--update-readme", action="store_true", help="write the table into README.md's Benchmarks section")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(groups.GROUPS),
+        metavar="NAME",
+        help=f"run only this group (repeatable): {', '.join(groups.GROUPS)}",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads for every engine (default: all cores)"
+    )
+    parser.add_argument("--update-docs", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
@@ -75,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):  # the load can change during a run: both ends go in the report
         facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report.print_table(rows, title=f"decode-dojo benchmarks ({total / 60:.1f} min, {threads} threads)")
-    path = report.write_json(rows, facts, extra={"seconds": total, "group_seconds": timings,
-                                                       "group_cpu_seconds": cpu})
+    path = report.write_json(
+        rows, facts, extra={"seconds": total, "group_seconds": timings, "group_cpu_seconds": cpu}
+    )
     print(f"machine: {report.machine_line(facts)}\nresults: {path}")
-    if args.update_readme:
-        report.update_readme(README, rows, facts, total)
-        print("README.md: Benchmarks table updated")
+    if args.update_docs:
+        report.update_page(PAGE, rows, facts, total)
+        print("docs/benchmarks.md: table updated")
     if failed:
         print(f"groups that raised: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

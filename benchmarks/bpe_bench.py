@@ -1,23 +1,9 @@
 """BPE training and encoding speed: the reference against the recount oracle and two Rust peers.
 
-Training (0.5 MB of English, threshold 2, 5 000 merges), with the GPT-2 split and with no split
-(the whole text one chunk): solutions/bpe.py against HuggingFace `tokenizers`' BpeTrainer
-(ByteLevel pre-tokenizer, min_frequency=2) and against the kata suite's recount-everything oracle.
-The oracle would take many minutes, so it runs its first few merges and is scaled by the tokens
-left before each later merge (its cost per merge is a recount of every token): an estimate.
-
-Encoding with SmolLM2's vocabulary (from the GGUF): a freshly built reference tokenizer (cold
-chunk cache; loading has built its table of tokens that encode to themselves, the exact form of
-tiktoken's whole-piece lookup) against tiktoken built offline from the same ranks and split, and against the
-`tokenizers` peer of tests/system/test_tokenizer.py. Outputs are checked identical before timing.
-
-Contestants run in turn, best of a few rounds. Training is timed by the wall clock (the Rust
-trainer uses every core); encoding, single-threaded on every side, by CPU time, which a shared
-machine disturbs less. Each row's ratio reads "> 1: ours is faster".
-
-The text: docstrings of the Python standard library's top-level modules, in file order (about
-0.9 MB of English prose with some code; no network, and the same for one Python version). The
-first 0.5 MB trains; the rest is the held-out text for encoding.
+Training (0.5 MB, threshold 2, 5 000 merges; GPT-2 split and none) against `tokenizers`' BpeTrainer
+and the kata suite's recount oracle, estimated from its first merges and the tokens left before each
+later one. Encoding with SmolLM2's vocabulary against tiktoken (offline ranks) and `tokenizers`,
+outputs checked identical first. The text is the standard library's docstrings. Ratios > 1: ours wins.
 
     python -m benchmarks.bpe_bench [--quick]
 """
@@ -54,8 +40,11 @@ def stdlib_docstrings() -> str:
     return "\n\n".join(parts)
 
 
-def fastest(contestants: dict[str, Callable[[], Callable[[], object]]], repeats: int,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+def fastest(
+    contestants: dict[str, Callable[[], Callable[[], object]]],
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
     """Fastest time of each contestant over `repeats` rounds, run in turn (A B A B ...) so that
     load from elsewhere hits all alike. A contestant is a setup (untimed) returning the timed call."""
     best = dict.fromkeys(contestants, float("inf"))
@@ -76,8 +65,12 @@ def hf_train(text: str, merges: int, threshold: int, split: bool) -> int:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split)
-    trainer = trainers.BpeTrainer(vocab_size=256 + merges, min_frequency=threshold, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=256 + merges,
+        min_frequency=threshold,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([text], trainer)
     return len(json.loads(tok.to_str())["model"]["merges"])
 
@@ -107,7 +100,9 @@ def truncated(tok: BPETokenizer, n: int) -> BPETokenizer:
         path = Path(tmp) / "tok.bpe"
         tok.save(path)
         lines = path.read_text(encoding="utf-8").splitlines()
-        kept = [line for line in lines if not line.startswith("merge ")] + [f"merge {a} {b}" for a, b in list(tok.merges)[:n]]
+        kept = [line for line in lines if not line.startswith("merge ")] + [
+            f"merge {a} {b}" for a, b in list(tok.merges)[:n]
+        ]
         path.write_text("\n".join(kept) + "\n", encoding="utf-8")
         return BPETokenizer.load(path)
 
@@ -118,26 +113,46 @@ def train_rows(text: str, *, merges: int = MERGES, oracle_sample: int = 3) -> li
         split = pattern is not None
         tok = BPETokenizer(pattern)
         made: list[int] = []  # how many merges the peer made
-        t = fastest({"ours": lambda: partial(tok.train, text, threshold=THRESHOLD, max_merges=merges),
-                     "hf": lambda: lambda: made.append(hf_train(text, merges, THRESHOLD, split))},
-                    3 if split else 1)
+        t = fastest(
+            {
+                "ours": lambda: partial(tok.train, text, threshold=THRESHOLD, max_merges=merges),
+                "hf": lambda: lambda: made.append(hf_train(text, merges, THRESHOLD, split)),
+            },
+            3 if split else 1,
+        )
         ours, hf = t["ours"], t["hf"]
         oracle = oracle_estimate(text, pattern, tok, oracle_sample)
         goal = 1.0 if pattern else 10.0
-        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
-                         peer=f"tokenizers BpeTrainer ({made[-1]} merges)", peer_seconds=hf,
-                         ratio=hf / ours, goal=f">= {goal:g}x", ok=hf / ours >= goal))
-        rows.append(dict(name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges", seconds=ours,
-                         peer=f"recount oracle (est. from {oracle_sample} merges)", peer_seconds=oracle,
-                         ratio=oracle / ours, goal=">= 20x", ok=oracle / ours >= 20))
+        rows.append(
+            dict(
+                name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges",
+                seconds=ours,
+                peer=f"tokenizers BpeTrainer ({made[-1]} merges)",
+                peer_seconds=hf,
+                ratio=hf / ours,
+                goal=f">= {goal:g}x",
+                ok=hf / ours >= goal,
+            )
+        )
+        rows.append(
+            dict(
+                name=f"train {len(text) / 1e6:.2f} MB, {label}, {len(tok.merges)} merges",
+                seconds=ours,
+                peer=f"recount oracle (est. from {oracle_sample} merges)",
+                peer_seconds=oracle,
+                ratio=oracle / ours,
+                goal=">= 20x",
+                ok=oracle / ours >= 20,
+            )
+        )
     return rows
 
 
 def encode_rows(text: str, repeats: int = 3) -> list[dict]:
     import tiktoken
 
-    from solutions.tokenizer import SMOLLM_PATTERN
-    from solutions.weights import find_gguf, open_gguf
+    from solutions.system.loading.tokenizer import SMOLLM_PATTERN
+    from solutions.system.loading.weights import find_gguf, open_gguf
     from tests.system.test_tokenizer import tokenizers_peer
 
     reader = open_gguf(find_gguf())
@@ -152,27 +167,52 @@ def encode_rows(text: str, repeats: int = 3) -> list[dict]:
 
     to_byte = {ch: b for b, ch in bytes_to_unicode().items()}
     ranks = {bytes(to_byte[c] for c in t): i for t, i in vocab.items() if t not in specials}
-    tik = tiktoken.Encoding("smollm2-offline", pat_str=SMOLLM_PATTERN, mergeable_ranks=ranks,
-                            special_tokens=specials)
+    tik = tiktoken.Encoding(
+        "smollm2-offline", pat_str=SMOLLM_PATTERN, mergeable_ranks=ranks, special_tokens=specials
+    )
     hf = tokenizers_peer(reader)
 
     want = fresh().encode(text)
-    for name, got in (("tiktoken", tik.encode(text, allowed_special="all")), ("tokenizers", hf.encode(text).ids)):
+    for name, got in (
+        ("tiktoken", tik.encode(text, allowed_special="all")),
+        ("tokenizers", hf.encode(text).ids),
+    ):
         if got != want:
-            first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b) if len(got) == len(want) else -1
-            raise AssertionError(f"{name} encodes the benchmark text differently (first difference at {first})")
+            first = (
+                next(i for i, (a, b) in enumerate(zip(got, want)) if a != b) if len(got) == len(want) else -1
+            )
+            raise AssertionError(
+                f"{name} encodes the benchmark text differently (first difference at {first})"
+            )
 
     # Single-threaded on every side, so CPU time: steadier than wall time on a shared machine.
     mb = len(text.encode("utf-8")) / 1e6
-    t = fastest({"ours": lambda: partial(fresh().encode, text),  # a fresh tokenizer: cold cache
-                 "tiktoken": lambda: lambda: tik.encode(text, allowed_special="all"),
-                 "tokenizers": lambda: lambda: hf.encode(text)}, repeats, clock=time.process_time)
+    t = fastest(
+        {
+            "ours": lambda: partial(fresh().encode, text),  # a fresh tokenizer: cold cache
+            "tiktoken": lambda: lambda: tik.encode(text, allowed_special="all"),
+            "tokenizers": lambda: lambda: hf.encode(text),
+        },
+        repeats,
+        clock=time.process_time,
+    )
     rows = []
-    for key, peer, goal in (("tiktoken", "tiktoken (offline ranks)", 1 / 3), ("tokenizers", "tokenizers BPE", None)):
+    for key, peer, goal in (
+        ("tiktoken", "tiktoken (offline ranks)", 1 / 3),
+        ("tokenizers", "tokenizers BPE", None),
+    ):
         ratio = t[key] / t["ours"]
-        rows.append(dict(name=f"encode {mb:.2f} MB, SmolLM2 vocab, cold cache", mb_per_s=mb / t["ours"], peer=peer,
-                         peer_mb_per_s=mb / t[key], ratio=ratio, goal=">= 1/3x (CPU time)" if goal else "- (CPU time)",
-                         ok=None if goal is None else ratio >= goal))
+        rows.append(
+            dict(
+                name=f"encode {mb:.2f} MB, SmolLM2 vocab, cold cache",
+                mb_per_s=mb / t["ours"],
+                peer=peer,
+                peer_mb_per_s=mb / t[key],
+                ratio=ratio,
+                goal=">= 1/3x (CPU time)" if goal else "- (CPU time)",
+                ok=None if goal is None else ratio >= goal,
+            )
+        )
     return rows
 
 

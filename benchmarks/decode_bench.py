@@ -1,11 +1,9 @@
 """SmolLM2 decode and prefill speed: the reference system against HuggingFace transformers, fp32.
 
-Decode at batch 1 is bandwidth-bound: every step reads every weight once (538 MB in fp32), so
-the ceiling is copy bandwidth / bytes per token. Both engines run the same GGUF weights on the
-same threads, interleaved (ours, HF, ours, HF, ...) so that drift on a shared machine hits both;
-figures are medians. HF runs its bare forward with a `DynamicCache` (no `generate` overhead),
-the most favourable way to time it. Left out: KV-cache reads (small at this context), batching,
-llama.cpp (see `make bench-peers`).
+Decode at batch 1 reads every weight once a step (538 MB in fp32), so its ceiling is copy bandwidth
+/ bytes per token. Both engines run the same GGUF weights on the same threads, interleaved, medians
+reported; HF runs bare forward calls with a `DynamicCache`. Not here: batching, llama.cpp
+(`make bench-peers`).
 
     python -m benchmarks.decode_bench [--tokens 32] [--repeats 5] [--prefill 512] [--threads N]
 """
@@ -22,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from solutions.weight_modes import weight_bytes
+from solutions.system.kernels.weight_modes import weight_bytes
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407]
 
@@ -110,8 +108,8 @@ def load_models():
     reader's, drawn with a tqdm of its own that no transformers setting reaches, is silenced."""
     import sys
 
-    from solutions import weights_cache
-    from solutions.weights import find_gguf
+    import solutions.system
+    from solutions.system.loading.weights import find_gguf
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
@@ -124,19 +122,27 @@ def load_models():
     if quiet is not None:
         gguf_utils.tqdm = functools.partial(quiet, disable=True)
     try:
-        hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                                  local_files_only=True).eval()
+        hf = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
+        ).eval()
     finally:
         if quiet is not None:
             gguf_utils.tqdm = quiet
-    ours = weights_cache.load("fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
+    ours = solutions.system.load(
+        "fp32", gguf=path, log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True)
+    )
     if ours.calibration is not None:
         print(f"[bench] {ours.calibration.summary()}", file=sys.stderr, flush=True)
     return ours.model, hf
 
 
-def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int | None = None,
-          models: tuple | None = None) -> dict:
+def bench(
+    tokens: int = 32,
+    repeats: int = 5,
+    prefill: int = 512,
+    threads: int | None = None,
+    models: tuple | None = None,
+) -> dict:
     """Decode tokens/s (batch 1), share of the bandwidth ceiling and prefill tokens/s, ours vs HF.
 
     `models`: (ours, hf) already loaded (`make bench` loads them once for every group)."""
@@ -146,23 +152,45 @@ def bench(tokens: int = 32, repeats: int = 5, prefill: int = 512, threads: int |
     bandwidth = copy_bandwidth()
     per_token = weight_bytes(ours)  # every matrix once, the tied embedding as the LM head
     decode = interleaved({"ours": ours_decode(ours, tokens), "hf": hf_decode(hf, tokens)}, repeats)
-    pre = interleaved({"ours": prefill_timer(ours.forward, prefill),
-                       "hf": prefill_timer(lambda ids: hf(input_ids=ids), prefill)}, max(1, repeats // 2))
+    pre = interleaved(
+        {
+            "ours": prefill_timer(ours.forward, prefill),
+            "hf": prefill_timer(lambda ids: hf(input_ids=ids), prefill),
+        },
+        max(1, repeats // 2),
+    )
     ceiling = bandwidth / per_token
-    rows = {name: {"decode_tok_s": tokens / decode[name], "ceiling_share": tokens / decode[name] / ceiling,
-                   "prefill_tok_s": prefill / pre[name]} for name in decode}
-    return {"threads": torch.get_num_threads(), "copy_GB_s": bandwidth / 1e9, "bytes_per_token": per_token,
-            "ceiling_tok_s": ceiling, "engines": rows,
-            "decode_speedup": rows["ours"]["decode_tok_s"] / rows["hf"]["decode_tok_s"],
-            "prefill_speedup": rows["ours"]["prefill_tok_s"] / rows["hf"]["prefill_tok_s"]}
+    rows = {
+        name: {
+            "decode_tok_s": tokens / decode[name],
+            "ceiling_share": tokens / decode[name] / ceiling,
+            "prefill_tok_s": prefill / pre[name],
+        }
+        for name in decode
+    }
+    return {
+        "threads": torch.get_num_threads(),
+        "copy_GB_s": bandwidth / 1e9,
+        "bytes_per_token": per_token,
+        "ceiling_tok_s": ceiling,
+        "engines": rows,
+        "decode_speedup": rows["ours"]["decode_tok_s"] / rows["hf"]["decode_tok_s"],
+        "prefill_speedup": rows["ours"]["prefill_tok_s"] / rows["hf"]["prefill_tok_s"],
+    }
 
 
 def report(r: dict) -> str:
-    lines = [(f"threads {r['threads']}   copy bandwidth {r['copy_GB_s']:.1f} GB/s   "
-             f"{r['bytes_per_token'] / 1e6:.0f} MB/token   ceiling {r['ceiling_tok_s']:.1f} tok/s"),
-             f"{'engine':<8}{'decode tok/s':>14}{'of ceiling':>12}{'prefill tok/s':>15}"]
+    lines = [
+        (
+            f"threads {r['threads']}   copy bandwidth {r['copy_GB_s']:.1f} GB/s   "
+            f"{r['bytes_per_token'] / 1e6:.0f} MB/token   ceiling {r['ceiling_tok_s']:.1f} tok/s"
+        ),
+        f"{'engine':<8}{'decode tok/s':>14}{'of ceiling':>12}{'prefill tok/s':>15}",
+    ]
     for name, row in r["engines"].items():
-        lines.append(f"{name:<8}{row['decode_tok_s']:>14.1f}{row['ceiling_share']:>12.0%}{row['prefill_tok_s']:>15.0f}")
+        lines.append(
+            f"{name:<8}{row['decode_tok_s']:>14.1f}{row['ceiling_share']:>12.0%}{row['prefill_tok_s']:>15.0f}"
+        )
     lines.append(f"ours / hf: decode {r['decode_speedup']:.2f}x, prefill {r['prefill_speedup']:.2f}x")
     return "\n".join(lines)
 

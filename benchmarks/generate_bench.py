@@ -1,21 +1,11 @@
 """The generator on SmolLM2: beam-step cost, beam search against HuggingFace, KV cache against recompute.
 
-- A beam-search step with 4 beams runs 4 rows through one forward pass, so it reads each weight
-  once, like a greedy step: it should cost at most 1.5x a greedy step on any x86 CPU (issue 18).
-- The same step's matrix products alone, through the product the step runs (the fused fp32 step's
-  native one, which reads each weight once for all rows; without the compiled kernel, the model's
-  `project`: BLAS, or MKL's packed GEMM where the calibration chose it), at 4 rows and at 1: the
-  4-row products' extra time is a floor under the beam-step ratio.
-- Beam search end to end (4 beams, the same new tokens) against HF `generate` on the same weights.
-- Greedy decoding of 256 new tokens with the KV cache against recomputing the whole sequence at
-  every step (the same tokens, checked).
-Engines run interleaved (A B A B ...) after a warm-up, medians reported. A step's time excludes
-prefill: ours from the generator's own decode clock, HF's from a stopping criterion that HF calls
-once per step (first to last call, over the steps between).
-Each function returns rows for `make bench`: dicts with metric, ours, peer, peer_name, ratio, goal,
-unit (`ratio` is ours over the peer for costs, the peer over ours for speed-ups, as `goal` says).
+A 4-beam step against a greedy one (goal: at most 1.5x), beside the step's matrix products alone at
+4 rows and 1; beam search end to end against HF `generate`; greedy with the KV cache against
+recomputing the whole sequence every step (the same tokens, checked). Engines run interleaved after
+a warm-up, medians reported; each function returns rows for `make bench`.
 
-    python -m benchmarks.generate_bench [--tokens 16] [--repeats 3] [--recompute-tokens 256]
+    python -m benchmarks.generate_bench [--tokens 16] [--repeats 3] [--recompute-tokens 256] [--threads N]
 """
 
 from __future__ import annotations
@@ -46,9 +36,19 @@ def ours_timer(model, n: int, num_beams: int) -> Callable[[], float]:
 def hf_generate(hf, n: int, num_beams: int, **kwargs) -> None:
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
-        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                    num_beams=num_beams, do_sample=False, pad_token_id=2, temperature=None, top_p=None,
-                    top_k=None, **kwargs)
+        hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            num_beams=num_beams,
+            do_sample=False,
+            pad_token_id=2,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            **kwargs,
+        )
 
 
 def hf_timer(hf, n: int, num_beams: int) -> Callable[[], float]:
@@ -92,21 +92,49 @@ def beam_step_cost(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     Also the step's matrix products alone at 4 rows and at 1 (the model's own products): the
     step can't cost less than `floor`, its ratio were everything else as cheap for 4 rows as for 1.
     """
-    t = interleaved({"ours 1": ours_step(ours, tokens, 1), "ours 4": ours_step(ours, tokens, 4),
-                     "hf 1": hf_step(hf, tokens, 1), "hf 4": hf_step(hf, tokens, 4),
-                     "matmuls 1": products_timer(ours, 1), "matmuls 4": products_timer(ours, 4)}, repeats)
+    t = interleaved(
+        {
+            "ours 1": ours_step(ours, tokens, 1),
+            "ours 4": ours_step(ours, tokens, 4),
+            "hf 1": hf_step(hf, tokens, 1),
+            "hf 4": hf_step(hf, tokens, 4),
+            "matmuls 1": products_timer(ours, 1),
+            "matmuls 4": products_timer(ours, 4),
+        },
+        repeats,
+    )
     mine, theirs = t["ours 4"] / t["ours 1"], t["hf 4"] / t["hf 1"]
     floor = (t["ours 1"] + t["matmuls 4"] - t["matmuls 1"]) / t["ours 1"]
-    return [dict(metric="beam step (4 beams) / greedy step", ours=mine, peer=theirs, peer_name="transformers",
-                 ratio=mine / theirs, goal="ours <= 1.5", unit="x", matmuls_1=t["matmuls 1"],
-                 matmuls_4=t["matmuls 4"], floor=floor)]
+    return [
+        dict(
+            metric="beam step (4 beams) / greedy step",
+            ours=mine,
+            peer=theirs,
+            peer_name="transformers",
+            ratio=mine / theirs,
+            goal="ours <= 1.5",
+            unit="x",
+            matmuls_1=t["matmuls 1"],
+            matmuls_4=t["matmuls 4"],
+            floor=floor,
+        )
+    ]
 
 
 def beam_search_vs_hf(ours, hf, tokens: int = 16, repeats: int = 3) -> list[dict]:
     """Beam search (4 beams, `tokens` new tokens) end to end, seconds; goal: faster than HF."""
     t = interleaved({"ours": ours_timer(ours, tokens, 4), "hf": hf_timer(hf, tokens, 4)}, repeats)
-    return [dict(metric=f"beam search, 4 beams, {tokens} tokens", ours=t["ours"], peer=t["hf"],
-                 peer_name="transformers", ratio=t["hf"] / t["ours"], goal="speed-up > 1", unit="s")]
+    return [
+        dict(
+            metric=f"beam search, 4 beams, {tokens} tokens",
+            ours=t["ours"],
+            peer=t["hf"],
+            peer_name="transformers",
+            ratio=t["hf"] / t["ours"],
+            goal="speed-up > 1",
+            unit="s",
+        )
+    ]
 
 
 @torch.inference_mode()
@@ -115,7 +143,7 @@ def recompute_greedy(model, prompt: list[int], n: int) -> list[int]:
     seq = list(prompt)
     for _ in range(n):
         seq.append(int(model.forward(torch.tensor([seq]))[0, -1].argmax()))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
@@ -128,8 +156,17 @@ def kv_cache_speedup(ours, tokens: int = 256) -> list[dict]:
     t_recompute = time.perf_counter() - start
     if cached != recomputed:
         raise AssertionError(f"cached and recomputed greedy tokens differ: {cached} vs {recomputed}")
-    return [dict(metric=f"greedy {tokens} tokens: KV cache vs recompute", ours=t_cache, peer=t_recompute,
-                 peer_name="recompute", ratio=t_recompute / t_cache, goal="speed-up > 1", unit="s")]
+    return [
+        dict(
+            metric=f"greedy {tokens} tokens: KV cache vs recompute",
+            ours=t_cache,
+            peer=t_recompute,
+            peer_name="recompute",
+            ratio=t_recompute / t_cache,
+            goal="speed-up > 1",
+            unit="s",
+        )
+    ]
 
 
 def bench(tokens: int = 16, repeats: int = 3, recompute_tokens: int = 256) -> Iterator[dict]:
@@ -151,8 +188,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"{'metric':<46}{'ours':>10}{'peer':>10}  {'peer name':<14}{'ratio':>8}  goal")
     for row in bench(args.tokens, args.repeats, args.recompute_tokens):
-        print(f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
-              f"{row['ratio']:>8.2f}  {row['goal']}", flush=True)
+        print(
+            f"{row['metric']:<46}{row['ours']:>10.3f}{row['peer']:>10.3f}  {row['peer_name']:<14}"
+            f"{row['ratio']:>8.2f}  {row['goal']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

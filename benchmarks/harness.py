@@ -1,15 +1,9 @@
 """The measuring rules every `make bench` row follows, and the row itself.
 
-- Fixed threads: `fix_threads(n)` calls `torch.set_num_threads(n)` once, before any engine runs
-  (default: every core `os.cpu_count()` reports), so ours and HuggingFace share one thread
-  count; llama.cpp gets the same number as `n_threads`. The Rust peers (tokenizers, tiktoken)
-  keep their own pools; the BPE rows say where CPU time was measured instead.
-- Warm-up, then repeats, engines interleaved A B A B ...: load from the rest of the machine drifts
-  over seconds, so each engine's runs are spread over the same stretch of time. The figure is the
-  median of the repeats.
-- A row: what was measured, ours, the peer, the ratio, the goal and whether it was met. A goal is a
-  threshold on the ratio (speed-up over the peer) or on our own figure (a share, a time).
-Left out: statistics beyond the median (the ratios quoted are from one run, side by side).
+Fixed threads (`fix_threads`: one torch thread count for ours and HuggingFace, and llama.cpp's
+`n_threads` the same); a warm-up, then repeats with the engines interleaved A B A B ...; the median
+of the repeats. A `Row` holds what was measured, ours, the peer, the ratio, the goal (a `Goal` on
+the ratio or on our own figure) and whether it was met. No statistics beyond the median.
 """
 
 from __future__ import annotations
@@ -21,7 +15,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
 }
 
 
@@ -93,8 +90,12 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def interleaved(engines: dict[str, Callable[[], float | None]], repeats: int, warmup: int = 1,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+def interleaved(
+    engines: dict[str, Callable[[], float | None]],
+    repeats: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
     """Every engine `warmup` times untimed, then `repeats` rounds of A B A B ...; the seconds of each run.
 
     An engine is a call; if it returns a number, that is its own timing (e.g. the decode steps
@@ -114,7 +115,11 @@ def interleaved(engines: dict[str, Callable[[], float | None]], repeats: int, wa
     return times
 
 
-def medians(engines: dict[str, Callable[[], float | None]], repeats: int, warmup: int = 1,
-            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+def medians(
+    engines: dict[str, Callable[[], float | None]],
+    repeats: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, float]:
     """Median seconds of each engine, measured by `interleaved`."""
     return {name: median(t) for name, t in interleaved(engines, repeats, warmup, clock).items()}

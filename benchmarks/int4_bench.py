@@ -1,12 +1,9 @@
 """SmolLM2 decode with the int4 kata's numpy Q4_1 matmul against fp32: what 6.4x smaller weights buy.
 
-Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed; the model
-multiplies by them through solutions.model.project (a packed weight multiplies itself), so the
-reference model runs unchanged. Two engines, interleaved (A B A B ...) so that drift on a shared
-machine hits both: fp32 (BLAS) and the int4 kata's `matmul_q4_1` (numpy: dequantize a slab, then
-BLAS). `pack(model, "torch_int4")` offers torch's fused kernel instead (solutions.weight_modes'
-Int4Linear); the real int4 mode, on the GGUF's own blocks, is timed in modes_bench. The roofline
-predicts a ceiling; only a kernel that unpacks in registers gets near it. Reported, never asserted.
+Every matmul weight and the tied embedding are re-quantized to Q4_1 and held packed, so the
+reference model runs unchanged through `solutions.model.project`; fp32 (BLAS) and `matmul_q4_1`
+(numpy: dequantize a slab, then BLAS) run interleaved. Reported, never asserted. Not the int4
+weights mode on the GGUF's own blocks: modes_bench times that.
 
     python -m benchmarks.int4_bench [--tokens 8] [--repeats 3] [--threads N]
 """
@@ -28,7 +25,7 @@ from solutions.int4 import (
     predicted_decode_speedup,
     quantize_q4_1,
 )
-from solutions.weight_modes import MATRICES, Int4Linear
+from solutions.system.kernels.weight_modes import MATRICES, Int4Linear
 
 PACKED = MATRICES  # per layer; plus the embedding / LM head
 
@@ -48,7 +45,9 @@ class PackedQ4_1:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         picked = self.blocks[ids.reshape(-1).numpy()]  # (n, K / 32 * 20)
-        return torch.from_numpy(dequantize_q4_1(picked, (picked.shape[0], self.shape[1]))).reshape(*ids.shape, -1)
+        return torch.from_numpy(dequantize_q4_1(picked, (picked.shape[0], self.shape[1]))).reshape(
+            *ids.shape, -1
+        )
 
 
 def pack(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
@@ -70,7 +69,7 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
     """Rows {name, ours, peer, ratio, unit, goal}: decode tok/s of packed Q4_1 engines vs fp32.
 
     `fp32_model`: the fp32 SmolLM2 already loaded (`make bench` loads it once for every group)."""
-    from solutions.weights import load_smollm2
+    from solutions.system.loading.weights import load_smollm2
 
     if threads:
         torch.set_num_threads(threads)
@@ -95,13 +94,28 @@ def bench(tokens: int = 8, repeats: int = 3, threads: int | None = None, fp32_mo
             continue
         with torch.inference_mode():
             drift = float((model.forward(ids)[0, -1] - ref).abs().max())
-        rows.append({"name": f"SmolLM2 decode, batch 1: {name} vs fp32", "ours": tok_s[name],
-                     "peer": tok_s["fp32"], "ratio": tok_s[name] / tok_s["fp32"], "unit": "tok/s",
-                     "goal": f"reported; roofline ceiling {predicted:.2f}x", "max_logit_diff": drift,
-                     "threads": torch.get_num_threads()})
-    rows.append({"name": "bytes per weight, q4_1 vs fp32", "ours": bytes_per_weight("q4_1"),
-                 "peer": bytes_per_weight("fp32"), "ratio": bytes_per_weight("fp32") / bytes_per_weight("q4_1"),
-                 "unit": "B", "goal": "6.4x smaller, not 8x"})
+        rows.append(
+            {
+                "name": f"SmolLM2 decode, batch 1: {name} vs fp32",
+                "ours": tok_s[name],
+                "peer": tok_s["fp32"],
+                "ratio": tok_s[name] / tok_s["fp32"],
+                "unit": "tok/s",
+                "goal": f"reported; roofline ceiling {predicted:.2f}x",
+                "max_logit_diff": drift,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    rows.append(
+        {
+            "name": "bytes per weight, q4_1 vs fp32",
+            "ours": bytes_per_weight("q4_1"),
+            "peer": bytes_per_weight("fp32"),
+            "ratio": bytes_per_weight("fp32") / bytes_per_weight("q4_1"),
+            "unit": "B",
+            "goal": "6.4x smaller, not 8x",
+        }
+    )
     return rows
 
 
@@ -109,7 +123,9 @@ def report(rows: list[dict]) -> str:
     lines = [f"{'row':<66}{'ours':>9}{'peer':>9}{'ratio':>8}  goal"]
     for r in rows:
         drift = f"   (max |logit diff| {r['max_logit_diff']:.3f})" if "max_logit_diff" in r else ""
-        lines.append(f"{r['name']:<66}{r['ours']:>9.2f}{r['peer']:>9.2f}{r['ratio']:>7.2f}x  {r['goal']}{drift}")
+        lines.append(
+            f"{r['name']:<66}{r['ours']:>9.2f}{r['peer']:>9.2f}{r['ratio']:>7.2f}x  {r['goal']}{drift}"
+        )
     return "\n".join(lines)
 
 

@@ -1,14 +1,11 @@
-"""Proof that the timing tests never fail correct work: the machine tests of roofline, latency and
-batching, run N times on a target while the machine is idle and while it is loaded, and (--hostile)
-graded beside a hostile submission at `dojo grade --jobs 2`.
+"""Proof that the timing tests never fail correct work: roofline's, latency's and batching's, idle and loaded.
 
-`python -m benchmarks.prove_timing [--target solutions|DIR] [--runs 10] [--load 8] [--hostile]`
-(or `make prove-timing TARGET=... RUNS=...`). Idle and loaded runs are plain pytest (`-m machine`,
-the in-process timing lock); the load is LOAD `yes > /dev/null` processes, started here and always
-killed. It prints passed / failed / inconclusive per kata and condition and exits 1 on any failure.
---hostile grades the target's three katas sandboxed beside a submission that spins CPU in background
-threads, fills its /tmp and forks to the cap, and checks that the target's grade is what it is alone.
-Left out: the other suites (no machine tests) and GPUs.
+Runs those suites' machine tests (`pytest -m machine`) N times on a target with the machine idle and
+loaded by LOAD `yes` processes (always killed), prints passed / failed / inconclusive per kata and
+condition, and exits 1 on any failure. --hostile also grades the target beside a hostile submission
+at `dojo grade --jobs 2` and checks that its grade is what it is alone.
+
+    python -m benchmarks.prove_timing [--target solutions|DIR] [--runs 10] [--load 8] [--hostile]
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ OUTCOMES = ("passed", "failed", "inconclusive")
 
 # A take-home that is correct nowhere and hostile everywhere: CPU-bound threads that run outside any
 # test, a /tmp filled with files, processes forked until the cap refuses. Its katas just fail.
-HOSTILE = '''
+HOSTILE = """
 import os, threading
 
 def _spin():
@@ -56,15 +53,31 @@ def __getattr__(name):  # every function the suite asks for hangs, so the gradin
     def hang(*args, **kwargs):
         threading.Event().wait()
     return hang
-'''
+"""
 
 
 def machine_run(target: str, out: Path) -> Counter:
     """One pytest run of the three suites' machine tests: outcome counts keyed (kata, outcome)."""
     suites = [str(ROOT / "tests" / "katas" / f"test_{k}.py") for k in KATAS]
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "machine", *suites, f"--target={target}",
-                    "-p", "no:cacheprovider", f"--dojo-results={out}"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=900)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "machine",
+            *suites,
+            f"--target={target}",
+            "-p",
+            "no:cacheprovider",
+            f"--dojo-results={out}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=900,
+    )
     rows = json.loads(out.read_text())["tests"] if out.exists() else []
     out.unlink(missing_ok=True)
     counts = Counter()
@@ -106,8 +119,11 @@ def hostile_neighbour(target: str, tmp: Path) -> list[str]:
     alone = verdicts(takehome.grade_submissions([honest], jobs=1))
     beside = verdicts(takehome.grade_submissions([honest, hostile], jobs=2))
     print(f"hostile neighbour: {len(alone)} tests of {target} graded alone and beside it at --jobs 2")
-    changed = [f"{k} {name}: alone {alone[k, name]}, beside the hostile one {beside.get((k, name))}"
-               for k, name in alone if beside.get((k, name)) != alone[k, name]]
+    changed = [
+        f"{k} {name}: alone {alone[k, name]}, beside the hostile one {beside.get((k, name))}"
+        for k, name in alone
+        if beside.get((k, name)) != alone[k, name]
+    ]
     statuses = Counter(beside.values())
     print("  beside it: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
     return changed
@@ -115,10 +131,16 @@ def hostile_neighbour(target: str, tmp: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="solutions", help="solutions (default) or a folder of <kata>.py files")
+    parser.add_argument(
+        "--target", default="solutions", help="solutions (default) or a folder of <kata>.py files"
+    )
     parser.add_argument("--runs", type=int, default=10, help="runs per condition (default 10)")
-    parser.add_argument("--load", type=int, default=8, help="`yes` processes in the loaded condition (default 8)")
-    parser.add_argument("--hostile", action="store_true", help="also grade beside a hostile submission (--jobs 2)")
+    parser.add_argument(
+        "--load", type=int, default=8, help="`yes` processes in the loaded condition (default 8)"
+    )
+    parser.add_argument(
+        "--hostile", action="store_true", help="also grade beside a hostile submission (--jobs 2)"
+    )
     args = parser.parse_args(argv)
     table: dict[str, Counter] = {}
     with tempfile.TemporaryDirectory(prefix="dojo-prove-timing-") as tmp_name:

@@ -1,9 +1,10 @@
-"""Where `make bench` figures go: a terminal table, a JSON file, and the README's table.
+"""Where `make bench` figures go: a terminal table, a JSON file, and the docs page's table.
 
 - `print_table(rows)`: a rich table, one line per row, misses in red.
 - `write_json(rows, facts)`: benchmarks/results/<UTC timestamp>.json and latest.json (git-ignored),
   with the machine facts (`machine_facts()`: CPU, cores, RAM, versions, load average at start).
-- `update_readme(path, rows, facts)`: rewrites only what lies between BEGIN and END in README.md;
+- `update_page(path, rows, facts)`: rewrites only what lies between BEGIN and END in the page
+  (docs/benchmarks.md);
   ValueError when the markers are missing, out of order or doubled.
 """
 
@@ -66,11 +67,18 @@ def machine_facts(threads: int | None = None, command: str = "python -m benchmar
             versions[name] = None
     ram = ram_bytes()
     return {
-        "cpu": cpu_model(), "cores": os.cpu_count(), "threads": threads,
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
         "ram_gib": None if ram is None else round(ram / 2**30, 1),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(), "platform": platform.platform(), "versions": versions,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
+        else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": command,
     }
 
 
@@ -78,9 +86,11 @@ def machine_line(facts: dict) -> str:
     v = facts["versions"]
     load, end = facts.get("load_average_at_start"), facts.get("load_average_at_end")
     loads = f"load average {load[0] if load else '?'} at start" + (f", {end[0]} at end" if end else "")
-    return (f"{facts['cpu']}, {facts['cores']} cores ({facts['threads']} threads used), {facts['ram_gib']} GiB RAM, "
-            f"{loads}; torch {v.get('torch')}, numpy {v.get('numpy')}, "
-            f"transformers {v.get('transformers')}; {facts['started']}")
+    return (
+        f"{facts['cpu']}, {facts['cores']} cores ({facts['threads']} threads used), {facts['ram_gib']} GiB RAM, "
+        f"{loads}; torch {v.get('torch')}, numpy {v.get('numpy')}, "
+        f"transformers {v.get('transformers')}; {facts['started']}"
+    )
 
 
 def print_table(rows: list[Row], console=None, title: str = "decode-dojo benchmarks") -> None:
@@ -92,14 +102,30 @@ def print_table(rows: list[Row], console=None, title: str = "decode-dojo benchma
         if not console.is_terminal:  # piped to a file or `make`'s log: rich would assume 80 columns
             console = Console(width=180)
     table = Table(title=title, show_lines=False)
-    for name, justify in (("group", "left"), ("what", "left"), ("ours", "right"), ("peer", "left"),
-                          ("peer figure", "right"), ("ratio", "right"), ("goal", "left"), ("met", "center")):
+    for name, justify in (
+        ("group", "left"),
+        ("what", "left"),
+        ("ours", "right"),
+        ("peer", "left"),
+        ("peer figure", "right"),
+        ("ratio", "right"),
+        ("goal", "left"),
+        ("met", "center"),
+    ):
         table.add_column(name, justify=justify, overflow="fold", no_wrap=name != "what")
     for r in rows:
         met = {True: "[green]yes[/]", False: "[bold red]NO[/]", None: "-"}[r.met]
         what = r.what + (f" [dim]({r.note})[/]" if r.note else "")
-        table.add_row(r.group, what, fmt(r.ours, r.unit), r.peer_name or "-", fmt(r.peer, r.unit),
-                      fmt(r.ratio, "x"), str(r.goal) if r.goal else "-", met)
+        table.add_row(
+            r.group,
+            what,
+            fmt(r.ours, r.unit),
+            r.peer_name or "-",
+            fmt(r.peer, r.unit),
+            fmt(r.ratio, "x"),
+            str(r.goal) if r.goal else "-",
+            met,
+        )
     console.print(table)
 
 
@@ -119,30 +145,43 @@ def markdown_table(rows: list[Row]) -> str:
     lines = ["| what | ours | peer | peer figure | ratio | goal | met |", "|---|---:|---|---:|---:|---|:-:|"]
     for r in rows:
         what = r.what + (f" ({r.note})" if r.note else "")
-        cells = [what, fmt(r.ours, r.unit), r.peer_name or "-", fmt(r.peer, r.unit), fmt(r.ratio, "x"),
-                 str(r.goal) if r.goal else "-", verdict(r.met)]
+        cells = [
+            what,
+            fmt(r.ours, r.unit),
+            r.peer_name or "-",
+            fmt(r.peer, r.unit),
+            fmt(r.ratio, "x"),
+            str(r.goal) if r.goal else "-",
+            verdict(r.met),
+        ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 
-def readme_block(rows: list[Row], facts: dict, seconds: float | None = None) -> str:
+def page_block(rows: list[Row], facts: dict, seconds: float | None = None) -> str:
     took = f", in {seconds / 60:.1f} min" if seconds is not None else ""
-    return "\n".join([
-        f"Latest figures, from `{facts.get('command') or 'python -m benchmarks'}`{took} on {machine_line(facts)}.",
-        "Ratios above 1 mean ours is faster (or cheaper); each is measured side by side in that one run.",
-        "", markdown_table(rows)])
+    return "\n".join(
+        [
+            f"Latest figures, from `{facts.get('command') or 'python -m benchmarks'}`{took} on {machine_line(facts)}.",
+            "Ratios above 1 mean ours is faster (or cheaper); each is measured side by side in that one run.",
+            "",
+            markdown_table(rows),
+        ]
+    )
 
 
 def rewrite_between_markers(text: str, block: str) -> str:
     """`text` with everything between BEGIN and END replaced by `block`; the rest byte for byte."""
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"README needs exactly one {BEGIN} followed by one {END}")
+        raise ValueError(f"the page needs exactly one {BEGIN} followed by one {END}")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     return f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}"
 
 
-def update_readme(path: Path, rows: list[Row], facts: dict, seconds: float | None = None) -> None:
+def update_page(path: Path, rows: list[Row], facts: dict, seconds: float | None = None) -> None:
     path = Path(path)
-    path.write_text(rewrite_between_markers(path.read_text(encoding="utf-8"), readme_block(rows, facts, seconds)),
-                    encoding="utf-8")
+    path.write_text(
+        rewrite_between_markers(path.read_text(encoding="utf-8"), page_block(rows, facts, seconds)),
+        encoding="utf-8",
+    )

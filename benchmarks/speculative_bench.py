@@ -1,14 +1,9 @@
 """Speculative decoding on SmolLM2: fp32 verifying a packed draft against plain fp32, side by side.
 
-Both answer the same chat prompts greedily (to their EOS or `tokens` new tokens), interleaved
-(plain, speculative, plain, ...) after a warm-up, medians of `repeats` rounds: tokens per second
-over the whole answer (prefill included: the same prompts and tokens for both), and whether the
-tokens were fp32's (greedy speculative decoding keeps the target's tokens up to floating point: a
-verification pass computes some positions in other shapes than plain decoding's steps). Beside
-them, two acceptance figures: the draft acceptance rate, accepted / drafted, and Leviathan's alpha,
-estimated as accepted / (accepted + rejected): a round stops testing drafts at its first rejection,
-so accepted / drafted underestimates alpha whenever something is rejected. Leviathan's predicted speed-up (solutions.speculative.expected_speedup) takes
-that alpha and the draft's cost c, a draft decode step over an fp32 one, timed here too.
+Both answer the same chat prompts greedily, interleaved after a warm-up, medians of `repeats` rounds:
+tokens per second over the whole answer (prefill included), and whether the tokens were fp32's. Beside
+them, the draft acceptance rate (accepted / drafted), Leviathan's alpha (accepted / (accepted +
+rejected)), and his predicted speed-up from that alpha and the draft's measured relative cost c.
 
     python -m benchmarks.speculative_bench [--tokens 48] [--repeats 3] [--k 4]
 """
@@ -25,8 +20,12 @@ from benchmarks.decode_bench import interleaved, ours_decode
 from solutions.generate import generate
 from solutions.speculative import expected_speedup, speculative_generate
 
-CHATS = ["List three prime numbers.", "What is the capital of France?", "Why is the sky blue?",
-         "How do I reverse a list in Python?"]
+CHATS = [
+    "List three prime numbers.",
+    "What is the capital of France?",
+    "Why is the sky blue?",
+    "How do I reverse a list in Python?",
+]
 
 
 class Watched:
@@ -85,7 +84,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     """{"plain_tok_s", "spec_tok_s"}: medians; "acceptance" (accepted / drafted), "alpha" (estimate_alpha),
     "rejected", "identical", "c", "predicted" (from alpha and c), "tokens", "passes"."""
     eos = tokenizer.eos_token_id
-    prompts = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": c}])) for c in chats]
+    prompts = [
+        tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": c}])) for c in chats
+    ]
     plain_out: list[list[int]] = []
     spec_out: list = []
     spec_rejected: list[int] = []
@@ -93,7 +94,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     @torch.inference_mode()
     def plain() -> float:
         start = time.perf_counter()
-        plain_out[:] = [generate(fp32, [p], max_new_tokens=tokens, eos_token_id=eos).tokens[0] for p in prompts]
+        plain_out[:] = [
+            generate(fp32, [p], max_new_tokens=tokens, eos_token_id=eos).tokens[0] for p in prompts
+        ]
         return time.perf_counter() - start
 
     @torch.inference_mode()
@@ -102,7 +105,9 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
         spec_out[:], spec_rejected[:] = [], []
         for p in prompts:
             target = Watched(fp32)  # a list append per round: nothing next to a forward pass
-            spec_out.append(speculative_generate(target, draft, p, max_new_tokens=tokens, k=k, eos_token_id=eos))
+            spec_out.append(
+                speculative_generate(target, draft, p, max_new_tokens=tokens, k=k, eos_token_id=eos)
+            )
             spec_rejected.append(rejections(target.passes, len(p), spec_out[-1].accepted))
         return time.perf_counter() - start
 
@@ -117,16 +122,23 @@ def bench(fp32, draft, tokenizer, *, tokens: int, repeats: int, k: int, chats: l
     accepted, rejected = sum(r.accepted for r in spec_out), sum(spec_rejected)
     alpha = estimate_alpha(accepted, rejected)
     c = steps["draft"] / steps["fp32"]
-    return {"plain_tok_s": n / statistics.median(rounds["plain"]), "spec_tok_s": n / statistics.median(rounds["spec"]),
-            "acceptance": accepted / max(1, sum(r.drafted for r in spec_out)), "alpha": alpha, "rejected": rejected,
-            "identical": [r.tokens for r in spec_out] == plain_out, "c": c,
-            "predicted": expected_speedup(alpha, k, c), "tokens": n,
-            "passes": sum(r.rounds for r in spec_out)}
+    return {
+        "plain_tok_s": n / statistics.median(rounds["plain"]),
+        "spec_tok_s": n / statistics.median(rounds["spec"]),
+        "acceptance": accepted / max(1, sum(r.drafted for r in spec_out)),
+        "alpha": alpha,
+        "rejected": rejected,
+        "identical": [r.tokens for r in spec_out] == plain_out,
+        "c": c,
+        "predicted": expected_speedup(alpha, k, c),
+        "tokens": n,
+        "passes": sum(r.rounds for r in spec_out),
+    }
 
 
 def main() -> None:
-    from solutions import weights_cache
-    from solutions.weight_modes import draft_mode
+    import solutions.system
+    from solutions.system.kernels.weight_modes import draft_mode
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=48)
@@ -134,13 +146,15 @@ def main() -> None:
     p.add_argument("--k", type=int, default=4)
     args = p.parse_args()
     mode = draft_mode()
-    fp32 = weights_cache.load("fp32")
-    draft = weights_cache.load(mode).model
+    fp32 = solutions.system.load("fp32")
+    draft = solutions.system.load(mode).model
     r = bench(fp32.model, draft, fp32.tokenizer, tokens=args.tokens, repeats=args.repeats, k=args.k)
-    print(f"plain fp32 {r['plain_tok_s']:.1f} tok/s, fp32 verifying {mode} (k={args.k}) {r['spec_tok_s']:.1f} tok/s "
-          f"({r['spec_tok_s'] / r['plain_tok_s']:.2f}x; predicted {r['predicted']:.2f}x from alpha "
-          f"{r['alpha']:.2f}, c {r['c']:.2f}); draft acceptance rate {r['acceptance']:.2f}; "
-          f"tokens identical: {r['identical']}")
+    print(
+        f"plain fp32 {r['plain_tok_s']:.1f} tok/s, fp32 verifying {mode} (k={args.k}) {r['spec_tok_s']:.1f} tok/s "
+        f"({r['spec_tok_s'] / r['plain_tok_s']:.2f}x; predicted {r['predicted']:.2f}x from alpha "
+        f"{r['alpha']:.2f}, c {r['c']:.2f}); draft acceptance rate {r['acceptance']:.2f}; "
+        f"tokens identical: {r['identical']}"
+    )
 
 
 if __name__ == "__main__":

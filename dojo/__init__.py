@@ -9,7 +9,6 @@ SOLUTIONS_DIR = ROOT / "solutions"
 TESTS_DIR = ROOT / "tests"
 
 
-
 def timing_lock_path() -> Path:
     """The machine-wide lock file every timing test holds ($DOJO_TIMING_LOCK, or /tmp/decode-dojo-timing.lock):
     one definition for the suites (dojo.testing) and the grader that holds it for a sandboxed child

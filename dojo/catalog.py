@@ -1,12 +1,9 @@
 """The kata catalog: katas/katas.toml and each kata's folder (README, HINTS, QUESTIONS, stub).
 
-A README may link a page that several prompts share (katas/CONFIG.md: LlamaConfig's fields);
-`Kata.readme()` appends it, so every view of the prompt (dojo start, the notebook, an interview) holds it.
-
-`load()` gives the katas in practice order; `get(slug)` one of them or UnknownKata, whose message
-lists the valid slugs. The folder is $DOJO_KATAS_DIR when set (the runner's own tests point it at a
-toy kata), else katas/; solutions/ and tests/katas/ are found beside it (see dojo.targets).
-Parsing is deliberately plain: markdown headings split hints and questions, nothing more.
+`load()` gives the katas in practice order; `get(slug)` one of them, or UnknownKata listing the valid
+slugs. `Kata.readme()` is the prompt with the shared pages it links (katas/CONFIG.md). The folder is
+$DOJO_KATAS_DIR when set, else katas/ (dojo.targets). Parsing is plain: markdown headings split hints
+and questions, nothing more.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from pathlib import Path
 import tomllib
 
 from dojo import targets
-
 
 HELPS = re.compile(r"^Helps:[ \t]*([^\n]*)\n?", re.MULTILINE)  # a hint's line naming the tests it helps with
 SHARED_PAGES = ("CONFIG.md",)  # katas/<page>: shared by several prompts, linked as ](../<page>)
@@ -46,6 +42,9 @@ class Kata:
     minutes: int
     prerequisites: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    # reference modules that hold this kata's answer besides solutions/<slug>.py, dotted below solutions
+    # ("system.kernels.attention_fast"): hidden from its grading like the reference itself
+    twins: tuple[str, ...] = ()
     note: str = ""  # shown before the title in `dojo list`, e.g. "training warm-up"; empty for most
 
     @property
@@ -93,8 +92,10 @@ class Kata:
 
     def hint_helps(self) -> list[list[str]]:
         """Per hint, the tests it helps with: its "Helps: test_a, test_b" line (empty when it has none)."""
-        return [[name.strip() for m in HELPS.finditer(body) for name in m.group(1).split(",") if name.strip()]
-                for body in self._hint_sections()]
+        return [
+            [name.strip() for m in HELPS.finditer(body) for name in m.group(1).split(",") if name.strip()]
+            for body in self._hint_sections()
+        ]
 
     def _hint_sections(self) -> list[str]:
         path = self.folder / "HINTS.md"
@@ -160,6 +161,7 @@ def load() -> list[Kata]:
                     minutes=int(entry.get("minutes", 45)),
                     prerequisites=tuple(entry.get("prerequisites", ())),
                     tags=tuple(entry.get("tags", ())),
+                    twins=tuple(entry.get("twins", ())),
                     note=str(entry.get("note", "")),
                 )
             )

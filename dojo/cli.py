@@ -1,17 +1,9 @@
 """`dojo`: the command line. Argument parsing and dispatch only; the work is in the layers below.
 
-Built-in commands: (none) welcome · list · start · prompt · check · hint · watch · reset · solution · status
-(dojo.practice.commands) and grade (take-homes: dojo.interview.takehome, printed here); `check
---notebook` goes to dojo.notebook.commands. While a mock interview is open, the commands in
-INTERVIEW_RULED ask dojo.interview.flow first: that gate is the one interface between them. Other
-modules add commands: each name in PLUGINS is imported (skipped only while that module
-does not exist yet) and its `register(subparsers)` adds parsers whose `func(args) -> int` runs them.
-COMMANDS names which module adds which command, so that `dojo demo` imports the demo and nothing
-else (start-up is one of the demo's goals): only `dojo --help` and unknown commands load them all.
-A command whose parser sets `fast_exit=True` (one that has imported torch) ends the process with
-os._exit once its output is flushed, when run as the `dojo` command: tearing torch's modules down
-takes ~0.4 s and leaves nothing behind that matters. Called as main(argv), it returns as usual.
-Exit codes: 0 success (for check: every test passed), 1 failure, 2 bad usage (unknown kata ...).
+The built-in commands run dojo.practice.commands (`grade`: dojo.interview.takehome, printed here); each
+module in PLUGINS adds its commands with `register(subparsers)`, and COMMANDS says which adds which, so
+that one command imports only its own module. While a mock interview is open, the commands in
+INTERVIEW_RULED ask dojo.interview.flow first. Exit codes: 0 success, 1 failure, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -25,10 +17,24 @@ from pathlib import Path
 
 from dojo.errors import UsageError
 
-PLUGINS = ("dojo.tools.demo", "dojo.tools.serve", "dojo.tools.roofline", "dojo.interview.flow", "dojo.notebook.commands", "dojo.notebook.lab", "dojo.tools.bench")
-COMMANDS = {"demo": "dojo.tools.demo", "serve": "dojo.tools.serve", "roofline": "dojo.tools.roofline",
-            **dict.fromkeys(("interview", "submit", "interviewer", "history", "stats", "ask"), "dojo.interview.flow"),
-            "notebook": "dojo.notebook.commands", "lab": "dojo.notebook.lab", "bench": "dojo.tools.bench"}
+PLUGINS = (
+    "dojo.tools.demo",
+    "dojo.tools.serve",
+    "dojo.tools.roofline",
+    "dojo.interview.flow",
+    "dojo.notebook.commands",
+    "dojo.notebook.lab",
+    "dojo.tools.bench",
+)
+COMMANDS = {
+    "demo": "dojo.tools.demo",
+    "serve": "dojo.tools.serve",
+    "roofline": "dojo.tools.roofline",
+    **dict.fromkeys(("interview", "submit", "interviewer", "history", "stats", "ask"), "dojo.interview.flow"),
+    "notebook": "dojo.notebook.commands",
+    "lab": "dojo.notebook.lab",
+    "bench": "dojo.tools.bench",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,11 +81,14 @@ def _console():
     return report.console(stderr=True)
 
 
-def build_parser(load_plugins: bool = True, *, builtins: bool = True, plugins: tuple[str, ...] | None = None
-                 ) -> argparse.ArgumentParser:
+def build_parser(
+    load_plugins: bool = True, *, builtins: bool = True, plugins: tuple[str, ...] | None = None
+) -> argparse.ArgumentParser:
     """The parser: the built-in commands unless `builtins` is false, and the commands of `plugins`
     (default: PLUGINS) when `load_plugins`."""
-    parser = argparse.ArgumentParser(prog="dojo", description="Interview-practice katas for LLM inference engineering.")
+    parser = argparse.ArgumentParser(
+        prog="dojo", description="Interview-practice katas for LLM inference engineering."
+    )
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     if builtins:
         _add_builtins(parser, sub)
@@ -111,15 +120,26 @@ def _add_builtins(parser: argparse.ArgumentParser, sub) -> None:
     p = sub.add_parser("check", help="grade your workspace copy (default: the kata in progress)")
     _grading_args(p)
     p.add_argument("--examples-only", action="store_true", help="run only the README's worked examples")
-    p.add_argument("--notebook", nargs="?", const="", default=None, metavar="PATH",
-                   help="grade a notebook's solution cells instead (default PATH: workspace/<slug>.ipynb)")
-    p.add_argument("--rerun-inconclusive", action="store_true",
-                   help="re-run only the timing tests the last check left inconclusive, and merge them into it")
+    p.add_argument(
+        "--notebook",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="grade a notebook's solution cells instead (default PATH: workspace/<slug>.ipynb)",
+    )
+    p.add_argument(
+        "--rerun-inconclusive",
+        action="store_true",
+        help="re-run only the timing tests the last check left inconclusive, and merge them into it",
+    )
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("hint", help="the next hint you have not seen")
     p.add_argument("slug", nargs="?")
     p.add_argument("--all", action="store_true", help="show every hint seen so far")
-    p.add_argument("--next", action="store_true", help="the next unseen hint in HINTS.md's order, whatever fails")
+    p.add_argument(
+        "--next", action="store_true", help="the next unseen hint in HINTS.md's order, whatever fails"
+    )
     p.set_defaults(func=practice.cmd_hint)
     p = sub.add_parser("watch", help="re-grade on every save of your workspace file")
     _grading_args(p)
@@ -134,8 +154,11 @@ def _add_builtins(parser: argparse.ArgumentParser, sub) -> None:
     p.add_argument("slug")
     p.add_argument("--force", action="store_true", help="show it anyway (recorded as a reveal)")
     p.set_defaults(func=practice.cmd_solution)
-    p = sub.add_parser("grade", help="grade take-home submissions: folders of <slug>.py or <slug>.ipynb, or notebooks "
-                       "(kata files found by exact name; links not followed; .py over 1 MiB refused)")
+    p = sub.add_parser(
+        "grade",
+        help="grade take-home submissions: folders of <slug>.py or <slug>.ipynb, or notebooks "
+        "(kata files found by exact name; links not followed; .py over 1 MiB refused)",
+    )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the full machine-readable report here")
     p.add_argument("--jobs", type=int, default=2, help="gradings at once (default 2)")
@@ -151,7 +174,12 @@ def _grading_args(p: argparse.ArgumentParser) -> None:
     from dojo.grading import grade
 
     p.add_argument("slug", nargs="?", help="kata to grade (default: the kata in progress)")
-    p.add_argument("--timeout", type=float, default=None, help=f"seconds before grading stops (default {grade.DEFAULT_TIMEOUT_S:g})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds before grading stops (default {grade.DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 INTERVIEW_RULED = ("check", "hint", "watch", "solution", "status")
@@ -182,8 +210,10 @@ def cmd_check(args) -> int:
         args.notebook = ""
     if args.notebook is not None:
         if args.rerun_inconclusive:
-            raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "
-                             "not with --examples-only or --notebook")
+            raise UsageError(
+                "--rerun-inconclusive re-runs part of a full check of the workspace file: "
+                "not with --examples-only or --notebook"
+            )
         from dojo.notebook import commands as notebook
 
         return notebook.run_check(args)
@@ -200,7 +230,9 @@ def cmd_grade(args) -> int:
     out = report.console()
     for raw in args.paths:
         if not Path(raw).is_dir() and not (raw.endswith(".ipynb") and Path(raw).is_file()):
-            raise UsageError(f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)")
+            raise UsageError(
+                f"{raw} is not a directory: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)"
+            )
     doc = takehome.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
     if args.json:
         takehome.write_report(doc, args.json)
@@ -213,12 +245,21 @@ def cmd_grade(args) -> int:
         cells = []
         for slug in slugs:
             r = sub["katas"].get(slug)
-            cells.append("-" if r is None else "error" if r["status"] == "error" and not r["total"] else
-                         f"{r['points']}/{r['total']}" + ("" if r["status"] == "pass" else f" {r['status']}")
-                         + (f" ({len(r['inconclusive'])} inconclusive)" if r["inconclusive"] else ""))
+            cells.append(
+                "-"
+                if r is None
+                else "error"
+                if r["status"] == "error" and not r["total"]
+                else f"{r['points']}/{r['total']}"
+                + ("" if r["status"] == "pass" else f" {r['status']}")
+                + (f" ({len(r['inconclusive'])} inconclusive)" if r["inconclusive"] else "")
+            )
         note = "" if sub["katas"] else " (errors: see below)" if sub["errors"] else " (no kata files)"
-        note += f" ({sub['inconclusive']} inconclusive: timing tests the machine was too noisy to decide, not counted)" \
-            if sub["inconclusive"] else ""
+        note += (
+            f" ({sub['inconclusive']} inconclusive: timing tests the machine was too noisy to decide, not counted)"
+            if sub["inconclusive"]
+            else ""
+        )
         table.add_row(sub["path"], *cells, f"{sub['points']}/{sub['total']}{note}", *takehome.flags(sub))
     out.print(table, markup=False)
     for line in takehome.findings(doc):

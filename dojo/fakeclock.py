@@ -1,14 +1,9 @@
 """A fake `time.perf_counter` for timing-semantics tests: exact seconds charged to instrumented work.
 
-Whether a kata times the right thing (the pass asked for, after one warm-up, the median of the
-repeats) needs no real clock. A test swaps `time.perf_counter` for a FakeClock and hands the kata
-a fake model whose calls move the clock by exact, chosen costs: the answer is then exact, on an
-idle laptop and on a loaded grader alike. `FakeClock(step=s)` instead moves `s` at every read, so
-each interval between two reads is exactly `s`: for timed work a test cannot instrument (a
-tensor copy, a matmul).
-
-Left out: time.perf_counter_ns, time.time and time.monotonic, and timers bound before the swap
-(timeit's default_timer): the katas' READMEs say to time with time.perf_counter.
+A test swaps `time.perf_counter` for a FakeClock (`reading(clock, *modules)`, aliases included) and hands
+the kata a fake model whose calls `advance` the clock by chosen costs, so the answer is exact on any
+machine. `FakeClock(step=s)` instead moves `s` at every read, for work a test cannot instrument.
+Only time.perf_counter, the clock the katas' READMEs say to time with.
 """
 
 from __future__ import annotations

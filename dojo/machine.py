@@ -1,35 +1,11 @@
 """Timing tests on the real machine: sizes from the machine, side by side, best of K, three verdicts.
 
-A machine test (marked `@pytest.mark.machine`: the plugin serialises them machine-wide) checks a
-claim such as "a decode step at batch 8 costs at most 3x one at batch 1" twice: on what the kata
-measures, and on what a plain timing loop in the suite (the *oracle*) measures of the same thing.
-`SideBySide` runs them interleaved, round by round (kata, oracle, kata, oracle ...), so drift and
-contention hit both alike, and keeps every sample; a quantity's value is its best (lowest) sample,
-since contention only ever slows a run down. `check_claim` then decides:
-- the kata's best timings show the claim: pass (measured again, more rounds while the test's
-  time budget lasts, before anything else: a quiet spell often comes);
-- the oracle's do not show it either: this machine does not show the effect, now: inconclusive;
-- the timings are too noisy (some quantity's median is over MAX_SPREAD above its best), or the
-  kata's numbers agree with the oracle's within that noise: inconclusive;
-- fewer than MIN_FAIL_ROUNDS complete rounds fitted in the budget (one sample has no spread, and one
-  round is no proof), or a spread that cannot be measured (a quantity with fewer samples, or a
-  sample that is not a positive finite time): inconclusive, saying so;
-- the miss is not there in every round (the kata's round misses the claim while the oracle's round,
-  beside it, shows it): it came and went with the machine's load: inconclusive;
-- otherwise the kata measures something the oracle does not, in each of at least MIN_FAIL_ROUNDS
-  rounds: fail. A fail is the only verdict that needs evidence; every other doubt is inconclusive.
-So thresholds are the kata README's, and whether this machine can show them is measured here.
-
-Sizes come from the machine. `streaming_copy_bytes()`: 4x the largest cache the kernel reports
-(a copy that size streams from memory), at least MIN_COPY_BYTES (for a missing or tiny report),
-at most MAX_COPY_BYTES (4x the largest L3 slice a core reaches today, an AMD 3D V-cache CCD's
-96 MiB, rounded up: a bigger report is a VM's invention or a whole package's sum, such as this
-VM's 480 MiB, which would want 2 x 1.9 GiB) and at most a quarter of the memory this process may still use: the smaller of MemAvailable and the
-address-space headroom under RLIMIT_AS (the grader sets 3 GiB). `compute_bound_n()`: the
-smallest matmul size, doubling from 256, whose intensity (n / 6 FLOP/byte for three fp32 n x n
-matrices) is 8x this machine's measured ridge point.
-Left out: GPUs (the suites time the CPU at one thread), and timing the kata's code against a
-fixed budget: absolute times are never compared with a constant.
+`SideBySide` times the kata and a plain loop in the suite (the oracle) in turn, round by round; a
+quantity's value is its best sample. `check_claim` passes when the kata's best timings show the claim,
+fails only when the kata misses it beside an oracle that shows it, beyond the noise, in each of at least
+MIN_FAIL_ROUNDS rounds, and is inconclusive on every other doubt. `streaming_copy_bytes()`: 4x the
+largest cache, so a copy streams from memory, within MIN_COPY_BYTES, MAX_COPY_BYTES and a quarter of the
+memory left. `compute_bound_n()`: a matmul 8x past the ridge. CPU only; no time is compared with a constant.
 """
 
 from __future__ import annotations
@@ -117,7 +93,7 @@ class SideBySide:
             start = time.monotonic()
             for name, run in self.runs.items():
                 got = run()
-                for key, seconds in (got.items() if isinstance(got, Mapping) else [("", got)]):
+                for key, seconds in got.items() if isinstance(got, Mapping) else [("", got)]:
                     self.samples.setdefault(f"{name}.{key}" if key else name, []).append(float(seconds))
             self.rounds += 1
             self.seconds += time.monotonic() - start
@@ -125,7 +101,7 @@ class SideBySide:
     def best(self, key: str) -> float:
         return min(self.samples[key])
 
-    def round(self, r: int) -> "OneRound":
+    def round(self, r: int) -> OneRound:
         """The samples of round `r` alone, with the same `best(key)` a claim reads."""
         return OneRound(self, r)
 
@@ -170,8 +146,9 @@ def agree(a: tuple[float, ...], b: tuple[float, ...], spread: float) -> bool:
     return all(x > 0 and y > 0 and abs(math.log(x / y)) <= slack for x, y in zip(a, b, strict=True))
 
 
-def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, rounds: int = 3,
-                budget_s: float = 12.0) -> Claim:
+def check_claim(
+    bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, rounds: int = 3, budget_s: float = 12.0
+) -> Claim:
     """Pass, fail or end inconclusive as the module docstring says; returns the claim that held.
 
     Measures until the bench has `rounds` rounds, then, while the claim fails on the kata's side,
@@ -187,30 +164,46 @@ def check_claim(bench: SideBySide, claim_of: Callable[[SideBySide], Claim], *, r
         bench.measure(1)
     while True:
         claim = claim_of(bench)
-        if claim.holds(claim.kata) or not fits() or bench.rounds >= max(MAX_ROUNDS_FACTOR * rounds, MIN_FAIL_ROUNDS):
+        if (
+            claim.holds(claim.kata)
+            or not fits()
+            or bench.rounds >= max(MAX_ROUNDS_FACTOR * rounds, MIN_FAIL_ROUNDS)
+        ):
             break
         bench.measure(1)
     if claim.holds(claim.kata):
         return claim
     said, plain, spread = claim.describe(claim.kata), claim.describe(claim.oracle), bench.spread()
     if not claim.holds(claim.oracle):
-        inconclusive(f"{said}; but a plain timing loop here shows the same ({plain}): "
-                     "this machine does not show the effect right now")
+        inconclusive(
+            f"{said}; but a plain timing loop here shows the same ({plain}): "
+            "this machine does not show the effect right now"
+        )
     if bench.rounds < MIN_FAIL_ROUNDS:
-        inconclusive(f"{said}; only {bench.rounds} complete round(s) fitted in {budget_s:g} s on this busy machine, "
-                     f"and a fail needs at least {MIN_FAIL_ROUNDS} (one round has no spread and proves nothing)")
+        inconclusive(
+            f"{said}; only {bench.rounds} complete round(s) fitted in {budget_s:g} s on this busy machine, "
+            f"and a fail needs at least {MIN_FAIL_ROUNDS} (one round has no spread and proves nothing)"
+        )
     if spread is None:
-        inconclusive(f"{said}; the timings' spread cannot be measured (a quantity with under {MIN_FAIL_ROUNDS} "
-                     "samples, or a time that is not a positive number), so a miss cannot be told from noise")
+        inconclusive(
+            f"{said}; the timings' spread cannot be measured (a quantity with under {MIN_FAIL_ROUNDS} "
+            "samples, or a time that is not a positive number), so a miss cannot be told from noise"
+        )
     if spread > MAX_SPREAD:
         inconclusive(f"{said}; the timings were too noisy to decide (a median {spread:.0%} above the best)")
     if agree(claim.kata, claim.oracle, spread):
-        inconclusive(f"{said}; a plain timing loop side by side got nearly the same ({plain}), so the miss "
-                     f"is within this machine's noise ({spread:.0%})")
+        inconclusive(
+            f"{said}; a plain timing loop side by side got nearly the same ({plain}), so the miss "
+            f"is within this machine's noise ({spread:.0%})"
+        )
     rounds_claims = [claim_of(bench.round(r)) for r in range(bench.rounds)]
     steady = sum(not c.holds(c.kata) and c.holds(c.oracle) for c in rounds_claims)
     if steady < bench.rounds:
-        inconclusive(f"{said}; but only {steady} of {bench.rounds} rounds missed it while a plain timing loop "
-                     f"beside them showed it ({plain}): the miss came and went with the machine's load")
-    pytest.fail(f"{said}; a plain timing loop, run side by side, shows {plain}, in each of {bench.rounds} rounds",
-                pytrace=False)
+        inconclusive(
+            f"{said}; but only {steady} of {bench.rounds} rounds missed it while a plain timing loop "
+            f"beside them showed it ({plain}): the miss came and went with the machine's load"
+        )
+    pytest.fail(
+        f"{said}; a plain timing loop, run side by side, shows {plain}, in each of {bench.rounds} rounds",
+        pytrace=False,
+    )

@@ -1,14 +1,9 @@
 """A Python file's source as the interpreter reads it (PEP 263), for every check that reads one.
 
-Python decodes a file by its byte-order mark or its coding cookie (`# coding: utf-7` on line 1 or 2),
-not as UTF-8: a check that reads the bytes any other way sees different code from the code that runs
-(`# coding: unicode_escape` turns the text `# \\nimport os` into a comment and then an import).
-`read_python(path)` decodes exactly as `tokenize.open` does; `cookie_finding` says when a file asks for
-an encoding other than UTF-8, which an honest solution never needs; `fold(node)` is the text an
-expression built from constant pieces always gives ("ex" + "ec"), for scans that look for names.
-Used by the integrity scan, the similarity measure and the suites' banned-use check (dojo.testing),
-so it stays in the base layer.
-Left out: parsing (callers choose ast or tokenize) and notebooks (their JSON is UTF-8 by definition).
+`read_python(path)` decodes exactly as `tokenize.open` does (byte-order mark, coding cookie);
+`cookie_finding` says when a file declares an encoding other than UTF-8; `fold(node)` is the text an
+expression built from constant pieces always gives ("ex" + "ec"). Used by the integrity scan and the
+suites' banned-use check (dojo.testing), so it stays in the base layer. It does not parse.
 """
 
 from __future__ import annotations
@@ -62,7 +57,10 @@ def cookie_finding(encoding: str, text: str) -> tuple[int, str] | None:
         return None
     lines = text.splitlines()[:2]
     line = next((i + 1 for i, t in enumerate(lines) if "coding" in t), 1)
-    return line, f"declares the source encoding {encoding!r} (PEP 263 cookie): the code that runs is not the text shown"
+    return (
+        line,
+        f"declares the source encoding {encoding!r} (PEP 263 cookie): the code that runs is not the text shown",
+    )
 
 
 def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, depth: int = 0) -> str | None:
@@ -79,11 +77,21 @@ def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, dept
         left, right = fold(node.left, consts, depth + 1), fold(node.right, consts, depth + 1)
         return left + right if left is not None and right is not None else None
     if isinstance(node, ast.JoinedStr):
-        parts = [fold(v.value if isinstance(v, ast.FormattedValue) else v, consts, depth + 1) for v in node.values]
+        parts = [
+            fold(v.value if isinstance(v, ast.FormattedValue) else v, consts, depth + 1) for v in node.values
+        ]
         return "".join(parts) if None not in parts else None
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple))):
-        sep, parts = fold(node.func.value, consts, depth + 1), [fold(e, consts, depth + 1) for e in node.args[0].elts]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], (ast.List, ast.Tuple))
+    ):
+        sep, parts = (
+            fold(node.func.value, consts, depth + 1),
+            [fold(e, consts, depth + 1) for e in node.args[0].elts],
+        )
         return sep.join(parts) if sep is not None and None not in parts else None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):  # "%sec" % "ex", "%s%s" % ("ex", "ec")
         template = fold(node.left, consts, depth + 1)
@@ -95,8 +103,13 @@ def fold(node: ast.AST | None, consts: Mapping[str, ast.AST] | None = None, dept
             return template % tuple(parts)
         except (TypeError, ValueError):
             return None
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
-            and not any(isinstance(a, ast.Starred) for a in node.args) and all(k.arg for k in node.keywords)):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+        and all(k.arg for k in node.keywords)
+    ):
         template = fold(node.func.value, consts, depth + 1)  # "{}{}".format("ex", "ec"), "{a}".format(a="ex")
         args = [fold(a, consts, depth + 1) for a in node.args]
         kwargs = {k.arg: fold(k.value, consts, depth + 1) for k in node.keywords}
@@ -116,8 +129,14 @@ def _plain_fields(template: str) -> bool:
     """Every replacement field of a str.format template is {}, {0} or {name}: no conversion, no format
     spec (a width would build the string it names), no attribute or index (they would run code)."""
     try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+        fields = [
+            (name, spec, conv)
+            for _, name, spec, conv in string.Formatter().parse(template)
+            if name is not None
+        ]
     except ValueError:
         return False
-    return all((name == "" or name.isdigit() or name.isidentifier()) and not spec and conv is None
-               for name, spec, conv in fields)
+    return all(
+        (name == "" or name.isdigit() or name.isidentifier()) and not spec and conv is None
+        for name, spec, conv in fields
+    )

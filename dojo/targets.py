@@ -53,8 +53,10 @@ def resolve(slug: str, target: str) -> Path:
     elif target == "workspace":
         path = workspace_dir() / f"{slug}.py"
         if not path.exists():
-            raise FileNotFoundError(f"no workspace copy of '{slug}' at {path}: run `dojo start {slug}` first "
-                                    f"(or `dojo notebook {slug}` to solve it in a notebook)")
+            raise FileNotFoundError(
+                f"no workspace copy of '{slug}' at {path}: run `dojo start {slug}` first "
+                f"(or `dojo notebook {slug}` to solve it in a notebook)"
+            )
     else:
         given = Path(target).expanduser()
         if given.is_dir():

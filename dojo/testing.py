@@ -1,15 +1,10 @@
 """Helpers that hidden suites share: banned-shortcut checks by AST, readable comparisons, and the
 two pieces every timing test relies on: the *inconclusive* outcome and the machine-wide timing lock.
 
-`inconclusive(message)` ends a test that could not decide because the machine was too noisy (or
-does not show the effect at all): pytest reports it as skipped, so `make test` stays green, and
-the grading plugin records the outcome "inconclusive", which counts neither for nor against a
-candidate. Tests that time the real machine carry `@pytest.mark.machine`; the plugin holds
-`timing_lock()` around each of them (setup to teardown), so no two timing tests on one machine
-run at the same moment, whichever process (make test, two `dojo check`s, `dojo grade --jobs N`)
-runs them; in a grading the parent holds the same lock for the child (dojo.grading.machine_lock),
-which never sees the file. What it leaves out: how a test measures (dojo.machine) and fake clocks
-(dojo.fakeclock).
+`inconclusive(message)` ends a test the machine was too noisy to decide: skipped to plain pytest,
+"inconclusive" to the grading plugin, counted neither for nor against. The plugin holds `timing_lock()`
+around each `@pytest.mark.machine` test, so no two timing tests on one machine run at once. How a test
+measures is dojo.machine; fake clocks are dojo.fakeclock.
 """
 
 from __future__ import annotations
@@ -66,7 +61,11 @@ def banned_uses(path: Path, names: set[str]) -> list[str]:
             hits = [node.id]
         else:  # a string naming one, however it is built: importlib.import_module("gg" + "uf.quants")
             text = source.fold(node) if id(node) not in prose else None
-            if text is not None and re.fullmatch(r"[\w.]+", text) and (text in names or set(text.split(".")) & names):
+            if (
+                text is not None
+                and re.fullmatch(r"[\w.]+", text)
+                and (text in names or set(text.split(".")) & names)
+            ):
                 hits = [text]
         found += [f"line {node.lineno}: {h}" for h in hits]
     return sorted(set(found))
@@ -158,8 +157,12 @@ def open_lock(path: Path) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         why = "it is a symlink, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
-        raise LockFileError(f"cannot open the timing lock {path} ({why}): set DOJO_TIMING_LOCK to a plain file") from exc
+        raise LockFileError(
+            f"cannot open the timing lock {path} ({why}): set DOJO_TIMING_LOCK to a plain file"
+        ) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise LockFileError(f"the timing lock {path} is not a regular file: set DOJO_TIMING_LOCK to a plain file")
+        raise LockFileError(
+            f"the timing lock {path} is not a regular file: set DOJO_TIMING_LOCK to a plain file"
+        )
     return fd

@@ -1,14 +1,9 @@
 """A bigram language model for hidden suites: analytic next-token distributions, a countable cache.
 
 `BigramModel(probs)` follows the model protocol of the kata prompts (config, new_cache, prefill,
-decode_step, forward): the next token's distribution depends only on the previous token,
-`probs[prev]`, so a suite knows exactly what a correct sampler must produce. Its cache holds no
-keys or values, only `length`, with `truncate` and a `max_len` it enforces. Under judge mode a
-suite builds it in the worker (`dojo.grading.judge.build("dojo.toymodel:BigramModel", probs)`), so
-a loop of thousands of small calls costs no round trips.
-
-Left out: attention masks (accepted, ignored: a bigram has no past to hide) and batches of rows
-at different lengths.
+decode_step, forward); the next token's distribution is `probs[prev]`, so a suite knows exactly what a
+correct sampler must produce. Its cache counts positions only (`length`, `truncate`, `max_len`).
+Attention masks are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -44,8 +39,12 @@ class BigramModel:
     def __init__(self, probs: list[list[float]], max_seq_len: int = 8192) -> None:
         """Raises ValueError unless `probs` is a square table of rows summing to 1."""
         table = torch.tensor(probs, dtype=torch.float64)
-        if table.dim() != 2 or table.shape[0] != table.shape[1] or (table < 0).any() \
-                or not torch.allclose(table.sum(-1), torch.ones(len(table), dtype=torch.float64)):
+        if (
+            table.dim() != 2
+            or table.shape[0] != table.shape[1]
+            or (table < 0).any()
+            or not torch.allclose(table.sum(-1), torch.ones(len(table), dtype=torch.float64))
+        ):
             raise ValueError("probs must be a square table whose rows are distributions")
         self.table = table.log().float()  # (V, V) logits
         self.config = SimpleNamespace(vocab_size=len(probs), max_seq_len=max_seq_len)

@@ -1,15 +1,10 @@
 """Masked scaled dot-product attention: causal, padding, cross-attention and grouped-query heads.
 
 softmax(q k^T / sqrt(D) + mask) v, written out so every step can be read: grouped-query heads are
-expanded explicitly, masks become -inf *before* the softmax, the softmax subtracts its row maximum,
-and a query that can see no key gets zeros instead of 0/0 = NaN. Scores and softmax run in fp32
-whatever the input dtype; the output comes back in the input dtype.
-
-This file is the attention kata's reference and is graded by the kata's suite, which bans fused
-kernels here. The inference system's hot path uses solutions/attention_fast.py, which dispatches to
-torch's fused kernel where that is provably the same computation and falls back to this file
-otherwise; tests/system/test_attention_fast.py checks one against the other.
-Left out: dropout, returning the attention weights, KV caching (solutions/kv_cache.py), RoPE.
+expanded explicitly, masks become -inf before the softmax, and a query that sees no key gets zeros.
+Scores and softmax run in fp32. This is the attention kata's graded reference, not the inference
+system's fast path (solutions/system/kernels/attention_fast.py). Not here: dropout, returning the
+weights, KV caching, RoPE.
 """
 
 from __future__ import annotations
@@ -20,22 +15,30 @@ import torch
 from torch import Tensor, nn
 
 
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                 attn_mask: Tensor | None) -> None:
+def _check_inputs(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, attn_mask: Tensor | None
+) -> None:
     """Raise ValueError, naming the shapes, unless the inputs follow `attention`'s contract."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-D (B, H, T, D): got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must be 4-D (B, H, T, D): got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     (b, hq, tq, d), (bk, hkv, tk, dk) = q.shape, k.shape
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (B, Hkv, Tk, D): got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape (B, Hkv, Tk, D): got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if bk != b or dk != d:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share batch size B and head dim D")
     if hkv == 0 or hq % hkv != 0:
         raise ValueError(f"query heads Hq={hq} must be a multiple of key/value heads Hkv={hkv}")
-    if key_padding_mask is not None and (key_padding_mask.dtype != torch.bool
-                                         or tuple(key_padding_mask.shape) != (b, tk)):
-        raise ValueError(f"key_padding_mask must be a bool (B, Tk) = {(b, tk)} tensor: "
-                         f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    if key_padding_mask is not None and (
+        key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (b, tk)
+    ):
+        raise ValueError(
+            f"key_padding_mask must be a bool (B, Tk) = {(b, tk)} tensor: "
+            f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+        )
     if attn_mask is not None:
         full = (b, hq, tq, tk)
         try:
@@ -43,7 +46,9 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
         except RuntimeError:
             ok = False
         if not ok:
-            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (B, Hq, Tq, Tk) = {full}")
+            raise ValueError(
+                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (B, Hq, Tq, Tk) = {full}"
+            )
 
 
 def causal_mask(tq: int, tk: int, device: torch.device | str = "cpu") -> Tensor:
@@ -57,9 +62,16 @@ def causal_mask(tq: int, tk: int, device: torch.device | str = "cpu") -> Tensor:
     return j <= i + (tk - tq)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-              key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
-              scale: float | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
     """softmax(q k^T * scale + masks) v for q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D).
 
     Query head h reads key/value head h // (Hq // Hkv). `causal` hides key j from query i unless
@@ -109,14 +121,22 @@ class MultiHeadAttention(nn.Module):
     Raises ValueError unless n_heads divides d_model and n_kv_heads divides n_heads.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 d_context: int | None = None, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        d_context: int | None = None,
+        bias: bool = False,
+    ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         d_context = d_model if d_context is None else d_context
         if min(d_model, n_heads, n_kv_heads, d_context) <= 0:
-            raise ValueError(f"sizes must be positive: d_model={d_model}, n_heads={n_heads}, "
-                             f"n_kv_heads={n_kv_heads}, d_context={d_context}")
+            raise ValueError(
+                f"sizes must be positive: d_model={d_model}, n_heads={n_heads}, "
+                f"n_kv_heads={n_kv_heads}, d_context={d_context}"
+            )
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
@@ -127,18 +147,31 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_context, n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         """x (B, T, d_model), context (B, S, d_context) or None (= x) -> (B, T, d_model).
 
         key_padding_mask: (B, S) bool, True = a real key (S = T for self-attention).
         """
         source = x if context is None else context
         d_model, d_context = self.q_proj.in_features, self.k_proj.in_features
-        if (x.dim() != 3 or source.dim() != 3 or source.shape[0] != x.shape[0]
-                or x.shape[-1] != d_model or source.shape[-1] != d_context):
-            raise ValueError(f"x must be (B, T, {d_model}) and context (B, S, {d_context}): "
-                             f"got {tuple(x.shape)} and {tuple(source.shape)}")
+        if (
+            x.dim() != 3
+            or source.dim() != 3
+            or source.shape[0] != x.shape[0]
+            or x.shape[-1] != d_model
+            or source.shape[-1] != d_context
+        ):
+            raise ValueError(
+                f"x must be (B, T, {d_model}) and context (B, S, {d_context}): "
+                f"got {tuple(x.shape)} and {tuple(source.shape)}"
+            )
         (b, t, _), s = x.shape, source.shape[1]
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, Hq, T, Dh)
         k = self.k_proj(source).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, Dh)

@@ -1,16 +1,10 @@
 """Batched decode: why a batch of 8 costs far less than 8 decode steps, and why it cannot grow forever.
 
-A decode step reads every weight once, however many rows it serves, and does 2 FLOPs per weight
-per row. At batch 1 it is bandwidth-bound (0.5 FLOP/byte in fp32), so extra rows ride along on the
-same weight read almost for free: tokens/s grows nearly in proportion to the batch. Two things
-stop it. The arithmetic catches up: at the `crossover_batch` the step's intensity reaches the
-ridge and it turns compute-bound, after which tokens/s flattens. And memory runs out: every row
-keeps its own KV cache, so `max_batch_size` sequences fit beside the weights. The KV cache also
-adds bytes per row, so at long contexts decode may never become compute-bound at all.
-
-Counting follows `solutions.roofline.phase_cost`. Left out: activations and logits (assumed
-small beside weights and cache), allocator overhead, paged KV caches (vLLM's blocks waste less
-than a contiguous `context_len` reservation per row), continuous batching and scheduling.
+A decode step reads every weight once however many rows it serves, so at batch 1 it is
+bandwidth-bound and extra rows ride along almost free. Two things stop it: at `crossover_batch`
+the step's intensity reaches the ridge and it turns compute-bound, and only `max_batch_size`
+sequences' KV caches fit beside the weights. Counting follows `solutions.roofline.phase_cost`.
+Not here: paged KV caches, continuous batching, scheduling.
 """
 
 from __future__ import annotations
@@ -47,8 +41,9 @@ def kv_bytes_per_sequence(config, context_len: int, dtype: torch.dtype = torch.f
     return 2 * config.n_layers * config.n_kv_heads * config.head_dim * context_len * _itemsize(dtype)
 
 
-def max_batch_size(config, context_len: int, memory_budget_bytes: int,
-                   dtype: torch.dtype = torch.float32) -> int:
+def max_batch_size(
+    config, context_len: int, memory_budget_bytes: int, dtype: torch.dtype = torch.float32
+) -> int:
     """The most sequences of `context_len` positions whose KV caches fit beside the weights.
 
     floor((budget - weight_bytes) / kv_bytes_per_sequence). Raises ValueError if not even one
@@ -61,12 +56,14 @@ def max_batch_size(config, context_len: int, memory_budget_bytes: int,
     if fits < 1:
         raise ValueError(
             f"a budget of {memory_budget_bytes:,} bytes cannot hold one sequence: the weights take "
-            f"{weights:,} bytes and one sequence of {context_len} positions needs {per_seq:,} bytes of KV cache")
+            f"{weights:,} bytes and one sequence of {context_len} positions needs {per_seq:,} bytes of KV cache"
+        )
     return fits
 
 
-def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: int,
-                    dtype: torch.dtype = torch.float32) -> int | None:
+def crossover_batch(
+    config, peak_flops: float, bandwidth: float, context_len: int, dtype: torch.dtype = torch.float32
+) -> int | None:
     """The smallest batch whose decode step (after `context_len` cached positions) is compute-bound.
 
     Compute-bound means `roofline.bound` says so for the step's arithmetic intensity (at or right
@@ -75,6 +72,7 @@ def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: in
     f / r is left of the ridge the step stays memory-bound at any batch.
     Raises ValueError as phase_cost does (context_len + 1 beyond the context) and for bad ceilings.
     """
+
     def compute_bound(batch: int) -> bool:
         cost = phase_cost(config, "decode", batch, 1, context_len, dtype)
         return bound(arithmetic_intensity(cost), peak_flops, bandwidth) == "compute"
@@ -103,10 +101,14 @@ def decode_step_time(model, batch_size: int, context_len: int, *, repeats: int =
     context_len < 0, or context_len + 1 beyond the model's context.
     """
     if batch_size < 1 or repeats < 1 or context_len < 0:
-        raise ValueError(f"need batch_size >= 1, repeats >= 1, context_len >= 0; "
-                         f"got {batch_size}, {repeats}, {context_len}")
+        raise ValueError(
+            f"need batch_size >= 1, repeats >= 1, context_len >= 0; "
+            f"got {batch_size}, {repeats}, {context_len}"
+        )
     if context_len + 1 > model.config.max_seq_len:
-        raise ValueError(f"{context_len} cached + 1 new token exceeds the context of {model.config.max_seq_len}")
+        raise ValueError(
+            f"{context_len} cached + 1 new token exceeds the context of {model.config.max_seq_len}"
+        )
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(model.config.vocab_size, (batch_size, context_len + 1), generator=gen)  # (B, ctx + 1)
     cache = model.new_cache(batch_size, max_len=context_len + 1)
@@ -122,8 +124,9 @@ def decode_step_time(model, batch_size: int, context_len: int, *, repeats: int =
     return statistics.median(times)
 
 
-def throughput_curve(model, batch_sizes: Sequence[int], context_len: int = 0, *,
-                     repeats: int = 5) -> dict[int, float]:
+def throughput_curve(
+    model, batch_sizes: Sequence[int], context_len: int = 0, *, repeats: int = 5
+) -> dict[int, float]:
     """Decode tokens/s per batch size: every row gets a token per step, so batch / step seconds.
 
     Raises ValueError for an empty `batch_sizes`, and as decode_step_time does.

@@ -2,21 +2,9 @@
 
 Text is UTF-8 bytes. Training keeps merging the most frequent adjacent pair of tokens into a new
 token while its count reaches the threshold; encoding replays the merges by rank, earliest first.
-An optional regex (GPT-2 / GPT-4 style) splits text into chunks that merges never cross; special
-tokens are cut out before that and never broken.
-
-Training is incremental: each distinct chunk is stored once with its frequency as a linked list of
-tokens, a merge updates only the pair counts around the positions it touches, and a heap with lazy
-invalidation yields the best pair. Encoding caches each chunk's tokens, takes a chunk that is
-itself a token in one lookup, merges short chunks by scanning a list of pair ranks and long ones
-through a heap (the slow oracle in tests/katas/test_bpe.py checks both). The split itself is
-solutions/pretokenize.py's `Splitter`: `regex.findall`'s chunks, faster on ASCII text.
-`from_gpt2` loads a GPT-2-style vocabulary, whose byte tokens are not ids 0..255
-(solutions/tokenizer.py serves SmolLM2 with it), and `from_tables` restores one from the tables a
-load built (solutions/tokenizer.py caches SmolLM2's so).
-
-Leaves out: normalisation, offsets, byte fallback, BPE dropout, unknown-token handling beyond
-dropping bytes that a loaded vocabulary lacks.
+An optional regex splits text into chunks that merges never cross; special tokens are cut out
+before that and never broken. `from_gpt2` and `from_tables` load the vocabulary SmolLM2 is served
+with. Not here: normalisation, offsets, byte fallback, BPE dropout.
 """
 
 from __future__ import annotations
@@ -236,7 +224,9 @@ class BPETokenizer:
 
     def save(self, path) -> None:
         """Write the tokenizer as text (the format is in load's docstring)."""
-        if self._byte_ids != list(range(256)) or any(n != 256 + i for i, n in enumerate(self.merges.values())):
+        if self._byte_ids != list(range(256)) or any(
+            n != 256 + i for i, n in enumerate(self.merges.values())
+        ):
             raise ValueError("save needs ids 0..255 to be the bytes and the i-th merge to create 256 + i")
         lines = [FILE_HEADER, f"pattern {json.dumps(self.pattern)}"]
         lines += [f"special {i} {json.dumps(s)}" for s, i in self.special_tokens.items()]
@@ -312,10 +302,17 @@ class BPETokenizer:
         specials = dict(special_tokens or {})
         tok = cls(pattern)
         try:
-            tok.vocab = {i: s.translate(to_latin1).encode("latin-1") for s, i in vocab.items() if s not in specials}
+            tok.vocab = {
+                i: s.translate(to_latin1).encode("latin-1") for s, i in vocab.items() if s not in specials
+            }
         except UnicodeEncodeError:
-            bad = next(ch for s in vocab if s not in specials for ch in s if ord(ch) not in to_latin1
-                       or to_latin1[ord(ch)] == "\ufffd")
+            bad = next(
+                ch
+                for s in vocab
+                if s not in specials
+                for ch in s
+                if ord(ch) not in to_latin1 or to_latin1[ord(ch)] == "\ufffd"
+            )
             raise ValueError(f"vocabulary token uses {bad!r}, not a byte-level character") from None
         tok._byte_ids = [vocab.get(ch) for ch in alphabet.values()]
         tok.merges = {}
@@ -324,8 +321,11 @@ class BPETokenizer:
             a, _, b = merge.partition(" ")
             tok.merges[(get(a), get(b))] = get(a + b)
         if None in tok.merges.values() or any(None in pair for pair in tok.merges):  # checked once, after
-            rank, merge = next((r, m) for r, m in enumerate(merges) if not all(
-                get(part) is not None for part in (*m.partition(" ")[::2], m.replace(" ", "", 1))))
+            rank, merge = next(
+                (r, m)
+                for r, m in enumerate(merges)
+                if not all(get(part) is not None for part in (*m.partition(" ")[::2], m.replace(" ", "", 1)))
+            )
             raise ValueError(f"merge {rank} ({merge!r}) uses a token missing from the vocabulary")
         tok.special_tokens = specials
         tok._rebuild()
@@ -342,7 +342,7 @@ class BPETokenizer:
         special_tokens: dict[str, int] | None = None,
         not_whole: Iterable[int] = (),
     ) -> BPETokenizer:
-        """A tokenizer from the tables of an earlier one (solutions.tokenizer keeps SmolLM2's so):
+        """A tokenizer from the tables of an earlier one (solutions.system.loading.tokenizer keeps SmolLM2's so):
         `vocab` (id -> bytes, the 256 single bytes among them; kept, not copied), `merges` in rank
         order, and the ids whose text is not a whole token (whole_tokens holds every other).
         Raises ValueError for a merge whose ids are not in the vocabulary."""
@@ -350,7 +350,9 @@ class BPETokenizer:
         singles = {data[0]: i for i, data in vocab.items() if len(data) == 1}
         tok._byte_ids = [singles.get(b) for b in range(256)]
         if not all(a in vocab and b in vocab and c in vocab for (a, b), c in merges.items()):
-            rank, (a, b), c = next((r, p, c) for r, (p, c) in enumerate(merges.items()) if not {*p, c} <= vocab.keys())
+            rank, (a, b), c = next(
+                (r, p, c) for r, (p, c) in enumerate(merges.items()) if not {*p, c} <= vocab.keys()
+            )
             raise ValueError(f"merge {rank} ({a}, {b}) -> {c} uses an id missing from the vocabulary")
         tok.vocab, tok.merges, tok.special_tokens = vocab, merges, dict(special_tokens or {})
         tok._rebuild()
@@ -406,7 +408,11 @@ class BPETokenizer:
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table: printable Latin-1 bytes map to themselves,
     the other 68 bytes to U+0100 onwards, in byte order (so a space is 'Ġ', a newline 'Ċ')."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table, extra = {}, 0
     for b in range(256):
         if b in printable:

@@ -2,17 +2,9 @@
 
 The prompts are left-padded into one batch and prefilled once; every later step feeds one token
 per row through `decode_step`, so all rows (and, in beam search, all beams of all prompts) share
-one forward pass per step and each weight is read once per step, not once per row.
-
-Beam search follows HuggingFace transformers >= 4.50 exactly: each step ranks the
-2 * num_beams best (beam, token) continuations by summed log-probability; an EOS among the top
-num_beams of them finishes a hypothesis scored sum(log p) / (new tokens incl. EOS) ** length_penalty
-(hypotheses cut by max_new_tokens are scored the same way); the best num_beams non-EOS
-continuations go on, and the KV cache is reordered so that each row holds its new parent's past.
-`early_stopping` decides when a prompt's finished hypotheses can no longer improve.
-
-Left out: repetition penalties, min-length, stop strings, sampling inside beam search (HF's
-`do_sample` with beams), and dropping finished rows from the batch (they ride along, ignored).
+one forward pass per step and each weight is read once per step, not once per row. Beam search
+follows HuggingFace transformers >= 4.50 exactly. Not here: repetition penalties, min-length,
+stop strings, sampling inside beam search.
 """
 
 from __future__ import annotations
@@ -44,14 +36,23 @@ class GenerationResult:
     tokens_generated: int  # new tokens across all returned sequences
 
 
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
-             eos_token_id: int | list[int] | None = None,
-             strategy: str = "greedy",
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None,
-             num_beams: int = 1, length_penalty: float = 1.0,
-             early_stopping: bool | str = True, num_return_sequences: int = 1,
-             on_token: Callable[[int, int], None] | None = None) -> GenerationResult:
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    strategy: str = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = True,
+    num_return_sequences: int = 1,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
     """Continue each prompt by up to `max_new_tokens` tokens.
 
     `model` follows the model protocol (config.vocab_size, config.max_seq_len, new_cache, prefill,
@@ -60,11 +61,31 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
     A strategy of "beam" with num_beams=1 is greedy search, as in HuggingFace.
     Raises ValueError, naming the argument, for any invalid argument.
     """
-    eos = _check_arguments(model, prompts, max_new_tokens, eos_token_id, strategy, temperature, top_k,
-                           top_p, num_beams, early_stopping, num_return_sequences)
+    eos = _check_arguments(
+        model,
+        prompts,
+        max_new_tokens,
+        eos_token_id,
+        strategy,
+        temperature,
+        top_k,
+        top_p,
+        num_beams,
+        early_stopping,
+        num_return_sequences,
+    )
     if strategy == "beam" and num_beams > 1:
-        return _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
-                            early_stopping, num_return_sequences, on_token)
+        return _beam_search(
+            model,
+            prompts,
+            max_new_tokens,
+            eos,
+            num_beams,
+            length_penalty,
+            early_stopping,
+            num_return_sequences,
+            on_token,
+        )
     sampler = None
     if strategy == "sample":
         gen = torch.Generator()  # our own generator: the global RNG is never touched
@@ -76,6 +97,7 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
         def sampler(logits: Tensor) -> Tensor:
             probs = _filtered_probs(logits, temperature, top_k, top_p)  # (B, V)
             return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
     return _greedy_or_sample(model, prompts, max_new_tokens, eos, length_penalty, sampler, on_token)
 
 
@@ -139,8 +161,17 @@ def _greedy_or_sample(model, prompts, max_new_tokens, eos, length_penalty, sampl
     return GenerationResult(tokens, scores, prefill_seconds, decode_seconds, sum(map(len, tokens)))
 
 
-def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty, early_stopping,
-                 num_return_sequences, on_token):
+def _beam_search(
+    model,
+    prompts,
+    max_new_tokens,
+    eos,
+    num_beams,
+    length_penalty,
+    early_stopping,
+    num_return_sequences,
+    on_token,
+):
     B, nb = len(prompts), num_beams
     ids, mask = _left_pad(prompts, nb)  # row b * nb + j is beam j of prompt b
     T = ids.shape[1]
@@ -179,8 +210,13 @@ def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
         # The best nb candidates that did not end go on; each row's cache follows its parent beam.
         running_scores, go_on = cand_scores.masked_fill(ends, float("-inf")).topk(nb, dim=-1)  # (B, nb)
         parent = cand_beam.gather(1, go_on)  # (B, nb)
-        running_tokens = torch.cat([running_tokens.gather(1, parent[:, :, None].expand(-1, -1, step)),
-                                    cand_token.gather(1, go_on)[:, :, None]], dim=2)
+        running_tokens = torch.cat(
+            [
+                running_tokens.gather(1, parent[:, :, None].expand(-1, -1, step)),
+                cand_token.gather(1, go_on)[:, :, None],
+            ],
+            dim=2,
+        )
         if step == 0:
             prefill_seconds = time.perf_counter() - start
 
@@ -188,7 +224,7 @@ def _beam_search(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
         # "never" stop it once the best running beam cannot beat the worst finished one, judged
         # at the current length (False, or "never" with length_penalty <= 0) or at max_new_tokens.
         length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else step + 1
-        best_possible = (running_scores[:, 0] / length ** length_penalty).tolist()
+        best_possible = (running_scores[:, 0] / length**length_penalty).tolist()
         for b in range(B):
             if len(finished[b]) == nb and best_possible[b] <= finished[b][-1][0]:
                 settled[b] = True
@@ -220,13 +256,24 @@ def _left_pad(prompts: list[list[int]], copies: int) -> tuple[Tensor, Tensor | N
     mask = torch.zeros((len(prompts) * copies, T), dtype=torch.bool)
     for i, p in enumerate(prompts):
         rows = slice(i * copies, (i + 1) * copies)
-        ids[rows, T - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[rows, T - len(p):] = True
+        ids[rows, T - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[rows, T - len(p) :] = True
     return ids, None if bool(mask.all()) else mask
 
 
-def _check_arguments(model, prompts, max_new_tokens, eos_token_id, strategy, temperature, top_k, top_p,
-                     num_beams, early_stopping, num_return_sequences) -> list[int]:
+def _check_arguments(
+    model,
+    prompts,
+    max_new_tokens,
+    eos_token_id,
+    strategy,
+    temperature,
+    top_k,
+    top_p,
+    num_beams,
+    early_stopping,
+    num_return_sequences,
+) -> list[int]:
     """Raise ValueError naming the first bad argument; return the EOS ids as a list."""
     vocab, context = model.config.vocab_size, model.config.max_seq_len
     if not isinstance(prompts, (list, tuple)) or not prompts:
@@ -240,8 +287,10 @@ def _check_arguments(model, prompts, max_new_tokens, eos_token_id, strategy, tem
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     longest = max(len(p) for p in prompts)
     if longest + max_new_tokens > context:
-        raise ValueError(f"max_new_tokens={max_new_tokens} after a {longest}-token prompt exceeds the "
-                         f"cache: the model's context holds {context} tokens")
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} after a {longest}-token prompt exceeds the "
+            f"cache: the model's context holds {context} tokens"
+        )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
@@ -249,8 +298,9 @@ def _check_arguments(model, prompts, max_new_tokens, eos_token_id, strategy, tem
     if num_beams > 1 and strategy != "beam":
         raise ValueError(f"num_beams={num_beams} needs strategy='beam', got strategy={strategy!r}")
     if not isinstance(num_return_sequences, int) or not 1 <= num_return_sequences <= num_beams:
-        raise ValueError(f"num_return_sequences must be in [1, num_beams={num_beams}], "
-                         f"got {num_return_sequences!r}")
+        raise ValueError(
+            f"num_return_sequences must be in [1, num_beams={num_beams}], got {num_return_sequences!r}"
+        )
     if not (isinstance(early_stopping, bool) or early_stopping == "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
     if strategy == "sample" and not temperature > 0:

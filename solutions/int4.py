@@ -1,16 +1,9 @@
 """INT4 weight-only quantization in GGUF's Q4_1 layout, Q8_0 dequantization, and what it buys at decode.
 
-Q4_1 cuts a row into blocks of 32 weights and stores each block as 20 bytes: an fp16 scale `d`,
-an fp16 minimum `m`, then 16 bytes of 4-bit codes `q` (low nibbles hold elements 0-15, high
-nibbles elements 16-31), so that w ~= d * q + m. Q8_0 (34 bytes per 32) stores an fp16 scale and
-32 int8 codes: w = d * q. The dequantizers are the ones solutions/weights.py uses to load SmolLM2,
-bit-exact against `gguf.quants.dequantize`.
-
-Shapes are numpy / PyTorch order, (rows, cols) = (out_features, in_features): the reverse of
-gguf's `tensor.shape` (ggml lists the fastest-moving dimension first). Blocks run along a row.
-
-Left out: the K-quants, importance-weighted rounding, and a fused int4 kernel (matmul_q4_1
-dequantizes a slab of rows at a time, then calls BLAS: correct and bounded in memory, not fast).
+Q4_1 stores each block of 32 weights in 20 bytes (an fp16 scale d, an fp16 minimum m, 4-bit codes
+q) so that w ~= d * q + m; Q8_0 stores an fp16 scale and 32 int8 codes, w = d * q. The dequantizers
+load SmolLM2 and are bit-exact against `gguf.quants.dequantize`. Shapes are numpy order, (rows,
+cols) = (out_features, in_features). Not a fast kernel: `matmul_q4_1` dequantizes, then calls BLAS.
 """
 
 from __future__ import annotations
@@ -34,7 +27,9 @@ def _blocks_2d(blocks: np.ndarray, shape: tuple[int, ...], block_bytes: int, fmt
         raise ValueError(f"{fmt} blocks must be raw uint8 bytes, got dtype {blocks.dtype}")
     shape = tuple(int(s) for s in shape)
     if not shape or shape[-1] % BLOCK != 0:
-        raise ValueError(f"{fmt} rows are cut into blocks of {BLOCK}: last dimension of {shape} is not a multiple")
+        raise ValueError(
+            f"{fmt} rows are cut into blocks of {BLOCK}: last dimension of {shape} is not a multiple"
+        )
     n_blocks = math.prod(shape) // BLOCK
     if blocks.size != n_blocks * block_bytes:
         raise ValueError(
@@ -53,7 +48,9 @@ def quantize_q4_1(w: np.ndarray) -> np.ndarray:
     """
     w = np.asarray(w, dtype=np.float32)
     if w.ndim == 0 or w.shape[-1] % BLOCK != 0:
-        raise ValueError(f"Q4_1 rows are cut into blocks of {BLOCK}: shape {w.shape} has a last dimension that is not a multiple")
+        raise ValueError(
+            f"Q4_1 rows are cut into blocks of {BLOCK}: shape {w.shape} has a last dimension that is not a multiple"
+        )
     x = w.reshape(-1, BLOCK)  # (n_blocks, 32)
     lo = x.min(axis=1, keepdims=True)
     hi = x.max(axis=1, keepdims=True)
@@ -112,13 +109,15 @@ def matmul_q4_1(x: np.ndarray, blocks: np.ndarray, shape: tuple[int, int]) -> np
     rows = _blocks_2d(blocks, (n, k), Q4_1_BYTES, "Q4_1").reshape(n, k // BLOCK * Q4_1_BYTES)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim == 0 or x.shape[-1] != k:
-        raise ValueError(f"x must end in K = {k} features to multiply a ({n}, {k}) weight, got shape {x.shape}")
+        raise ValueError(
+            f"x must end in K = {k} features to multiply a ({n}, {k}) weight, got shape {x.shape}"
+        )
     x2 = x.reshape(-1, k)  # (M, K)
     out = np.empty((x2.shape[0], n), dtype=np.float32)  # (M, N)
     slab = max(1, (1 << 16) // k)  # rows per slab: 2**16 floats, 256 KB of fp32
     for r in range(0, n, slab):
-        w = dequantize_q4_1(rows[r:r + slab], (min(slab, n - r), k))  # (slab, K)
-        out[:, r:r + slab] = x2 @ w.T
+        w = dequantize_q4_1(rows[r : r + slab], (min(slab, n - r), k))  # (slab, K)
+        out[:, r : r + slab] = x2 @ w.T
     return out.reshape(*x.shape[:-1], n)
 
 
@@ -140,7 +139,6 @@ def bytes_per_weight(fmt: str) -> float:
     if key not in _BYTES_PER_WEIGHT:
         raise ValueError(f"unknown weight format {fmt!r}: use one of {', '.join(_BYTES_PER_WEIGHT)}")
     return _BYTES_PER_WEIGHT[key]
-
 
 
 def _n_params(config) -> int:
@@ -168,8 +166,9 @@ def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, c
     key = str(from_dtype).lower()
     if key not in _FLOAT_DTYPES:
         raise ValueError(f"from_dtype is the model's float dtype (fp32, fp16 or bf16), got {from_dtype!r}")
-    before = phase_cost(config, "decode", batch=batch, seq_len=1, context_len=context_len,
-                        dtype=_FLOAT_DTYPES[key]).bytes
+    before = phase_cost(
+        config, "decode", batch=batch, seq_len=1, context_len=context_len, dtype=_FLOAT_DTYPES[key]
+    ).bytes
     n = _n_params(config)
     after = before - n * bytes_per_weight(key) + n * bytes_per_weight(to_fmt)
     return before / after

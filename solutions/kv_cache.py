@@ -1,21 +1,10 @@
 """A static, preallocated KV cache for autoregressive decoding.
 
-Each layer gets one key and one value buffer of shape (B, H_kv, max_len, D), allocated once, as
-views of a single allocation for all layers (2, n_layers, B, H_kv, max_len, D): beam search then
-reorders every layer's rows with one gather instead of one per buffer. `update` writes the new
-positions in place (slice assignment) and returns narrow views of the positions cached so far, so
-decoding never concatenates or reallocates. It stores the H_kv key/value heads, not the H_q query
-heads: grouped-query attention shares each cached head.
-
-Contract details:
-- `length` is the number of positions every layer holds. A forward pass writes layer 0, 1, ...
-  in turn; `length` moves on only once the last of them has written (it is the minimum of the
-  per-layer lengths), so the whole pass sees one consistent `length`.
-- Left-padded batches need nothing special here: padded positions are cached like any other,
-  the model's attention mask hides them and derives positions from the mask.
-
-Deliberately left out: paging (fixed-size blocks, as vLLM's PagedAttention), eviction, sliding
-windows, quantized storage, and per-row lengths (rows of a batch share one length).
+One allocation (2, n_layers, B, H_kv, max_len, D) holds every layer's keys and values. `update`
+writes the new positions in place and returns views of the positions cached so far, so decoding
+never concatenates or reallocates. It stores the H_kv key/value heads, not the H_q query heads.
+`length` moves on only once the last layer has written. Not here: paging (solutions/paged_kv.py),
+eviction, sliding windows, quantized storage, per-row lengths.
 """
 
 from __future__ import annotations
@@ -80,7 +69,11 @@ class KVCache:
     ) -> int:
         """Bytes for keys and values: 2 * n_layers * batch_size * n_kv_heads * head_dim * max_len * itemsize."""
         _check_positive(
-            n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads, head_dim=head_dim, max_len=max_len
+            n_layers=n_layers,
+            batch_size=batch_size,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            max_len=max_len,
         )
         if not isinstance(dtype, torch.dtype):  # a ValueError, like every bad input in the contract
             raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")  # noqa: TRY004
@@ -109,9 +102,14 @@ class KVCache:
             raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
         shape = getattr(k, "shape", None)  # (B, H_kv, T_new, D)
         if (  # the fast path: a few comparisons, no tensor ops; _kv_problem says what is wrong
-            shape is None or len(shape) != 4 or shape[0] != self.batch_size or shape[1] != self.n_kv_heads
-            or shape[3] != self.head_dim or getattr(v, "shape", None) != shape
-            or k.dtype != self.dtype or v.dtype != self.dtype
+            shape is None
+            or len(shape) != 4
+            or shape[0] != self.batch_size
+            or shape[1] != self.n_kv_heads
+            or shape[3] != self.head_dim
+            or getattr(v, "shape", None) != shape
+            or k.dtype != self.dtype
+            or v.dtype != self.dtype
         ):
             raise ValueError(self._kv_problem(k, v))
         start = self._lens[layer]
@@ -148,10 +146,12 @@ class KVCache:
         Raises ValueError for an index of the wrong shape, dtype or range.
         """
         if not isinstance(index, Tensor) or index.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"index must be an int64 tensor, got {getattr(index, 'dtype', type(index).__name__)}")
+            raise ValueError(
+                f"index must be an int64 tensor, got {getattr(index, 'dtype', type(index).__name__)}"
+            )
         if index.shape != (self.batch_size,):
             raise ValueError(f"index must have shape ({self.batch_size},), got {tuple(index.shape)}")
-        if (int(index.min()) < 0 or int(index.max()) >= self.batch_size):
+        if int(index.min()) < 0 or int(index.max()) >= self.batch_size:
             raise ValueError(f"index values must be in [0, {self.batch_size}), got {index.tolist()}")
         index = index.to(device=self.device, dtype=torch.int64)
         n = max(self._lens)  # only the written positions need moving
@@ -173,7 +173,9 @@ class KVCache:
         if max(self._lens) != self.length:
             raise ValueError(f"the layers hold {sorted(set(self._lens))} positions: a pass is half written")
         if self.length + n > self.max_len:
-            raise CacheFullError(f"cache full: {self.length} positions cached + {n} new > max_len {self.max_len}")
+            raise CacheFullError(
+                f"cache full: {self.length} positions cached + {n} new > max_len {self.max_len}"
+            )
         self._lens = [self.length + n] * self.n_layers
 
     def truncate(self, length: int) -> None:

@@ -1,17 +1,10 @@
 """Prefill vs decode latency: time to first token, time per output token, and chunked prefill.
 
-A request's first token waits for the prefill of the whole prompt: P tokens through every
-weight, 2 FLOPs per weight per token, so time to first token (TTFT) grows with P and, past a few
-dozen tokens, is compute-bound. Every later token is one decode step: all the weights read for
-one token, bandwidth-bound, so time per output token (TPOT) barely depends on the prompt (only
-through the KV cache it reads). "Slow to start, then quick" on long documents is exactly this.
-The roofline predicts both: a pass takes max(FLOPs / peak, bytes / bandwidth).
-
-Chunked prefill feeds the prompt to the KV cache `chunk` tokens at a time, so no single step does
-more than `chunk` tokens of work (a server can interleave other requests' decode steps between
-chunks) while the logits stay exactly those of a one-shot prefill.
-Left out: batching several requests (the batching kata), sampling (greedy only), queueing delay,
-tokenization and network time, and the scheduler that would interleave the chunks.
+The first token waits for the prefill of the whole prompt, so time to first token (TTFT) grows
+with the prompt and soon turns compute-bound; every later token is one bandwidth-bound decode step,
+so time per output token (TPOT) barely depends on the prompt. The roofline predicts both. Chunked
+prefill feeds the prompt `chunk` tokens at a time, with a one-shot prefill's logits.
+Not here: batching requests, sampling (greedy only), queueing, the scheduler that interleaves chunks.
 """
 
 from __future__ import annotations
@@ -40,8 +33,9 @@ def _roofline_seconds(cost, peak_flops: float, bandwidth: float) -> float:
     return max(cost.flops / peak_flops, cost.bytes / bandwidth)  # the slower resource sets the pace
 
 
-def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_ttft(
+    config, prompt_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of prefilling `prompt_len` tokens (batch 1, empty cache).
 
     max(FLOPs / peak_flops, bytes / bandwidth) of phase_cost(config, "prefill", 1, prompt_len, 0).
@@ -50,8 +44,9 @@ def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
     return _roofline_seconds(phase_cost(config, "prefill", 1, prompt_len, 0, dtype), peak_flops, bandwidth)
 
 
-def predict_tpot(config, context_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_tpot(
+    config, context_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of one decode step after `context_len` cached positions (batch 1).
 
     Raises ValueError for non-positive ceilings and as phase_cost does.
@@ -70,12 +65,15 @@ def measure_latency(model, prompt_len: int, new_tokens: int, *, repeats: int = 3
     or a generation longer than the model's context.
     """
     if prompt_len < 1 or new_tokens < 2 or repeats < 1:
-        raise ValueError(f"need prompt_len >= 1, new_tokens >= 2, repeats >= 1; "
-                         f"got {prompt_len}, {new_tokens}, {repeats}")
+        raise ValueError(
+            f"need prompt_len >= 1, new_tokens >= 2, repeats >= 1; got {prompt_len}, {new_tokens}, {repeats}"
+        )
     total = prompt_len + new_tokens - 1  # the last token is never fed back
     if total > model.config.max_seq_len:
-        raise ValueError(f"{prompt_len} prompt + {new_tokens - 1} fed-back tokens exceed the context "
-                         f"of {model.config.max_seq_len}")
+        raise ValueError(
+            f"{prompt_len} prompt + {new_tokens - 1} fed-back tokens exceed the context "
+            f"of {model.config.max_seq_len}"
+        )
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(model.config.vocab_size, (1, prompt_len), generator=gen)  # (1, P)
     cache = model.new_cache(1, max_len=total)
@@ -109,11 +107,13 @@ def chunked_prefill(model, ids: Tensor, cache, chunk: int, attention_mask: Tenso
         raise ValueError(f"ids must be (B, T) with T >= 1, got shape {tuple(ids.shape)}")
     start = cache.length
     if attention_mask is not None and tuple(attention_mask.shape) != (ids.shape[0], start + ids.shape[1]):
-        raise ValueError(f"attention_mask must be (B, cached + new) = {(ids.shape[0], start + ids.shape[1])}, "
-                         f"got {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"attention_mask must be (B, cached + new) = {(ids.shape[0], start + ids.shape[1])}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
     logits = []
     for lo in range(0, ids.shape[1], chunk):
         hi = min(lo + chunk, ids.shape[1])
-        mask = None if attention_mask is None else attention_mask[:, :start + hi]  # cached + new so far
+        mask = None if attention_mask is None else attention_mask[:, : start + hi]  # cached + new so far
         logits.append(model.prefill(ids[:, lo:hi], cache, mask))  # (B, hi - lo, V)
     return torch.cat(logits, dim=1)  # (B, T, V)

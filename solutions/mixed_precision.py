@@ -1,14 +1,10 @@
 """Mixed-precision training: autocast matmuls, fp32 master weights, and a dynamic loss scaler.
 
-The forward pass runs under `torch.autocast`, which casts matmul inputs to bf16 or fp16 on the fly
-while the parameters, their gradients and the optimizer state stay fp32 (the "master weights").
-fp16 has a narrow exponent range, so small gradients underflow to zero: the loss is multiplied by
-a large scale before backward and the gradients divided by it after. The scale is found
-dynamically: a step whose gradients hold an inf or NaN is skipped and the scale halved; after
-`growth_interval` good steps in a row it doubles. bf16 has fp32's exponent range and needs none.
-
-Left out: gradient clipping (it would go between unscale_ and the optimizer step), gradient
-accumulation, fp16 optimizer state, and per-optimizer scaler bookkeeping (torch.amp.GradScaler).
+The forward pass runs under `torch.autocast` (bf16 or fp16 matmuls) while the parameters, their
+gradients and the optimizer state stay fp32. fp16's narrow exponent range makes small gradients
+underflow, so the loss is scaled up before backward and the gradients down after: a step with an
+inf or NaN is skipped and the scale halved, `growth_interval` good steps double it. bf16 needs none.
+Not here: gradient clipping, accumulation, fp16 optimizer state, torch.amp.GradScaler's bookkeeping.
 """
 
 from __future__ import annotations
@@ -35,8 +31,13 @@ class DynamicLossScaler:
     growth_interval < 1.
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         if not (init_scale > 0 and math.isfinite(init_scale)):
             raise ValueError(f"init_scale must be a positive finite number, got {init_scale}")
         if not growth_factor > 1:
@@ -83,8 +84,13 @@ class StepResult:
     skipped: bool  # True when the gradients overflowed and the optimizer did not step
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     """One optimizer step on `batch` = (inputs, targets) with the forward pass autocast to `dtype`.
 
     `model(inputs)` gives logits (..., C) and targets (...) are class ids; the loss is the mean
@@ -96,11 +102,15 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.
     if dtype not in AUTOCAST_DTYPES:
         raise ValueError(f"dtype must be one of {AUTOCAST_DTYPES}, got {dtype}")
     if dtype == torch.float16 and scaler is None:
-        raise ValueError("fp16 training needs a DynamicLossScaler: small gradients underflow to zero without one")
+        raise ValueError(
+            "fp16 training needs a DynamicLossScaler: small gradients underflow to zero without one"
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     bad = [name for name, p in model.named_parameters() if p.dtype != torch.float32]
     if bad:
-        raise ValueError(f"master weights must stay fp32 (autocast makes the low-precision copies); not fp32: {bad[:3]}")
+        raise ValueError(
+            f"master weights must stay fp32 (autocast makes the low-precision copies); not fp32: {bad[:3]}"
+        )
     inputs, targets = batch
 
     optimizer.zero_grad(set_to_none=True)

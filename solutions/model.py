@@ -1,26 +1,11 @@
 """A Llama-architecture decoder (SmolLM2-135M), assembled from the kata references.
 
-RMSNorm, rotary position embeddings (RoPE), grouped-query attention, a SwiGLU MLP and tied
-input/output embeddings. Three entry points share one per-layer loop:
-`forward` (full recompute, no cache), `prefill` (append a chunk of tokens to a KV cache) and
-`decode_step` (one token per row). Batches may be left-padded: an HF-style `attention_mask`
-marks real tokens, and each row's positions count only its real tokens.
-
-Attention and the cache are injectable (`attention_fn`, `cache_cls`) so a learner's passed katas
-can be swapped in; by default they are `solutions.attention_fast.attention` (the attention kata's
-reference, dispatched to torch's fused kernel) and
-`solutions.kv_cache.KVCache`. Speed comes from lean code: fused QKV and gate/up weights,
-`F.linear`, a preallocated cache and RoPE tables built once. A matrix may also be a packed weight
-from solutions.weight_modes (bf16, int4), which multiplies itself (`project`); the residual
-stream, norms, attention and cache stay fp32 whatever the weights. A model may carry a
-`fused_step` (solutions.fused_step: the whole step in native code, batch 1 in the int4-q8 modes,
-1-8 rows in fp32), which `decode_step` hands the steps it takes to, and `prefill` a few tokens of
-one row where it offers `prefill`; this file's path stays the readable one and the one it is tested
-against. Left out: training
-conveniences (dropout, weight decay groups), fp16 activations, sliding windows and RoPE scaling.
-`Llama(config)` leaves its weights uninitialised; `tiny_model` fills them at random, as does
-`smollm2_shaped` at SmolLM2's sizes (for timing), and `solutions.weights.load_smollm2` with
-SmolLM2's own.
+RMSNorm, RoPE, grouped-query attention, a SwiGLU MLP and tied embeddings. `forward` (no cache),
+`prefill` (a chunk into a KV cache) and `decode_step` (one token per row) share one per-layer loop;
+batches may be left-padded (`attention_mask`). Attention and cache are injectable (`attention_fn`,
+`cache_cls`) so a learner's passed katas can be swapped in. A matrix may be a packed weight and a
+model may carry a native `fused_step`; this file's path stays the readable one they are tested
+against. Not here: training conveniences, fp16 activations, sliding windows, RoPE scaling.
 """
 
 from __future__ import annotations
@@ -32,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from solutions import packed_gemm
+from solutions.system.kernels import packed_gemm
 
 
 @dataclass
@@ -61,7 +46,8 @@ class LlamaConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads} "
-                "(grouped-query attention shares each KV head among a whole group of query heads)")
+                "(grouped-query attention shares each KV head among a whole group of query heads)"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even: RoPE rotates pairs of dimensions")
 
@@ -76,8 +62,7 @@ class LlamaConfig:
     @classmethod
     def tiny(cls, **overrides) -> LlamaConfig:
         """A model small enough for a test to run in milliseconds; same architecture."""
-        base = cls(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128,
-                   max_seq_len=256)
+        base = cls(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=256)
         return replace(base, **overrides)
 
 
@@ -109,14 +94,14 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
 def linear_weight(n_out: int, n_in: int) -> nn.Parameter:
     """An (n_out, n_in) weight for F.linear, row-major. Which memory order BLAS multiplies fastest
-    differs between machines; solutions.calibration measures it and the loader applies it."""
+    differs between machines; solutions.system.kernels.calibration measures it and the loader applies it."""
     return nn.Parameter(torch.empty(n_out, n_in))
 
 
 def project(x: Tensor, w) -> Tensor:
     """x (..., K) @ w.T for a weight w (N, K): F.linear for a Tensor, else the packed weight's own
-    product (solutions.weight_modes), fp32 in and out either way. An fp32 weight marked by
-    solutions.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
+    product (solutions.system.kernels.weight_modes), fp32 in and out either way. An fp32 weight marked by
+    solutions.system.kernels.packed_gemm.enable goes through MKL's packed GEMM for the row counts it was marked for."""
     if not isinstance(w, Tensor):
         return w(x)
     y = packed_gemm.project(x, w)
@@ -143,11 +128,14 @@ class Llama(nn.Module):
 
     prefill_last_only = True  # prefill(..., last_only=True) exists: solutions.generate asks for one position
 
-    def __init__(self, config: LlamaConfig, *, attention_fn: Callable | None = None,
-                 cache_cls: type | None = None):
+    def __init__(
+        self, config: LlamaConfig, *, attention_fn: Callable | None = None, cache_cls: type | None = None
+    ):
         super().__init__()
         if attention_fn is None:
-            from solutions.attention_fast import attention as attention_fn  # fused, same contract
+            from solutions.system.kernels.attention_fast import (
+                attention as attention_fn,  # fused, same contract
+            )
         if cache_cls is None:
             from solutions.kv_cache import KVCache as cache_cls
         self.config = config
@@ -155,7 +143,9 @@ class Llama(nn.Module):
         self.cache_cls = cache_cls
         self.embed = linear_weight(config.vocab_size, config.d_model)  # (V, d), also the LM head
         self.lm_head = None  # None: the tied embedding; a packed weight where the mode holds it apart
-        self.fused_step = None  # a native whole step (solutions.fused_step), where the mode has one
+        self.fused_step = (
+            None  # a native whole step (solutions.system.kernels.fused_step), where the mode has one
+        )
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.Parameter(torch.empty(config.d_model))
         cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
@@ -168,16 +158,24 @@ class Llama(nn.Module):
         max_len = c.max_seq_len if max_len is None else max_len
         if max_len > c.max_seq_len:
             raise ValueError(f"cache max_len {max_len} exceeds the model's context of {c.max_seq_len}")
-        return self.cache_cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_len,
-                              dtype=self.norm.dtype, device=self.norm.device)
+        return self.cache_cls(
+            c.n_layers,
+            batch_size,
+            c.n_kv_heads,
+            c.head_dim,
+            max_len,
+            dtype=self.norm.dtype,
+            device=self.norm.device,
+        )
 
     def forward(self, ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for ids (B, T), recomputing everything (no cache)."""
         return self._run(ids, None, attention_mask)
 
     @torch.no_grad()
-    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None = None, *,
-                last_only: bool = False) -> Tensor:
+    def prefill(
+        self, ids: Tensor, cache, attention_mask: Tensor | None = None, *, last_only: bool = False
+    ) -> Tensor:
         """Append ids (B, T) after the cache's `length` positions; logits (B, T, V), or with
         `last_only` only the last position's (B, 1, V): the LM head then runs on one position, not T.
 
@@ -195,8 +193,13 @@ class Llama(nn.Module):
     def decode_step(self, ids: Tensor, cache, attention_mask: Tensor | None = None) -> Tensor:
         """One new token per row: ids (B,) -> logits (B, V); mask (B, cache.length + 1) as in prefill."""
         if ids.dim() != 1:
-            raise ValueError(f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}")
-        if self.fused_step is not None and (logits := self.fused_step(ids, cache, attention_mask)) is not None:
+            raise ValueError(
+                f"decode_step takes one token per row, ids of shape (B,); got {tuple(ids.shape)}"
+            )
+        if (
+            self.fused_step is not None
+            and (logits := self.fused_step(ids, cache, attention_mask)) is not None
+        ):
             return logits  # (1, V): the same step in native code (it declines anything but plain batch 1)
         return self._run(ids[:, None], cache, attention_mask)[:, -1]
 
@@ -209,18 +212,24 @@ class Llama(nn.Module):
         if T == 0:
             raise ValueError("ids is empty: there is no token to run")
         if start + T > c.max_seq_len:
-            raise ValueError(f"{start} cached + {T} new tokens = {start + T} exceeds the model's context "
-                             f"of {c.max_seq_len} tokens")
+            raise ValueError(
+                f"{start} cached + {T} new tokens = {start + T} exceeds the model's context "
+                f"of {c.max_seq_len} tokens"
+            )
         if int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {c.vocab_size}); got {int(ids.min())}..{int(ids.max())}")
+            raise ValueError(
+                f"token ids must lie in [0, {c.vocab_size}); got {int(ids.min())}..{int(ids.max())}"
+            )
 
         if attention_mask is None:
             positions = torch.arange(start, start + T, device=ids.device)[None]  # (1, T)
             key_mask = None
         else:
             if attention_mask.shape != (B, start + T):
-                raise ValueError(f"attention_mask must be (B, cached + new) = {(B, start + T)}; "
-                                 f"got {tuple(attention_mask.shape)}")
+                raise ValueError(
+                    f"attention_mask must be (B, cached + new) = {(B, start + T)}; "
+                    f"got {tuple(attention_mask.shape)}"
+                )
             key_mask = attention_mask.bool()
             # subtle: a left-padded row counts positions from its first real token
             positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
@@ -228,13 +237,15 @@ class Llama(nn.Module):
         sin = self.rope_signed_sin[positions][:, :, None]
 
         hd, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
-        x = F.embedding(ids, self.embed) if isinstance(self.embed, Tensor) else self.embed.rows(ids)  # (B, T, d)
+        x = (
+            F.embedding(ids, self.embed) if isinstance(self.embed, Tensor) else self.embed.rows(ids)
+        )  # (B, T, d)
         for i, layer in enumerate(self.layers):
             qkv = project(rms_norm(x, layer.attn_norm, c.norm_eps), layer.wqkv).view(B, T, nh + 2 * nkv, hd)
-            qk = apply_rope(qkv[:, :, :nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
+            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)  # (B, T, Hq + Hkv, D): one rotation for both
             q = qk[:, :, :nh].transpose(1, 2)  # (B, Hq, T, D)
             k = qk[:, :, nh:].transpose(1, 2)  # (B, Hkv, T, D)
-            v = qkv[:, :, nh + nkv:].transpose(1, 2)  # (B, Hkv, T, D)
+            v = qkv[:, :, nh + nkv :].transpose(1, 2)  # (B, Hkv, T, D)
             if cache is not None:
                 k, v = cache.update(i, k, v)  # (B, Hkv, start + T, D)
             y = self.attention_fn(q, k, v, causal=True, key_padding_mask=key_mask)  # (B, Hq, T, D)
@@ -247,8 +258,9 @@ class Llama(nn.Module):
         return project(rms_norm(x, self.norm, c.norm_eps), head)  # (B, T or 1, V)
 
 
-def tiny_model(seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None,
-               **config_overrides) -> Llama:
+def tiny_model(
+    seed: int = 0, *, attention_fn: Callable | None = None, cache_cls: type | None = None, **config_overrides
+) -> Llama:
     """A `LlamaConfig.tiny` model with deterministic random weights (the global RNG is untouched).
 
     Linear weights ~ N(0, 1/fan_in) keep activations O(1); embeddings with std 0.25 give logits

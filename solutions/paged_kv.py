@@ -1,24 +1,11 @@
 """A paged KV cache (vLLM's PagedAttention, on CPU): blocks, block tables, copy-on-write.
 
-One pool of `num_blocks` blocks of `block_size` positions holds the keys and values of every
-sequence, in every layer: storage (n_layers, 2, num_blocks, block_size, H_kv, D), allocated once.
-A sequence is a block table (its blocks in logical order: position p lives at offset
-p % block_size of block table[p // block_size]) and a length per layer; it takes a block from
-the allocator's free list only when a write runs past its last block, so at most one block per
-sequence is partly empty. `fork` shares the parent's blocks (reference counts) and a write into a
-shared block copies it first (copy-on-write), so beams and common prompt prefixes are stored once.
-
-`PagedView` is a batch of sequences as the model's cache protocol (`length`, `update(layer, k,
-v)`): rows of different lengths are left-padded to the longest, and `attention_mask` hides the
-padding, so one batched forward pass decodes them all with each row's own logits (what a server
-doing continuous batching needs). A view's update either appends to every row or, out of blocks,
-to none; it writes and reads all rows with one indexed copy each (slot ids from the block tables),
-so its cost per layer does not grow with Python work per row.
-
-Left out: a fused attention kernel that reads through the block table (`gather` copies the
-blocks into a contiguous tensor for the model's attention), prefix caching by content hash,
-swapping blocks to another device, and prefilling several prompts of different lengths in one
-pass.
+One pool of `num_blocks` blocks of `block_size` positions holds every sequence's keys and values in
+every layer; a sequence is a block table and takes a block only when a write runs past its last.
+`fork` shares the parent's blocks, and a write into a shared block copies it first. `PagedView` is
+a batch of sequences as the model's cache protocol (left-padded, masked), so one batched pass
+decodes rows of different lengths. Not here: attention that reads through the block table, prefix
+caching, swapping blocks to another device.
 """
 
 from __future__ import annotations
@@ -192,7 +179,9 @@ class PagedKVCache:
         """
         self._seq(seq_id)
         if not isinstance(k, Tensor) or not isinstance(v, Tensor) or k.dim() != 3 or v.dim() != 3:
-            raise ValueError(f"k and v must be (kv heads, T_new, head_dim) for one sequence, got {_shape(k)} and {_shape(v)}")
+            raise ValueError(
+                f"k and v must be (kv heads, T_new, head_dim) for one sequence, got {_shape(k)} and {_shape(v)}"
+            )
         k_all, v_all = self._append([seq_id], layer, k[None], v[None])
         return k_all[0], v_all[0]
 
@@ -223,26 +212,43 @@ class PagedKVCache:
         none; every row's keys and values so far, right-aligned: each (B, H_kv, width, D)."""
         self._check_layer(layer)
         B, H, D = len(seq_ids), self.n_kv_heads, self.head_dim
-        if k.shape != v.shape or k.dim() != 4 or k.shape[0] != B or k.shape[1] != H or k.shape[3] != D or k.shape[2] < 1:
-            raise ValueError(f"k and v must be ({B} rows, kv heads {H}, T_new >= 1, head_dim {D}), "
-                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        if (
+            k.shape != v.shape
+            or k.dim() != 4
+            or k.shape[0] != B
+            or k.shape[1] != H
+            or k.shape[3] != D
+            or k.shape[2] < 1
+        ):
+            raise ValueError(
+                f"k and v must be ({B} rows, kv heads {H}, T_new >= 1, head_dim {D}), "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         if k.dtype != self.dtype or v.dtype != self.dtype:
             raise ValueError(f"k and v must be {self.dtype} like the cache, got {k.dtype} and {v.dtype}")
         T, seqs = k.shape[2], [self._seq(s) for s in seq_ids]
         for s, seq in zip(seq_ids, seqs):
             if seq.lens[layer] != seq.tokens:
-                raise ValueError(f"layer {layer} of sequence {s} already holds {seq.lens[layer]} positions while "
-                                 f"the sequence holds {seq.tokens}: every layer must write before any writes again")
+                raise ValueError(
+                    f"layer {layer} of sequence {s} already holds {seq.lens[layer]} positions while "
+                    f"the sequence holds {seq.tokens}: every layer must write before any writes again"
+                )
             if max(seq.lens) not in (seq.tokens, seq.tokens + T):
-                raise ValueError(f"layer {layer} of sequence {s} writes {T} positions; an earlier layer of this pass "
-                                 f"wrote {max(seq.lens) - seq.tokens}: every layer of a pass writes the same T_new")
-        first = [(s, seq) for s, seq in zip(seq_ids, seqs) if max(seq.lens) == seq.tokens]  # rows starting a pass
+                raise ValueError(
+                    f"layer {layer} of sequence {s} writes {T} positions; an earlier layer of this pass "
+                    f"wrote {max(seq.lens) - seq.tokens}: every layer of a pass writes the same T_new"
+                )
+        first = [
+            (s, seq) for s, seq in zip(seq_ids, seqs) if max(seq.lens) == seq.tokens
+        ]  # rows starting a pass
         need = sum(self.blocks_needed(s, T) for s, _ in first)
         if need > self.allocator.num_free:
             many = len(first) > 1
-            raise OutOfBlocksError(f"{'sequences' if many else 'sequence'} {', '.join(str(s) for s, _ in first)} "
-                                   f"{'need' if many else 'needs'} {need} more blocks for {T} new positions each; "
-                                   f"{self.allocator.num_free} of {self.num_blocks} blocks are free")
+            raise OutOfBlocksError(
+                f"{'sequences' if many else 'sequence'} {', '.join(str(s) for s, _ in first)} "
+                f"{'need' if many else 'needs'} {need} more blocks for {T} new positions each; "
+                f"{self.allocator.num_free} of {self.num_blocks} blocks are free"
+            )
         for _, seq in first:
             self._reserve(seq, T)
         lengths = [seq.tokens + T for seq in seqs]
@@ -257,8 +263,12 @@ class PagedKVCache:
         """The first lengths[i] positions of each sequence in this layer, right-aligned after zeros:
         keys and values, each (B, H_kv, max(lengths), D). One gather for all rows."""
         slots = self._slot_ids(seqs, lengths)  # (B, width)
-        kv = self._slots[layer].index_select(1, slots.view(-1))  # (2, B * width, H_kv, D): a copy, in table order
-        kv = kv.view(2, *slots.shape, self.n_kv_heads, self.head_dim).transpose(2, 3)  # (2, B, H_kv, width, D)
+        kv = self._slots[layer].index_select(
+            1, slots.view(-1)
+        )  # (2, B * width, H_kv, D): a copy, in table order
+        kv = kv.view(2, *slots.shape, self.n_kv_heads, self.head_dim).transpose(
+            2, 3
+        )  # (2, B, H_kv, width, D)
         return kv[0], kv[1]
 
     def _slot_ids(self, seqs: list[_Sequence], lengths: list[int]) -> Tensor:
@@ -266,10 +276,16 @@ class PagedKVCache:
         aligned in (B, width), width = max(lengths); the padding before them reads the zero block's slots."""
         bs, width, zero = self.block_size, max(lengths), self.num_blocks
         most = max(len(seq.table) for seq in seqs)
-        tables = torch.tensor([seq.table + [zero] * (most - len(seq.table)) + [zero] for seq in seqs])  # (B, most + 1)
-        pos = torch.arange(width)[None] - (width - torch.tensor(lengths))[:, None]  # (B, width): < 0 on padding
+        tables = torch.tensor(
+            [seq.table + [zero] * (most - len(seq.table)) + [zero] for seq in seqs]
+        )  # (B, most + 1)
+        pos = (
+            torch.arange(width)[None] - (width - torch.tensor(lengths))[:, None]
+        )  # (B, width): < 0 on padding
         block = torch.where(pos < 0, most, pos.clamp(min=0) // bs)  # column `most` is the zero block
-        slots = tables.gather(1, block) * bs + pos.clamp(min=0) % bs  # position p lives in block table[p // bs]
+        slots = (
+            tables.gather(1, block) * bs + pos.clamp(min=0) % bs
+        )  # position p lives in block table[p // bs]
         return slots.to(self._blocks.device)
 
     def _reserve(self, seq: _Sequence, new_tokens: int) -> None:

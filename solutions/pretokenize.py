@@ -1,24 +1,10 @@
 """Pre-tokenization: the split regexes (GPT-2, GPT-4, SmolLM2) and a faster `findall` for two of them.
 
-Byte-level BPE first splits text into chunks with a regex; \\p{L} and \\p{N} need the `regex`
-package. That split was about 45% of encoding with SmolLM2's vocabulary here, and Python's own
-`re` runs an ASCII twin of the pattern about twice as fast. `Splitter.findall` gives exactly
-`regex.findall`'s chunks: it cuts the text into stretches of about a thousand characters and
-splits each one that is all ASCII with the twin, any other with `regex`. On English text with a
-rare accent that is 1.8x faster than `regex` alone; on text full of other scripts, within 2% of
-it. It rests on two facts, both checked against `regex` on random text by
-tests/system/test_pretokenize.py:
-
-- The twin: on ASCII text, \\p{L} is A-Z a-z, \\p{N} is 0-9 and \\s is \\t \\n \\v \\f \\r and the
-  space (as `regex` defines them), so the twin, which spells these out, finds the same chunks.
-- The cut: a stretch may end just before a "\\n" that follows an ASCII character other than
-  whitespace. In the GPT-2 and SmolLM2 patterns a chunk holding "\\n" is all whitespace, so no
-  chunk spans that point; nothing looks behind, and the one lookahead, at the end of a whitespace
-  run, can't look across the cut (the character before it is not whitespace). So splitting the
-  stretches one by one finds the whole text's chunks.
-
-Left out: GPT-4's pattern has no twin here (its `[^\\s\\p{L}\\p{N}]++[\\r\\n]*` keeps ".\\n" as one
-chunk, which breaks the cut), and any other pattern runs on `regex` alone.
+Byte-level BPE first splits text into chunks with a regex, whose \\p{L} and \\p{N} need the `regex`
+package. `Splitter.findall` gives exactly `regex.findall`'s chunks: it cuts the text into stretches
+of about a thousand characters and splits each all-ASCII stretch with an ASCII twin of the pattern
+in Python's faster `re`, any other with `regex` (tests/system/test_pretokenize.py checks it).
+GPT-4's pattern has no twin here: it, and any other pattern, runs on `regex` alone.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The roofline model: measure a machine's two ceilings, count a forward pass, place it under them.
 
-A pass that does F FLOPs while moving B bytes to and from memory has arithmetic intensity
-I = F / B. It can run no faster than min(peak FLOP/s, bandwidth * I): below the ridge point
-I* = peak / bandwidth it waits on memory, above it on arithmetic. Decode at batch 1 does two
-FLOPs per weight it reads (fp32: 0.5 FLOP/byte, far left of any ridge); prefill does two per
-weight *per token*, so its intensity grows with the prompt until it crosses the ridge.
-
-What `phase_cost` counts, exactly (tied embeddings, as in SmolLM2):
-- weights: every parameter read once per pass, whatever the batch - all layer matrices and norm
-  vectors, the final norm, and the (V, d) embedding matrix read in full as the LM head - plus the
-  embedding lookup, which reads one d-vector per new token (B * T rows, duplicates included).
-- KV cache: each layer writes K and V for the B * T new positions and reads K and V for all
-  context_len + T positions of every row (the new ones included, as the cache hands them back).
-- FLOPs: 2 per multiply-add of every matmul (Q, K, V, O, gate, up, down, LM head) for each of the
-  B * T new tokens - logits for every new position, as solutions.model computes them - and
-  attention's Q K^T and A V: 4 * n_heads * head_dim FLOPs per (query, key) pair, all
-  context_len + T keys per query: masked pairs are computed before masking, so they count.
-Left out: activation and logits traffic (assumed to stay in cache; it matters for large batches),
-elementwise work (norms, RoPE, SiLU, softmax), caches that make a repeated read cheap, and
-quantized weights (the int4 kata's subject).
+A pass of F FLOPs moving B bytes has intensity I = F / B and runs no faster than min(peak FLOP/s,
+bandwidth * I): below the ridge I* = peak / bandwidth it waits on memory. `phase_cost` counts every
+weight read once per pass (the tied embedding in full as the LM head, plus one row per new token),
+the KV cache written for the new positions and read for all of them, 2 FLOPs per multiply-add of
+every matmul for each new token, and 4 * n_heads * head_dim FLOPs per (query, key) pair, masked or
+not. Not counted: activation traffic, elementwise work, caches, quantized weights.
 """
 
 from __future__ import annotations
@@ -66,8 +53,14 @@ class Measurement:
         return arithmetic_intensity(self.cost)
 
 
-def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-               dtype: torch.dtype = torch.float32) -> Cost:
+def phase_cost(
+    config,
+    phase: str,
+    batch: int = 1,
+    seq_len: int = 1,
+    context_len: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Cost:
     """Cost of one pass of a Llama-style `config`, weights and KV cache stored in `dtype`.
 
     `seq_len` new tokens per row (the prompt for "prefill"; exactly 1 for "decode") are appended
@@ -80,8 +73,9 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
     if phase == "decode" and seq_len != 1:
         raise ValueError(f"a decode step adds exactly one token per row; got seq_len={seq_len}")
     if batch < 1 or seq_len < 1 or context_len < 0:
-        raise ValueError(f"need batch >= 1, seq_len >= 1, context_len >= 0; "
-                         f"got {batch}, {seq_len}, {context_len}")
+        raise ValueError(
+            f"need batch >= 1, seq_len >= 1, context_len >= 0; got {batch}, {seq_len}, {context_len}"
+        )
     c = config
     if context_len + seq_len > c.max_seq_len:
         raise ValueError(f"{context_len} cached + {seq_len} new tokens exceed the context of {c.max_seq_len}")
@@ -92,12 +86,15 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
     per_layer = c.d_model * (q_dim + 2 * kv_dim) + q_dim * c.d_model + 3 * c.d_model * c.d_ff
     matmul_params = c.n_layers * per_layer + c.vocab_size * c.d_model  # the LM head is the embedding
     norm_params = (2 * c.n_layers + 1) * c.d_model
-    weights = Cost(flops=2 * tokens * matmul_params,
-                   bytes=(matmul_params + norm_params + tokens * c.d_model) * size)
+    weights = Cost(
+        flops=2 * tokens * matmul_params, bytes=(matmul_params + norm_params + tokens * c.d_model) * size
+    )
     kv_written = batch * seq_len * 2 * kv_dim * size  # K and V, per layer
     kv_read = batch * keys * 2 * kv_dim * size
-    attention = Cost(flops=c.n_layers * batch * c.n_heads * seq_len * keys * 4 * c.head_dim,
-                     bytes=c.n_layers * (kv_written + kv_read))
+    attention = Cost(
+        flops=c.n_layers * batch * c.n_heads * seq_len * keys * 4 * c.head_dim,
+        bytes=c.n_layers * (kv_written + kv_read),
+    )
     return weights + attention
 
 
@@ -128,7 +125,7 @@ def attainable(ai: float, peak_flops: float, bandwidth: float) -> float:
 
 
 def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
-    """"memory" left of the ridge (ai < ridge), "compute" at or right of it."""
+    """ "memory" left of the ridge (ai < ridge), "compute" at or right of it."""
     return "memory" if ai < ridge_point(peak_flops, bandwidth) else "compute"
 
 
@@ -137,8 +134,9 @@ def _check_repeats(repeats: int) -> None:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
 
 
-def _median_seconds(run: Callable[[], object], repeats: int, device: torch.device,
-                    setup: Callable[[], object] | None = None) -> float:
+def _median_seconds(
+    run: Callable[[], object], repeats: int, device: torch.device, setup: Callable[[], object] | None = None
+) -> float:
     """Median wall time of `run` over `repeats` calls, after one untimed warm-up call."""
     _check_repeats(repeats)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -169,8 +167,9 @@ def last_level_cache_bytes() -> int:
     return best
 
 
-def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
-                      device: str | torch.device = "cpu") -> float:
+def measure_bandwidth(
+    nbytes: int | None = None, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """Bytes/s of copying one `nbytes` array into another, counting bytes read plus bytes written.
 
     nbytes defaults to 4x the last-level cache (1 GiB if that is unknown, or on a GPU) so the
@@ -191,8 +190,9 @@ def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
     return 2 * nbytes / seconds
 
 
-def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5,
-                       device: str | torch.device = "cpu") -> float:
+def measure_peak_flops(
+    n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """FLOP/s of an (n, n) @ (n, n) matmul in `dtype`: 2 * n**3 / the median of `repeats` timings.
 
     Warmed up by one untimed matmul; runs at torch's current thread count.
@@ -210,8 +210,9 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     return 2 * n**3 / seconds
 
 
-def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-                  repeats: int = 5) -> Measurement:
+def measure_phase(
+    model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0, repeats: int = 5
+) -> Measurement:
     """Time one prefill (or one decode step) of `model` after `context_len` cached tokens.
 
     Random token ids (seeded); the cache is filled to `context_len` once and truncated back
@@ -238,8 +239,9 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
     return Measurement(phase, seconds, cost)
 
 
-def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float,
-                  path: str | Path):
+def plot_roofline(
+    points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float, path: str | Path
+):
     """Draw the roof, the ridge and one labelled point per phase, log-log; save a PNG to `path`.
 
     points maps a label to (intensity FLOP/byte, achieved FLOP/s). The roof is one line through
@@ -263,8 +265,13 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
     ax.set_yscale("log")
     ax.plot([x_lo, ridge, x_hi], [bandwidth * x_lo, peak_flops, peak_flops], color="black", lw=2)
     ax.plot([ridge], [peak_flops], "s", color="gray")
-    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak_flops), textcoords="offset points",
-                xytext=(6, 6), color="gray")
+    ax.annotate(
+        f"ridge {ridge:.3g} FLOP/B",
+        (ridge, peak_flops),
+        textcoords="offset points",
+        xytext=(6, 6),
+        color="gray",
+    )
     for label, (ai, flops) in points.items():
         ax.plot([ai], [flops], "o", markersize=9)
         ax.annotate(label, (ai, flops), textcoords="offset points", xytext=(0, 9), ha="center")

@@ -1,18 +1,11 @@
 """Continuous batching: an iteration-level scheduler with chunked prefill and preemption by recompute.
 
-Each step the scheduler plans one forward pass for an engine: a decode for every running request
-that is generating (oldest first), then prefill chunks (the running request that is mid-prompt,
-then waiting requests in arrival order) until the step's token budget is spent. KV memory is
-counted in blocks of `block_size` positions, ceil(computed / block_size) per request. When a
-decode needs a block and none is free, the newest running request is preempted: its blocks are
-freed and its cache is recomputed later from its prompt and the tokens it already generated, so
-its output never changes. The oldest request is never preempted, so it always progresses and
-nobody starves. The scheduler never runs a model and never reads a clock: the engine reports the
-sampled tokens and the time with `complete`, which is where TTFT and TPOT come from.
-
-Left out: priorities, prefix caching and copy-on-write sharing of blocks, swapping a preempted
-request's cache to CPU memory, speculative tokens, a cap on running requests beyond the budgets,
-and the model and the cache themselves (the engine's).
+Each step plans one forward pass: a decode for every running request that is generating, then
+prefill chunks until the step's token budget is spent. KV memory is counted in blocks; when a decode
+needs one and none is free, the newest running request is preempted and later recomputed from its
+prompt and tokens, so its output never changes and the oldest always progresses. It never runs a
+model or reads a clock: the engine reports tokens and times with `complete`.
+Not here: priorities, prefix caching, swapping to CPU memory, the model and cache (the engine's).
 """
 
 from __future__ import annotations
@@ -111,8 +104,14 @@ class Scheduler:
     def _blocks_for(self, positions: int) -> int:
         return math.ceil(positions / self.config.block_size)
 
-    def add(self, request_id: str, prompt: Sequence[int], max_new_tokens: int, arrival: float,
-            stop_token: int | None = None) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        arrival: float,
+        stop_token: int | None = None,
+    ) -> None:
         """Queue a request. Raises ValueError for a pending id, an empty prompt, max_new_tokens < 1, or
         a request whose positions (its last token is never fed) need more blocks than the cache has."""
         if request_id in self._requests:
@@ -121,14 +120,18 @@ class Scheduler:
         if not prompt:
             raise ValueError(f"request {request_id!r} has an empty prompt")
         if type(max_new_tokens) is not int or max_new_tokens < 1:
-            raise ValueError(f"request {request_id!r}: max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+            raise ValueError(
+                f"request {request_id!r}: max_new_tokens must be an int >= 1, got {max_new_tokens!r}"
+            )
         need = self._blocks_for(len(prompt) + max_new_tokens - 1)
         if need > self.config.num_blocks:
             raise ValueError(
                 f"request {request_id!r} needs {need} blocks alone ({len(prompt)} prompt + {max_new_tokens} new tokens "
-                f"- 1, {self.config.block_size} positions a block) but the cache has {self.config.num_blocks}")
+                f"- 1, {self.config.block_size} positions a block) but the cache has {self.config.num_blocks}"
+            )
         self._requests[request_id] = request = _Request(
-            request_id, next(self._orders), prompt, len(prompt), max_new_tokens, float(arrival), stop_token)
+            request_id, next(self._orders), prompt, len(prompt), max_new_tokens, float(arrival), stop_token
+        )
         self._waiting.append(request)
 
     def step(self) -> StepPlan:
@@ -168,8 +171,14 @@ class Scheduler:
                 self._running.append(request)  # waiting requests are all newer than running ones
             end = request.computed + n
             self._take(request, self._blocks_for(end))
-            prefills.append(Chunk(request.id, request.computed, tuple(request.tokens[request.computed:end]),
-                                  end == len(request.tokens)))
+            prefills.append(
+                Chunk(
+                    request.id,
+                    request.computed,
+                    tuple(request.tokens[request.computed : end]),
+                    end == len(request.tokens),
+                )
+            )
             budget -= n
         self._plan = StepPlan(prefills, decodes, preempted)
         return self._plan
@@ -202,8 +211,10 @@ class Scheduler:
         sampling = {c.request_id for c in chunks if c.sample}
         missing, extra = sampling - set(outputs), set(outputs) - sampling
         if missing or extra:
-            raise ValueError(f"complete(): outputs must hold exactly the requests that sampled this step "
-                             f"({sorted(sampling)}); missing {sorted(missing)}, not sampling {sorted(extra)}")
+            raise ValueError(
+                f"complete(): outputs must hold exactly the requests that sampled this step "
+                f"({sorted(sampling)}); missing {sorted(missing)}, not sampling {sorted(extra)}"
+            )
         self._plan = None
         for chunk in chunks:
             self._requests[chunk.request_id].computed = chunk.start + len(chunk.ids)
@@ -219,8 +230,12 @@ class Scheduler:
     def _finish(self, request: _Request) -> Finished:
         self._drop(request)
         first, last, n = request.stamps[0], request.stamps[-1], request.generated
-        return Finished(request.id, tuple(request.tokens[request.prompt_len:]), first - request.arrival,
-                        (last - first) / (n - 1) if n > 1 else None)
+        return Finished(
+            request.id,
+            tuple(request.tokens[request.prompt_len :]),
+            first - request.arrival,
+            (last - first) / (n - 1) if n > 1 else None,
+        )
 
     def _drop(self, request: _Request) -> None:
         """Forget a request that finished or was aborted, and free its blocks."""

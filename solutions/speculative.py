@@ -1,22 +1,11 @@
 """Speculative decoding: a cheap draft model proposes k tokens, the target verifies them in one pass.
 
-Decode at batch 1 is bandwidth-bound: a target forward pass over k + 1 tokens costs about what one
-token costs, since the weights are read once either way. So a draft model proposes k tokens one by
-one, the target scores all of them (and the position after them) in a single `prefill`, and the
-longest acceptable prefix is kept, plus one token of the target's own: every round yields between
-1 and k + 1 tokens for one target pass. Both KV caches are rolled back (`truncate`) past the
-tokens that were not kept.
-
-Greedy (temperature 0) keeps the drafts that equal the target's argmax, so the output is token for
-token the target's greedy output. Sampling uses the rejection rule of Leviathan et al. (2023) and
-Chen et al. (2023): accept draft x with probability min(1, p(x) / q(x)); at the first rejection
-draw from norm(max(0, p - q)); if all k are accepted draw a bonus token from the target's next
-distribution. Each token is then distributed exactly as the target alone would sample it.
-`expected_speedup` is Leviathan's estimate of the gain from alpha (the probability that a tested
-draft is accepted) and the draft's relative cost c.
-
-Left out: batches of several prompts (rows would accept different counts), tree drafts (Medusa,
-EAGLE), top-k / top-p filters, and adapting k as the acceptance rate changes.
+Decode at batch 1 is bandwidth-bound, so a target pass over k + 1 tokens costs about one token's.
+Each round the draft proposes k tokens, the target scores them in one `prefill`, and the longest
+acceptable prefix is kept plus one token of the target's own; both caches are truncated. Greedy
+keeps the drafts equal to the target's argmax (its greedy output, up to floating point); sampling
+uses Leviathan et al.'s rejection rule, so each token is distributed as the target alone samples it.
+Not here: batches of prompts, tree drafts, top-k / top-p filters, adapting k.
 """
 
 from __future__ import annotations
@@ -54,8 +43,9 @@ def acceptance_probability(p: Tensor, q: Tensor) -> float:
     return float(torch.minimum(p.double(), q.double()).sum())
 
 
-def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def verify(
+    draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """One round of rejection sampling for B independent rows.
 
     draft_tokens (B, k) long, drawn from draft_probs (B, k, V) = q; target_probs (B, k + 1, V) = p,
@@ -70,7 +60,9 @@ def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
         raise ValueError(f"draft_probs must be (B, k, V) = ({B}, {k}, V), got {tuple(draft_probs.shape)}")
     V = draft_probs.shape[2]
     if target_probs.shape != (B, k + 1, V):
-        raise ValueError(f"target_probs must be (B, k + 1, V) = {(B, k + 1, V)}, got {tuple(target_probs.shape)}")
+        raise ValueError(
+            f"target_probs must be (B, k + 1, V) = {(B, k + 1, V)}, got {tuple(target_probs.shape)}"
+        )
     p, q = target_probs.float(), draft_probs.float()
     pick = draft_tokens[..., None]  # (B, k, 1)
     ratio = p[:, :k].gather(-1, pick)[..., 0] / q.gather(-1, pick)[..., 0]  # (B, k)
@@ -117,10 +109,18 @@ def _check_rate(alpha: float, k: int) -> None:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
 
 
-def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: int, k: int = 4,
-                         temperature: float = 0.0, seed: int | None = None,
-                         eos_token_id: int | list[int] | None = None,
-                         on_token: Callable[[int], None] | None = None) -> SpeculativeResult:
+def speculative_generate(
+    target,
+    draft,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> SpeculativeResult:
     """Continue `prompt` by up to `max_new_tokens` tokens, `draft` proposing and `target` verifying.
 
     Both models follow the model protocol (config, new_cache, prefill, decode_step; the cache has
@@ -145,8 +145,8 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
     while len(new) < max_new_tokens:
         n_draft = min(k, max_new_tokens - len(new) - 1)  # nothing drafted past the end
         drafts, q_rows = _draft(draft, draft_cache, seq, n_draft, temperature, gen)
-        fed = seq[target_cache.length:] + drafts
-        logits = target.prefill(torch.tensor([fed]), target_cache)[0, -(n_draft + 1):]  # (n_draft + 1, V)
+        fed = seq[target_cache.length :] + drafts
+        logits = target.prefill(torch.tensor([fed]), target_cache)[0, -(n_draft + 1) :]  # (n_draft + 1, V)
         rounds += 1
         if gen is None:
             best = logits.argmax(-1)  # (n_draft + 1,): first index of the maximum
@@ -174,14 +174,15 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
     return SpeculativeResult(new, drafted, accepted_total, rounds)
 
 
-def _draft(draft, cache, seq: list[int], n: int, temperature: float,
-           gen: torch.Generator | None) -> tuple[list[int], list[Tensor]]:
+def _draft(
+    draft, cache, seq: list[int], n: int, temperature: float, gen: torch.Generator | None
+) -> tuple[list[int], list[Tensor]]:
     """n tokens from the draft model after `seq`, and (sampling) the distribution each came from."""
     tokens: list[int] = []
     probs: list[Tensor] = []
     if n == 0:
         return tokens, probs
-    logits = draft.prefill(torch.tensor([seq[cache.length:]]), cache)[0, -1]  # catch up: 1+ tokens
+    logits = draft.prefill(torch.tensor([seq[cache.length :]]), cache)[0, -1]  # catch up: 1+ tokens
     while True:
         if gen is None:
             tokens.append(int(logits.argmax()))
@@ -198,8 +199,10 @@ def _check_arguments(target, draft, prompt, max_new_tokens, k, temperature, eos_
     """Raise ValueError naming the first bad argument; return the EOS ids as a list."""
     vocab = target.config.vocab_size
     if draft.config.vocab_size != vocab:
-        raise ValueError(f"draft's vocab_size {draft.config.vocab_size} differs from the target's {vocab}: "
-                         "the draft must propose tokens of the target's vocabulary")
+        raise ValueError(
+            f"draft's vocab_size {draft.config.vocab_size} differs from the target's {vocab}: "
+            "the draft must propose tokens of the target's vocabulary"
+        )
     if not isinstance(prompt, (list, tuple)) or not prompt:
         raise ValueError("prompt must be a non-empty list of token ids")
     if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
@@ -208,13 +211,21 @@ def _check_arguments(target, draft, prompt, max_new_tokens, k, temperature, eos_
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     context = min(target.config.max_seq_len, draft.config.max_seq_len)
     if len(prompt) + max_new_tokens > context:
-        raise ValueError(f"max_new_tokens={max_new_tokens} after a {len(prompt)}-token prompt exceeds "
-                         f"the context of {context} tokens")
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} after a {len(prompt)}-token prompt exceeds "
+            f"the context of {context} tokens"
+        )
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
-    eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    eos = (
+        []
+        if eos_token_id is None
+        else [eos_token_id]
+        if isinstance(eos_token_id, int)
+        else list(eos_token_id)
+    )
     if any(isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < vocab for e in eos):
         raise ValueError(f"eos_token_id must be token ids in [0, {vocab}), got {eos_token_id!r}")
     return eos

@@ -1,4 +1,4 @@
-"""Project-wide test configuration. The grading plugin itself is dojo.grading.plugin (loaded via addopts).
+"""Project-wide test configuration. The grading plugin itself is dojo.grading.suite.plugin (loaded via addopts).
 
 Under pytest-xdist (`make test` runs JOBS workers on as many cores), each worker and the processes it
 starts use one thread: two workers each running OpenMP's threads on 2 cores spin on each other's

@@ -1,10 +1,9 @@
 """The grading engine: run a kata's hidden suite on one file, in a guarded child, and read the outcomes.
 
-grade (the run: pristine copies, limits, the outcomes read back), sandbox (bubblewrap), channel (the
-plugin's signed records), plugin (pytest's side, in the child), view (what the child may see),
-integrity (the AST scan), audit (the audit hook), similarity (submissions alike), inputs (a submission's
-files, read and checked), bounded (our functions on a submission's data, in a limited child), judge,
-worker, remote and wire (judge mode: the verdict decided outside the candidate's process), mutant and
-check_katas (proving the suites fair). It knows files and katas only: never notebooks, interviews, the practice loop or a
-terminal. May import: dojo.catalog, dojo.targets, dojo.testing (the base); nothing above.
+Folded by the process each file runs in. At the top, the grader that decides (grade, child, channel,
+outcomes, result, view, machine_lock, freezer); confine/ what confines a submission; judging/ judge
+mode's two sides; suite/ what runs inside pytest; scan/ the source scan; proof/ the suite proof.
+It knows files and katas only, never notebooks, interviews or the CLI: it imports only the base
+(dojo.catalog, dojo.targets, dojo.testing, dojo.source; tests/dojo/test_layers.py). Design notes:
+docs/design/grading.md.
 """

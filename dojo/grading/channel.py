@@ -1,17 +1,11 @@
 """The results channel: how the grading plugin tells the grader what happened, where the code under
 test cannot forge it.
 
-The grader opens a file the test process never sees by name (outside the sandbox's view, its path
-in no argument and no variable) and hands the child only its descriptor, plus a pipe that carries a
-one-time key. `DOJO_CHANNEL=<results fd>:<key fd>` names the two. The plugin reads the key and
-drops the variable before any candidate code is imported, then writes one line per record:
-`{"seq": n, "record": {...}, "mac": HMAC-SHA256(key, n:record)}`. The grader accepts a stream only
-if every line is signed, the numbers run 0, 1, 2 ... without a gap or a repeat, and nothing follows
-the plugin's `end` record. So a file rewritten at exit, rows written by the candidate's code, or a
-run that stopped early are errors, not passes.
-
-What it does not stop: code that reads the key out of the plugin's memory (sys.modules, gc,
-frames). The integrity scan (dojo.grading.integrity) flags every way to get there.
+The grader's `Receiver` opens a file outside the sandbox's view and hands the child only its
+descriptor and a pipe holding a one-time key (`DOJO_CHANNEL=<results fd>:<key fd>`). The plugin's
+`Sender` takes the key before candidate code is imported and signs each record (HMAC-SHA256).
+`records()` accepts a stream only if every line is signed, numbered 0, 1, 2 ... and ends at `end`.
+It does not stop code that reads the key out of the plugin's memory: the integrity scan flags that.
 """
 
 from __future__ import annotations
@@ -81,12 +75,16 @@ class Receiver:
                 doc = json.loads(line)
                 seq, body, mac = doc["seq"], doc["record"], doc["mac"]
             except (ValueError, KeyError, TypeError):
-                raise ChannelError(f"line {number + 1} of the results stream is not a signed record") from None
+                raise ChannelError(
+                    f"line {number + 1} of the results stream is not a signed record"
+                ) from None
             text = json.dumps(body, sort_keys=True)
             if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(self._key, seq, text)):
                 raise ChannelError(f"results record {number + 1} was not written by the grading plugin")
             if seq != number:
-                raise ChannelError(f"results record {seq} arrived in place {number}: a record is repeated or missing")
+                raise ChannelError(
+                    f"results record {seq} arrived in place {number}: a record is repeated or missing"
+                )
             if out and "end" in out[-1]:
                 raise ChannelError("a results record follows the end of the session")
             out.append(body)

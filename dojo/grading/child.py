@@ -1,10 +1,10 @@
 """The grading child: one python command line run in its own session under resource limits.
 
 `run` starts it through a small launcher that sets RLIMIT_AS (memory), RLIMIT_FSIZE (output),
-no core dumps and, in the sandbox, a process cap and its own uid, then becomes pytest; output goes
-to a file, never a pipe that could fill; on return the child's whole process group is killed.
-`tail` reads the end of that output. Left out: what the command is and what its results mean
-(dojo.grading.grade, dojo.grading.outcomes), the sandbox's own arguments (dojo.grading.sandbox).
+no core dumps and, in the sandbox, a process cap and its own uid, then becomes the command; output
+goes to a file, never a pipe that could fill; on return its whole process group is killed. Its timing
+tests ask dojo.grading.machine_lock for the machine. `tail` reads the end of the output. What the
+command is and what its results mean are dojo.grading.grade's and dojo.grading.outcomes'.
 """
 
 from __future__ import annotations
@@ -39,10 +39,19 @@ LAUNCH = (
 )
 
 
-def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Path,
-         receiver: channel.Receiver, box=None, hold_s: float = 60.0) -> tuple[int | None, bool]:
+def run(
+    cmd,
+    cwd: Path,
+    env: dict,
+    timeout: float,
+    memory_limit: int,
+    output: Path,
+    receiver: channel.Receiver,
+    box=None,
+    hold_s: float = 60.0,
+) -> tuple[int | None, bool]:
     """Run `cmd` (a python command line) in its own session under resource limits, inside the sandbox
-    when `box` is dojo.grading.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
+    when `box` is dojo.grading.confine.sandbox; (returncode, timed_out). Its output goes to a file, never a pipe that
     could fill up; its results to `receiver`. Its timing tests ask dojo.grading.machine_lock for the
     machine (`hold_s`: the per-test limit), and `timeout` does not count time it spent frozen for others."""
     processes = box.process_limit() if box is not None else 0
@@ -55,12 +64,27 @@ def run(cmd, cwd: Path, env: dict, timeout: float, memory_limit: int, output: Pa
             uid = box.child_uid()
             prefix = box.bwrap_args(cwd, uid=uid)
             limits, env = [str(processes), str(-1 if uid is None else uid)], box.environment(env)
-        launch = [*lock.prefix, *prefix, sys.executable, "-c", LAUNCH, str(memory_limit), str(OUTPUT_LIMIT), *limits,
-                  *cmd[1:]]
+        launch = [
+            *lock.prefix,
+            *prefix,
+            sys.executable,
+            "-c",
+            LAUNCH,
+            str(memory_limit),
+            str(OUTPUT_LIMIT),
+            *limits,
+            *cmd[1:],
+        ]
         with open(output, "wb") as out:
             proc = subprocess.Popen(
-                launch, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(*receiver.pass_fds, *lock.pass_fds),
+                launch,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(*receiver.pass_fds, *lock.pass_fds),
             )
             receiver.close_child_ends()
             lock.started(proc)

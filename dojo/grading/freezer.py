@@ -1,20 +1,9 @@
 """Freezing one grading's processes while another grading's timing test measures.
 
-A `Group` is every process one grading child starts. `freeze()` stops them all (threads spinning in
-the background included: the kernel stops every task), `thaw()` lets them go on, `close()` kills
-what is left. Two ways, chosen by `new_group()`:
-- cgroup v2, where this process may create a child cgroup beside its own (root, or a delegated
-  subtree): the child's launcher enters it before it execs bwrap or python, so nothing escapes;
-  freezing writes cgroup.freeze and waits for cgroup.events to say "frozen 1"; closing writes
-  cgroup.kill. Where the parent cgroup already offers the pids or memory controllers, the group
-  also gets pids.max and memory.max (the caller's limits); elsewhere the child's rlimits stay the
-  only caps. Where cgroup v1 holds the cpu controller (a hybrid machine such as this one), the
-  child also enters a v1 cpu group of its own: every grading then gets an equal share of the CPU
-  however many threads it spins, instead of one share per thread.
-- otherwise signals: SIGSTOP to every descendant of the child, found in /proc and walked again
-  until no new one appears (a stopped process cannot fork), SIGCONT to thaw.
-Left out: deciding when to freeze (dojo.grading.machine_lock) and cgroup v1 (its freezer is
-a different file set; v1 machines get the signals).
+A `Group` is every process one grading child starts: `freeze()` stops them all, threads included,
+`thaw()` lets them go on, `close()` kills what is left. `new_group()` makes a cgroup v2 group where
+this process may create one (cgroup.freeze, cgroup.kill), else a signal group (SIGSTOP and SIGCONT
+to every descendant found in /proc). Deciding when to freeze is dojo.grading.machine_lock's.
 """
 
 from __future__ import annotations
@@ -28,8 +17,10 @@ from pathlib import Path
 
 SETTLE_S = 2.0  # longest wait for a cgroup to report frozen or empty
 # the launcher: enter the cgroups (argv[1] of them: their cgroup.procs files follow), then become the command
-_ENTER = ("import os, sys\nn = int(sys.argv[1])\nfor procs in sys.argv[2:2 + n]:\n    open(procs, 'w').write('0')\n"
-          "os.execvp(sys.argv[2 + n], sys.argv[2 + n:])\n")
+_ENTER = (
+    "import os, sys\nn = int(sys.argv[1])\nfor procs in sys.argv[2:2 + n]:\n    open(procs, 'w').write('0')\n"
+    "os.execvp(sys.argv[2 + n], sys.argv[2 + n:])\n"
+)
 
 
 class Group:
@@ -87,7 +78,15 @@ class Cgroup(Group):
     @property
     def prefix(self) -> list[str]:
         joined = [self.path] + ([self.cpu] if self.cpu else [])
-        return [sys.executable, "-I", "-S", "-c", _ENTER, str(len(joined)), *(str(p / "cgroup.procs") for p in joined)]
+        return [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _ENTER,
+            str(len(joined)),
+            *(str(p / "cgroup.procs") for p in joined),
+        ]
 
     def limit(self, values: dict[str, str]) -> list[str]:
         """Write each controller file whose controller the group has; the names written."""
@@ -151,7 +150,9 @@ def _own_cgroup() -> Path | None:
     try:
         mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
         mount = next(fields[1] for fields in mounts if len(fields) > 2 and fields[2] == "cgroup2")
-        own = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+        own = next(
+            line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")
+        )
     except (OSError, StopIteration):
         return None
     folder = Path(mount) / own.lstrip("/")
@@ -162,9 +163,14 @@ def _own_cgroup_v1(controller: str) -> Path | None:
     """This process's folder in a cgroup v1 hierarchy holding `controller`, if it may create children there."""
     try:
         mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
-        mount = next(f[1] for f in mounts if len(f) > 3 and f[2] == "cgroup" and controller in f[3].split(","))
-        own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                   if controller in line.split(":")[1].split(","))
+        mount = next(
+            f[1] for f in mounts if len(f) > 3 and f[2] == "cgroup" and controller in f[3].split(",")
+        )
+        own = next(
+            line.split(":", 2)[2]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if controller in line.split(":")[1].split(",")
+        )
     except (OSError, StopIteration, IndexError):
         return None
     folder = Path(mount) / own.lstrip("/")
@@ -178,7 +184,7 @@ def _descendants(root: int) -> set[int]:
         if entry.name.isdigit():
             try:
                 stat = Path(entry.path, "stat").read_text()
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+                ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
             except (OSError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))

@@ -1,30 +1,11 @@
 """Grading: run a kata's hidden suite on one implementation, in a guarded subprocess.
 
-`grade(slug, target)` copies to a temporary folder (the *pristine copies*) the kata's suite, the
-grading plugin and only the reference modules the suite needs (dojo.grading.view: never the kata's own
-reference or its twins), runs pytest there in a child process with a wall-clock timeout, a memory
-limit (RLIMIT_AS), a cap on what it may write (RLIMIT_FSIZE) and no core dumps, and reads the
-plugin's signed records (dojo.grading.channel), never pytest's text: a forged or repeated record, a test
-without an outcome or a process that ended early is an error, never a pass. Whatever the learner's
-code does (loops, allocates without bound, exits, segfaults, prints megabytes, raises at import,
-edits the tests: reported, and the verdict comes from the copies), the answer is a GradeResult with
-a reason, in bounded time. Every grading is scanned by dojo.grading.integrity in a child limited in memory
-and time (dojo.grading.bounded; findings in the result, the points untouched). The child's launch and
-limits are dojo.grading.child, reading its records dojo.grading.outcomes, the result types
-dojo.grading.result. Left out: what the practice loop does
-with a grade (dojo.practice.check), notebooks (dojo.notebook grades their extracted .py here and
-maps the outcomes back to cells).
-
-For take-homes and interviews (`sandboxed=True`: dojo.interview.takehome, dojo.interview.session.submit) the grade is
-a security boundary as far as bubblewrap makes it one (dojo.grading.sandbox): no network, no repository or
-home folder, every process dies with the grading, a process cap. Where bwrap cannot run, the grading
-runs as without it and a note says "NOT sandboxed". What no sandbox stops: code in the test process
-can still lie to pytest (patch it, read the suite's oracles out of memory); the integrity scan flags
-the code that does, and a person judges it.
-
-A timing test that could not decide on a busy machine is *inconclusive* (dojo.testing): it earns no
-points and costs none (its points leave the total), and does not stop a pass. `grade(...,
-only=[...])` runs just some tests: dojo.practice.rerun re-runs the ones the last check left inconclusive.
+`grade(slug, target)` copies the suite, the plugin and the reference modules of dojo.grading.view to a
+private folder (the pristine copies), runs pytest there in a limited child (dojo.grading.child) and
+reads the plugin's signed records (dojo.grading.outcomes), never pytest's text. Whatever the code does,
+the answer is a GradeResult with a reason, in bounded time. Every grading gets the integrity scan;
+`sandboxed=True` (take-homes, interviews) adds the sandbox and judge mode (dojo.grading.judging).
+Writing results and recording attempts are dojo.practice.check's; notebooks are dojo.notebook's.
 """
 
 from __future__ import annotations
@@ -41,16 +22,22 @@ from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
-from dojo.grading import bounded, channel, child, outcomes, sandbox, view
+from dojo.grading import channel, child, outcomes, view
+from dojo.grading.confine import bounded, sandbox
+from dojo.grading.judging import protocol
 from dojo.grading.result import GradeResult, TestResult, score
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("DOJO_TIMEOUT", "120"))  # the whole suite, start-up included
 DEFAULT_TEST_TIMEOUT_S = float(os.environ.get("DOJO_TEST_TIMEOUT", "30"))  # any one test
 DEFAULT_MEMORY_LIMIT = int(float(os.environ.get("DOJO_MEMORY_LIMIT") or 3 * 2**30))  # bytes of address space
-SANDBOX_NOTE = ("sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
-                "and the other katas' reference parts it needs; every process ends with the grading")
-JUDGE_NOTE = ("judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
-              "never ran it (points from tests marked 'measured in your process' excepted)")
+SANDBOX_NOTE = (
+    "sandboxed (bubblewrap): no network, no repository or home folder, only this kata's suite "
+    "and the other katas' reference parts it needs; every process ends with the grading"
+)
+JUDGE_NOTE = (
+    "judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
+    "never ran it (points from tests marked 'measured in your process' excepted)"
+)
 
 
 class NoSuite(FileNotFoundError):
@@ -77,7 +64,7 @@ def grade(
     sandboxed: run the candidate's code inside the bubblewrap sandbox (take-homes, interviews); where the
     machine cannot, the run goes as without it and a note says "NOT sandboxed" and why.
     judged: judge mode (default: as `sandboxed`): the suite runs in a process that never imports the
-    candidate's code, which runs in a worker (dojo.grading.judge); tests marked candidate_process then
+    candidate's code, which runs in a worker (dojo.grading.judging.judge); tests marked candidate_process then
     run in a second, in-process run, and their points are reported apart.
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     """
@@ -107,26 +94,41 @@ def grade(
         before = {p: _digest(p) for p in watched}
         run = _Run(tmp, kata, examples_only, test_timeout, memory_limit)
         if judged:
-            from dojo.grading import judge  # here: it imports torch, which the CLI's other commands never need
-
             worker = _worker_folder(tmp, kata, path)
-            spec = _worker_spec(tmp, worker, slug, path.name, memory_limit, box)
-            audit = [f"--audit-allowed={_importable(slug)}"] if box is not None else []
+            spec = _worker_spec(tmp, worker, kata, path.name, memory_limit, box)
+            audit = [f"--audit-allowed={_importable(kata)}"] if box is not None else []
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
-                judging = pool.submit(run.suite, path, timeout, only=only, extra=["--judge"],
-                                      env={judge.ENV: json.dumps(spec)})
+                judging = pool.submit(
+                    run.suite,
+                    path,
+                    timeout,
+                    only=only,
+                    extra=["--judge"],
+                    env={protocol.ENV: json.dumps(spec)},
+                )
                 # beside it, the tests only the candidate's process can measure (selected by their markers
                 # here; the judge's list of them decides below which outcomes count)
-                apart = None if only or not _has_apart_tests(kata) else pool.submit(
-                    run.suite, graded, timeout, box=box, extra=[*audit, "-m", "candidate_process or machine"])
+                apart = (
+                    None
+                    if only or not _has_apart_tests(kata)
+                    else pool.submit(
+                        run.suite,
+                        graded,
+                        timeout,
+                        box=box,
+                        extra=[*audit, "-m", "candidate_process or machine"],
+                    )
+                )
                 (tests, error), output = judging.result()
                 mine_result = apart.result() if apart is not None else None
             deferred = run.deferred
             if deferred and not error:
                 if mine_result is None:  # a re-run of some tests, or markers the scan did not see: now, alone
                     left = max(10.0, timeout - (time.time() - started))
-                    mine_result = run.suite(graded, left, only=[t["name"] for t in deferred], box=box, extra=audit)
+                    mine_result = run.suite(
+                        graded, left, only=[t["name"] for t in deferred], box=box, extra=audit
+                    )
                 (mine, error), more = mine_result
                 output += more
                 tests = _merged(tests, mine, deferred)
@@ -134,7 +136,9 @@ def grade(
         else:
             (tests, error), output = run.suite(graded, timeout, only=only, box=box)
         findings += _audit_findings(run.refused, path.name)
-        notes = ["graded with pristine copies of the tests and reference solutions, made before your code ran"]
+        notes = [
+            "graded with pristine copies of the tests and reference solutions, made before your code ran"
+        ]
         if sandboxed:
             notes.append(f"NOT sandboxed: {why_not}" if why_not else SANDBOX_NOTE)
         if judged:
@@ -142,9 +146,22 @@ def grade(
         notes += _tampering(kata, before)
     points, total, passed = score(tests, error)
     return GradeResult(
-        slug=slug, target=str(target), path=str(path), tests=tests, points=points, total=total, passed=passed,
-        duration=time.time() - started, started=started, error=error, examples_only=examples_only,
-        notes=notes, output=output, sandboxed=bool(sandboxed and not why_not), integrity=findings, digest=digest,
+        slug=slug,
+        target=str(target),
+        path=str(path),
+        tests=tests,
+        points=points,
+        total=total,
+        passed=passed,
+        duration=time.time() - started,
+        started=started,
+        error=error,
+        examples_only=examples_only,
+        notes=notes,
+        output=output,
+        sandboxed=bool(sandboxed and not why_not),
+        integrity=findings,
+        digest=digest,
         judged=judged,
     )
 
@@ -165,20 +182,37 @@ class _Run:
         self.count += 1
         suite = str(self.tmp / "tests" / "katas" / self.kata.suite.name)
         cmd = [
-            sys.executable, "-m", "pytest", *([f"{suite}::{name}" for name in only] if only else [suite]),
-            "-c", str(self.ini), "--rootdir", str(self.tmp),
-            "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", "-q", "--tb=no", "--no-header",
-            f"--target={graded}", f"--dojo-test-timeout={self.test_timeout:g}", *extra,
+            sys.executable,
+            "-m",
+            "pytest",
+            *([f"{suite}::{name}" for name in only] if only else [suite]),
+            "-c",
+            str(self.ini),
+            "--rootdir",
+            str(self.tmp),
+            "-p",
+            "dojo.grading.suite.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--tb=no",
+            "--no-header",
+            f"--target={graded}",
+            f"--dojo-test-timeout={self.test_timeout:g}",
+            *extra,
         ] + (["--examples-only"] if self.examples_only else [])
         env = {
-            "PYTHONPATH": str(self.tmp), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(self.tmp),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # only our plugin: faster start, nothing else in the way
             **(env or {}),
         }
         log = self.tmp / f"output-{self.count}-{'judge' if '--judge' in extra else 'apart'}.txt"
         with channel.Receiver() as receiver:
-            returncode, timed_out = child.run(cmd, self.tmp, env, timeout, self.memory, log, receiver, box,
-                                              hold_s=self.test_timeout)
+            returncode, timed_out = child.run(
+                cmd, self.tmp, env, timeout, self.memory, log, receiver, box, hold_s=self.test_timeout
+            )
             output = child.tail(log)
             tests, error, records = outcomes.read_results(receiver, returncode, timed_out, timeout, output)
             result = tests, error
@@ -203,7 +237,9 @@ def _merged(judged: list[TestResult], mine: list[TestResult], deferred: list[dic
     by_id = {t.id: t for t in mine if t.id in {d["id"] for d in deferred}}
     out = list(judged)
     for d in deferred:
-        t = by_id.get(d["id"]) or TestResult(**d, outcome="failed", message="not run: the in-process run lost it")
+        t = by_id.get(d["id"]) or TestResult(
+            **d, outcome="failed", message="not run: the in-process run lost it"
+        )
         t.candidate_process = True
         out.append(t)
     return out
@@ -217,8 +253,10 @@ def _audit_findings(refused: list, name: str) -> list[str]:
         if isinstance(f, dict):
             key = (str(f.get("line", "?"))[:12], str(f.get("what", ""))[:300], str(f.get("event", "?"))[:60])
             counts[key] = counts.get(key, 0) + 1
-    return [f"{name}:{line}: {what} (refused {'once' if n == 1 else f'{n} times'} while it ran: audit event {event})"
-            for (line, what, event), n in list(counts.items())[:50]]
+    return [
+        f"{name}:{line}: {what} (refused {'once' if n == 1 else f'{n} times'} while it ran: audit event {event})"
+        for (line, what, event), n in list(counts.items())[:50]
+    ]
 
 
 def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
@@ -230,8 +268,15 @@ def _unexpected(mine: list[TestResult], deferred: list[dict]) -> str | None:
 
 # ---- judge mode's worker --------------------------------------------------------------------------
 
-# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judge.build)
-WORKER_MODULES = ("grading.wire", "grading.remote", "grading.worker", "grading.audit", "toymodel")
+# the wire's modules, and the toy model a suite builds in the worker (dojo.grading.judging.judge.build)
+WORKER_MODULES = (
+    "grading.judging.protocol",
+    "grading.judging.wire",
+    "grading.judging.remote",
+    "grading.judging.worker",
+    "grading.confine.audit",
+    "toymodel",
+)
 
 
 def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
@@ -242,32 +287,41 @@ def _worker_folder(tmp: Path, kata: catalog.Kata, path: Path) -> Path:
     shutil.copyfile(path, folder / "submission" / path.name)
     _reference_view(folder, kata)
     runner = Path(dojo.__file__).resolve().parent
-    for rel in ["__init__.py", "grading/__init__.py", *(f"{m.replace('.', '/')}.py" for m in WORKER_MODULES)]:
-        (folder / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(runner / rel, folder / "dojo" / rel)
+    for name in WORKER_MODULES:
+        _copy_module(runner, name, folder / "dojo")
     _readable(folder)
     return folder
 
 
-def _importable(slug: str) -> str:
+def _importable(kata: catalog.Kata) -> str:
     """The reference modules the candidate's code may import, as the audit hook takes them."""
-    return ",".join(f"solutions.{m}" for m in view.importable(slug))
+    return ",".join(f"solutions.{m}" for m in view.importable(kata))
 
 
-def _worker_spec(tmp: Path, folder: Path, slug: str, name: str, memory: int, box) -> dict:
-    """The command, environment and folder the judge starts its worker with (dojo.grading.judge.ENV)."""
+def _worker_spec(tmp: Path, folder: Path, kata: catalog.Kata, name: str, memory: int, box) -> dict:
+    """The command, environment and folder the judge starts its worker with (dojo.grading.judging.protocol.ENV)."""
     file = str(folder / "submission" / name)  # (a notebook's extracted code has its own name)
-    tail = ["-m", "dojo.grading.worker", file, f"dojo_target_{slug}", _importable(slug)]
+    tail = ["-m", "dojo.grading.judging.worker", file, f"dojo_target_{kata.slug}", _importable(kata)]
     env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     if box is None:
         cmd = [sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), "0", "-1", *tail]
-        return {"cmd": cmd, "env": {**os.environ, **env}, "cwd": str(folder), "output": str(tmp / "worker.txt")}
+        return {
+            "cmd": cmd,
+            "env": {**os.environ, **env},
+            "cwd": str(folder),
+            "output": str(tmp / "worker.txt"),
+        }
     uid = box.child_uid()
     prefix = box.bwrap_args(folder, uid=uid)
     limits = [str(box.process_limit()), str(-1 if uid is None else uid)]
     cmd = [*prefix, sys.executable, "-c", child.LAUNCH, str(memory), str(child.OUTPUT_LIMIT), *limits, *tail]
-    return {"cmd": cmd, "env": box.environment(env), "cwd": str(folder), "output": str(tmp / "worker.txt"),
-            "bwrap": True}
+    return {
+        "cmd": cmd,
+        "env": box.environment(env),
+        "cwd": str(folder),
+        "output": str(tmp / "worker.txt"),
+        "bwrap": True,
+    }
 
 
 # ---- the grading folder ------------------------------------------------------------------------
@@ -284,13 +338,20 @@ def _pristine_copies(tmp: Path, kata: catalog.Kata) -> None:
         shutil.copyfile(src, tmp / "tests" / "katas" / src.name)
     _reference_view(tmp, kata)
     runner = Path(dojo.__file__).resolve().parent
-    for name in view.runner_modules(kata.slug):  # "grading.plugin": grading/plugin.py, and each __init__.py above it
-        parts = name.split(".")
-        module = view.module_file(runner, name).relative_to(runner)
-        for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
-            (tmp / "dojo" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(runner / rel, tmp / "dojo" / rel)
+    for name in view.runner_modules(kata):
+        _copy_module(runner, name, tmp / "dojo")
     _readable(tmp)
+
+
+def _copy_module(package: Path, name: str, into: Path) -> None:
+    """Copy module `name` ("grading.suite.plugin") of the package at `package` into `into`, with every
+    __init__.py above it (grading/__init__.py, grading/suite/__init__.py) and the package's own."""
+    parts = name.split(".")
+    module = view.module_file(package, name).relative_to(package)
+    for rel in [*(Path(*parts[:i], "__init__.py") for i in range(len(parts))), module]:
+        if (package / rel).is_file():
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(package / rel, into / rel)
 
 
 def _reference_view(folder: Path, kata: catalog.Kata) -> None:
@@ -298,9 +359,11 @@ def _reference_view(folder: Path, kata: catalog.Kata) -> None:
     solutions = targets.solutions_dir()
     if solutions.is_dir():
         (folder / "solutions").mkdir()
-        for name in ["__init__", *view.reference_modules(kata.slug)]:
-            if (solutions / f"{name}.py").is_file():
-                shutil.copyfile(solutions / f"{name}.py", folder / "solutions" / f"{name}.py")
+        if (solutions / "__init__.py").is_file():
+            shutil.copyfile(solutions / "__init__.py", folder / "solutions" / "__init__.py")
+        for name in view.reference_modules(kata):  # "model", "system.kernels.packed_gemm"
+            if view.module_file(solutions, name) is not None:
+                _copy_module(solutions, name, folder / "solutions")
 
 
 def _into_view(path: Path, tmp: Path) -> Path:
@@ -327,8 +390,12 @@ def _guarded(kata: catalog.Kata) -> list[Path]:
 
 def _files(folder: Path) -> list[Path]:
     return sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and "mutants" not in p.parts and ".hypothesis" not in p.parts
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and "mutants" not in p.parts
+        and ".hypothesis" not in p.parts
     )
 
 

@@ -1,28 +1,11 @@
 """The machine lock service: the grader holds the timing lock for a child's timing test, and freezes
 every other grading of its process while that test measures.
 
-Candidate code never sees the lock file (it is not in the sandbox) and so can neither hold it nor
-plant it. A grading child gets one end of a socket pair (DOJO_MACHINE_LOCK=<socket fd>:<ledger fd>,
-read and dropped by the plugin before candidate code is imported). For a machine test the plugin
-sends "acquire"; the parent (`Grading`, one thread per child) queues it, first come first served,
-behind the other gradings of this process, takes the machine-wide flock (dojo.testing.open_lock:
-O_NOFOLLOW, never chmod-ed) against other processes' timing tests, freezes every other grading of
-this process (dojo.grading.freezer) and answers "granted", or "busy <why>" after
-dojo.testing.LOCK_WAIT_S (the test is then inconclusive). "release" ends the hold; so do the
-parent's own timer (twice the per-test limit plus HOLD_SLACK_S: setup and call each have one), the
-child closing its end, and the child's death. The parent never trusts the child to release.
-
-Why freeze and not only lock: a lock orders tests, but a submission's background thread spins
-outside any test, and `dojo grade --jobs N` runs N gradings at once; a readers-writer lock
-(ordinary tests shared, timing tests exclusive) would still leave those threads running. A frozen
-cgroup (or SIGSTOP-ed process tree) does not run at all, whatever it started. A frozen grading's
-clocks are made good: its wall-clock deadline here moves by the time it spent frozen (`wait`), and
-the plugin's per-test timer reads the same total from the ledger (`frozen_s`) and re-arms itself,
-so an honest neighbour's grade does not change. What a hostile child can still do with its socket
-is ask for the lock itself: each hold is bounded by the timer, the queue serves the others in
-turn, and its whole grading by its own timeout, so it can delay its neighbours but not fail them.
-Left out: other processes' ordinary tests (only their timing tests take the flock), and practice
-runs, which take the flock in the test process (dojo.testing.timing_lock).
+A grading child gets a socket (DOJO_MACHINE_LOCK, read and dropped by the plugin before candidate
+code is imported). Its plugin asks "acquire"; the parent (`Grading`) queues it behind this process's
+other gradings, takes the machine-wide flock, freezes the others (dojo.grading.freezer) and answers
+"granted", or "busy <why>" (the test is then inconclusive). A hold ends on "release", on the parent's
+timer or when the child goes. Practice runs take the flock in the test process (dojo.testing).
 """
 
 from __future__ import annotations

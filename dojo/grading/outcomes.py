@@ -3,8 +3,8 @@
 `read_results` gives (tests, error) and the records it read: a clean run has an `end` record whose
 exit status is the process's and exactly one outcome per test collected; a forged or repeated
 record, a missing outcome or a process that ended early is an error, never a pass, and
-`why_stopped` names how it ended (time limit, signal, exit) and during which test. Left out: running the child
-(dojo.grading.child), the records' signing (dojo.grading.channel).
+`why_stopped` names how it ended (time limit, signal, exit) and during which test. Running the child
+is dojo.grading.child's; signing the records, dojo.grading.channel's.
 """
 
 from __future__ import annotations
@@ -43,15 +43,22 @@ def _outcomes(records: list[dict], returncode, timed_out: bool, timeout: float, 
     if end is not None and not timed_out and end["exitstatus"] == returncode:
         if set(rows) != set(ids):
             missing, extra = len(set(ids) - set(rows)), len(set(rows) - set(ids))
-            return [], f"the outcomes do not match the tests collected ({missing} missing, {extra} unknown): not graded"
+            return (
+                [],
+                f"the outcomes do not match the tests collected ({missing} missing, {extra} unknown): not graded",
+            )
         if rows:
             failed = any(row["outcome"] == "failed" for row in rows.values())
             if failed != (returncode == 1):
-                return [], (f"pytest's exit status {returncode} disagrees with the outcomes reported "
-                            f"({'some' if failed else 'no'} test failed): not graded")
+                return [], (
+                    f"pytest's exit status {returncode} disagrees with the outcomes reported "
+                    f"({'some' if failed else 'no'} test failed): not graded"
+                )
             return [TestResult(**rows[i]) for i in ids], None
         if returncode == 5:
-            return [], "the suite selected no tests" + (" (it has no example tests)" if end.get("examples_only") else "")
+            return [], "the suite selected no tests" + (
+                " (it has no example tests)" if end.get("examples_only") else ""
+            )
         errors = [r["error"] for r in records if "error" in r]
         why = "\n".join(_last_lines(e["message"], 8) for e in errors) or _last_lines(output)
         return [], f"the test suite could not run (pytest exit code {returncode}):\n{why}"
@@ -74,7 +81,9 @@ def _outcomes(records: list[dict], returncode, timed_out: bool, timeout: float, 
 def why_stopped(returncode, timed_out: bool, timeout: float, current: str | None) -> str:
     during = f" while testing '{current}'" if current else ""
     if timed_out:
-        return f"grading stopped after the {timeout:g} s time limit{during}: an infinite loop, or far too slow"
+        return (
+            f"grading stopped after the {timeout:g} s time limit{during}: an infinite loop, or far too slow"
+        )
     if returncode is not None and returncode < 0:
         sig = -returncode
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"

@@ -2,8 +2,8 @@
 
 `GradeResult.to_json()` is the results.json document (Exercism's version 3 plus dojo's points,
 properties, integrity findings and the "inconclusive" extension). `score` counts points: skipped
-and inconclusive tests count for neither side. Left out: running anything (dojo.grading.grade),
-writing the file (dojo.practice.report.write_results).
+and inconclusive tests count for neither side. It runs nothing (dojo.grading.grade) and writes no
+file (dojo.practice.report.write_results).
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ class TestResult:
     property: str  # what the test checks, in the kata's terms (first docstring line)
     points: int
     example: bool  # a README worked example
-    outcome: str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
+    outcome: (
+        str  # passed | failed | skipped | inconclusive (a timing test the machine was too noisy to decide)
+    )
     message: str = ""
     duration: float = 0.0
-    candidate_process: bool = False  # measured inside the candidate's process (judge mode cannot vouch for it)
+    candidate_process: bool = (
+        False  # measured inside the candidate's process (judge mode cannot vouch for it)
+    )
     case: str = ""  # a parametrised test's case in words ("seed=2"), for the report; "" when not parametrised
 
     __test__ = False  # not a pytest test class
@@ -42,8 +46,10 @@ class GradeResult:
     examples_only: bool = False
     notes: list[str] = field(default_factory=list)  # things the learner should know (tampering ...)
     output: str = ""  # tail of the test process's own output, for diagnosis
-    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.sandbox)
-    integrity: list[str] = field(default_factory=list)  # dojo.grading.integrity's findings: "bpe.py:3: what"
+    sandboxed: bool = False  # ran inside the bubblewrap sandbox (dojo.grading.confine.sandbox)
+    integrity: list[str] = field(
+        default_factory=list
+    )  # dojo.grading.scan.integrity's findings: "bpe.py:3: what"
     digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
     judged: bool = False  # judge mode: the verdict was decided in a process the candidate's code never ran in
 
@@ -74,12 +80,11 @@ class GradeResult:
         """
         failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
         unsure = self.inconclusive
-        message = self.error or (
-            f"{len(failing)} of {len(self.tests)} tests failing" if failing else None
-        )
+        message = self.error or (f"{len(failing)} of {len(self.tests)} tests failing" if failing else None)
         if unsure and not self.error:
             message = (f"{message}; " if message else "") + (
-                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)")
+                f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)"
+            )
         return {
             "version": 3,
             "status": self.status,

@@ -1,17 +1,10 @@
 """The grading view: which reference modules a kata's suite is given, and which it is never given.
 
-A kata is graded in isolation: its suite supplies the reference parts of *other* katas (the
-generate suite builds on `solutions.model` and `solutions.kv_cache`), and a README may tell the
-candidate to use one (`solutions.roofline.phase_cost` in the latency kata). The view is the
-closure of those modules, and of the helpers the kata's own reference imports (bpe's
-pretokenize), under their own `solutions.*` imports, read from the source as an AST,
-without the kata's own reference: `solutions/<slug>.py` and every twin of it,
-`solutions/<slug>_*.py` (such as attention_fast.py). A module in the view that imports a hidden
-one (model.py's default cache is the kv_cache reference) keeps that import, which then fails.
-
-`runner_modules` is the same for the dojo package: the plugin and what it and the suite import.
-Left out: which *names* a module may use (a permitted module is visible whole); the suites and
-mutants are placed by dojo.grading.grade.
+A kata is graded in isolation: its suite gets the reference modules the suite imports, the README or
+stub names and the kata's own reference imports, and what those import in turn (`reference_modules`),
+read from the source as an AST. Never the kata's own answer (`hidden`): solutions/<slug>.py and the
+twins katas.toml declares. `importable` is what a submission may import; `runner_modules` the dojo
+modules a grading copies. Placing the files is dojo.grading.grade's.
 """
 
 from __future__ import annotations
@@ -42,7 +35,9 @@ def imports_of(path: Path, package: str, folder: Path | None = None) -> set[str]
             elif node.module.startswith(f"{package}."):
                 below = node.module.partition(".")[2]
                 subs = {f"{below}.{a.name}" for a in node.names}
-                found |= ({m for m in subs if folder and module_file(folder, m)} or {below}) if folder else {below}
+                found |= (
+                    ({m for m in subs if folder and module_file(folder, m)} or {below}) if folder else {below}
+                )
     return found
 
 
@@ -73,49 +68,45 @@ def _closure(start: set[str], folder: Path, package: str, never: set[str] = froz
     return sorted(seen)
 
 
-def permitted(slug: str) -> set[str]:
+def permitted(kata: catalog.Kata) -> set[str]:
     """The reference modules the kata's README or stub names (`solutions.roofline`): the candidate may
     import these, so the view holds them and the integrity scan does not flag them."""
-    kata = catalog.get(slug)
     text = "".join(p.read_text() for p in (kata.folder / "README.md", kata.stub) if p.is_file())
-    return set(re.findall(r"\bsolutions\.(\w+)", text)) - hidden(slug)
+    return set(re.findall(r"\bsolutions\.(\w+)", text)) - hidden(kata)
 
 
-def allowed(slug: str) -> set[str]:
+def allowed(kata: catalog.Kata) -> set[str]:
     """The reference modules a submission for `slug` may import: the ones its README or stub names, and
     the helpers its own reference imports (bpe's `solutions.pretokenize`), never a hidden one."""
-    reference = targets.solutions_dir() / f"{slug}.py"
+    reference = kata.reference
     own = solution_imports(reference) if reference.is_file() else set()
-    return (permitted(slug) | own) - hidden(slug)
+    return (permitted(kata) | own) - hidden(kata)
 
 
-def importable(slug: str) -> list[str]:
-    """What a submission may import at run time: `allowed(slug)` and, in turn, the reference modules those
+def importable(kata: catalog.Kata) -> list[str]:
+    """What a submission may import at run time: `allowed(kata)` and, in turn, the reference modules those
     import (solutions.model imports packed_gemm), never a hidden one. Sorted names."""
-    return _closure(allowed(slug), targets.solutions_dir(), "solutions", hidden(slug))
+    return _closure(allowed(kata), targets.solutions_dir(), "solutions", hidden(kata))
 
 
-def hidden(slug: str) -> set[str]:
-    """The modules that hold the kata's own answer: its reference and every `<slug>_*` twin."""
-    names = {p.stem for p in targets.solutions_dir().glob(f"{slug}_*.py")}
-    return names | {slug}
+def hidden(kata: catalog.Kata) -> set[str]:
+    """The modules that hold the kata's own answer: its reference and the twins katas.toml declares."""
+    return {kata.slug, *kata.twins}
 
 
-def reference_modules(slug: str) -> list[str]:
+def reference_modules(kata: catalog.Kata) -> list[str]:
     """The reference modules the suite of `slug` sees: what the suite and the README need, and what
     those import in turn, never a hidden one. Sorted names, without `__init__`."""
-    kata = catalog.get(slug)
-    start = solution_imports(kata.suite) | allowed(slug)
-    return _closure(start, targets.solutions_dir(), "solutions", hidden(slug))
+    start = solution_imports(kata.suite) | allowed(kata)
+    return _closure(start, targets.solutions_dir(), "solutions", hidden(kata))
 
 
-def runner_modules(slug: str) -> list[str]:
-    """The dojo modules the grading needs, as dotted names below dojo ("grading.plugin", "testing"): the
+def runner_modules(kata: catalog.Kata) -> list[str]:
+    """The dojo modules the grading needs, as dotted names below dojo ("grading.suite.plugin", "testing"): the
     plugin and what it, the suite and the suites' conftest import (dojo.testing ...), in turn. The rest
     of the runner (grading.grade, check_katas ...) stays out; the packages' __init__ files are the
     copier's to add."""
-    kata = catalog.get(slug)
     package = Path(__file__).resolve().parent.parent
-    start = {"grading.plugin"} | imports_of(kata.suite, "dojo", package)
+    start = {"grading.suite.plugin"} | imports_of(kata.suite, "dojo", package)
     start |= {m for c in targets.suites_dir().glob("conftest.py") for m in imports_of(c, "dojo", package)}
     return _closure(start, package, "dojo")

@@ -1,11 +1,9 @@
 """Reading a typed answer to a follow-up question: several lines, in the editor the learner knows.
 
-On a terminal: $VISUAL or $EDITOR when set (a temporary Markdown file opening with the question as `#`
-lines, dropped again on reading); else prompt_toolkit's multi-line input when it is installed (Enter
-adds a line, Esc then Enter finishes). Anywhere else, and on a terminal with neither, a plain read of
-lines ending at a line holding only "." or at end of input. The answer is Markdown, shown back rendered
-like the model answers. End of input before any line raises EOFError, so a caller can stop and resume.
-Not done: spell checking, saving a draft of an answer that was never finished.
+On a terminal: $VISUAL or $EDITOR when set, else prompt_toolkit's multi-line input when it is installed.
+Anywhere else, and on a terminal with neither, plain lines ending at a line holding only "." or at end
+of input. The answer is Markdown. End of input before any line raises EOFError, so a caller can stop
+and resume. Showing and marking the answer is dojo.interview.ask's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Asking questions at a terminal: `dojo ask` (a bank drill), `dojo interviewer` (the packet), and
 the prompts the interview's follow-ups share with them.
 
-An answer is Markdown over several lines (dojo.interview.answer: $EDITOR, prompt_toolkit, or lines
-ending at "."), shown back rendered; the model answer and numbered rubric follow, rendered too; the
-learner marks the points they covered ("1 3", "all", or Enter for none). A blank answer covers
-nothing and is not marked. End of input raises EOFError so a caller can stop and resume. `dojo ask`
-records each marked drill as an event (kata "bank", kind "ask") and asks the first matching question
-not drilled yet (when all are, the first).
+An answer (dojo.interview.answer) is shown back rendered, then the model answer and numbered rubric;
+the learner marks the points covered ("1 3", "all", or Enter for none), and a blank answer covers
+none. `dojo ask` records each marked drill and asks the first matching question not drilled yet.
 """
 
 from __future__ import annotations
@@ -38,7 +35,9 @@ def read_line(prompt: str) -> str:
 def read_points(out, n: int) -> list[int]:
     """The rubric points (1..n) the learner says they covered; asks again on anything else."""
     while True:
-        text = read_line(f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): ")
+        text = read_line(
+            f"Which points did you cover? (numbers 1-{n} separated by spaces, 'all', or Enter for none): "
+        )
         if text.lower() == "all":
             return list(range(1, n + 1))
         try:
@@ -84,18 +83,32 @@ def cmd_interviewer(args) -> int:
         out.print(f"\n[bold]== {title} ==[/bold]")
         out.print(Markdown(text) if md else text, markup=False)
 
-    out.print(f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)")
+    out.print(
+        f"[bold]Interviewer's packet: {p.kata.slug}[/bold] ({escape(p.kata.title)}, {p.kata.minutes} min)"
+    )
     section("Prompt (give the candidate this)", p.prompt)
     section("Expected approach", p.approach)
-    section("Hints to give, and when", "\n\n".join(
-        f"Hint {i} (around minute {when}, if stuck):\n{text}" for i, (when, text) in enumerate(p.hints, start=1)
-    ) or "(no hints)")
-    section("Follow-up questions, model answers and rubric", "\n\n".join(
-        f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n" + "\n".join(f"  - {r}" for r in q.rubric)
-        for i, q in enumerate(p.questions, start=1)
-    ) or "(no questions)")
-    section("Common mistakes (each one a known-buggy variant the hidden suite catches)",
-            "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)")
+    section(
+        "Hints to give, and when",
+        "\n\n".join(
+            f"Hint {i} (around minute {when}, if stuck):\n{text}"
+            for i, (when, text) in enumerate(p.hints, start=1)
+        )
+        or "(no hints)",
+    )
+    section(
+        "Follow-up questions, model answers and rubric",
+        "\n\n".join(
+            f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n"
+            + "\n".join(f"  - {r}" for r in q.rubric)
+            for i, q in enumerate(p.questions, start=1)
+        )
+        or "(no questions)",
+    )
+    section(
+        "Common mistakes (each one a known-buggy variant the hidden suite catches)",
+        "\n".join(f"- {line}" for _, line in p.mistakes) or "(none recorded)",
+    )
     scoring = session.__doc__.split("Scoring, and the verdict thresholds:")[1].split("Nothing here")[0]
     section("Scoring", textwrap.dedent(scoring).strip())
     return 0

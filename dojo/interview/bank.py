@@ -1,14 +1,9 @@
 """The question bank and the interviewer's packet: what an interviewer asks and listens for.
 
-katas/BANK.md holds interview questions that stand outside any one kata, in the QUESTIONS.md
-format plus a "Topic: ..." line under each heading. `bank()` parses it; `pick(topic)` filters it;
-`for_kata(kata)` is the interview's extra follow-up: the closest entry that does not repeat the
-kata (`repeats`: normalised word-sequence similarity against the README's opening prompt, each
-question of QUESTIONS.md and each of their rubric points; it catches reworded copies, not the same
-idea in other words). `packet(kata)` assembles everything a human interviewer needs for a two-person mock interview:
-the prompt, the expected approach (the reference's module docstring), the hints and when to give
-them, the follow-ups with model answers and rubric, and the common mistakes (the first docstring
-line of each of the kata's mutants). Nothing here prints or asks.
+`bank()` parses katas/BANK.md (QUESTIONS.md's format plus a "Topic: ..." line); `pick(topic)` filters
+it; `for_kata(kata)` is the interview's extra follow-up, the closest entry that does not repeat the
+kata (`repeats`). `packet(kata)` is everything a human interviewer needs for a two-person mock
+interview. Nothing here prints or asks.
 """
 
 from __future__ import annotations
@@ -20,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dojo import catalog, targets
-from dojo.grading import mutant
 from dojo.catalog import Kata, Question
+from dojo.grading.proof import mutant
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,9 @@ def pick(topic: str | None = None) -> list[BankQuestion]:
     if kata is not None:
         return closest(kata)
     needle = _plain(topic)
-    found = [q for q in entries if needle in _plain(q.topic)] or [q for q in entries if needle in _plain(q.question.question)]
+    found = [q for q in entries if needle in _plain(q.topic)] or [
+        q for q in entries if needle in _plain(q.question.question)
+    ]
     if not found:
         raise ValueError(f"no bank question on {topic!r}: topics are {', '.join(topics())}, or a kata's slug")
     return found
@@ -77,8 +74,15 @@ def closest(kata: Kata) -> list[BankQuestion]:
     sharing a tag); the question names the slug; the question names a tag; then the rest in file order."""
     entries = bank()
     slug, tags = _plain(kata.slug), {_plain(t) for t in kata.tags}
-    related = {_plain(t) for k in catalog.load() if k.slug != kata.slug and (
-        k.slug in kata.prerequisites or kata.slug in k.prerequisites or tags & {_plain(t) for t in k.tags}) for t in k.tags}
+    related = {
+        _plain(t)
+        for k in catalog.load()
+        if k.slug != kata.slug
+        and (
+            k.slug in kata.prerequisites or kata.slug in k.prerequisites or tags & {_plain(t) for t in k.tags}
+        )
+        for t in k.tags
+    }
     related = {word for t in related for word in t.split()}
     tests = (
         lambda q: _plain(q.topic) in tags | {slug},
@@ -88,7 +92,9 @@ def closest(kata: Kata) -> list[BankQuestion]:
         lambda q: any(_names(q.question.question, t) for t in tags),
         lambda q: True,
     )
-    return sorted(entries, key=lambda q: next(i for i, matches in enumerate(tests) if matches(q)))  # stable: file order
+    return sorted(
+        entries, key=lambda q: next(i for i, matches in enumerate(tests) if matches(q))
+    )  # stable: file order
 
 
 def for_kata(kata: Kata) -> BankQuestion | None:
@@ -167,7 +173,10 @@ def packet(kata: Kata) -> Packet:
     extra = for_kata(kata)
     mistakes = [(p.stem, mutant.bug(p)) for p in kata.mutants]
     return Packet(
-        kata=kata, prompt=kata.readme(), approach=approach or "(the reference has no module docstring)",
-        hints=list(zip(when, hints)), questions=kata.questions() + ([extra.question] if extra else []),
+        kata=kata,
+        prompt=kata.readme(),
+        approach=approach or "(the reference has no module docstring)",
+        hints=list(zip(when, hints)),
+        questions=kata.questions() + ([extra.question] if extra else []),
         mistakes=[(name, line) for name, line in mistakes if line],
     )

@@ -1,13 +1,9 @@
-"""`dojo interview`, `submit`, `history`, `stats` (and, from dojo.interview.ask, `interviewer`, `ask`): mock interviews.
+"""Mock interviews: `dojo interview`, `submit`, `history`, `stats` (`interviewer`, `ask`: dojo.interview.ask).
 
-Printing and asking only; the session's state, clock and scoring live in dojo.interview.session (whose
-docstring states the verdict thresholds), the question bank and interviewer's packet in dojo.interview.bank.
-`during_session(command, args)` is the runner's hook: while an interview is open, `dojo check`
-runs only the README examples (counted), `dojo hint` costs points, `dojo status` shows the
-countdown, `dojo watch` is refused (it would show the hidden suite) and any of them submits the file
-once the time is up. `dojo solution` is refused for every kata until the scorecard is written, and a
-command left to run as usual meanwhile gets `args.interview_open` (so `dojo check` of another kata
-does not suggest `dojo solution`). `dojo history N` shows scorecard N (as numbered in the list) in full.
+Printing and asking only: state, clock and scoring are dojo.interview.session's, the questions
+dojo.interview.bank's. `during_session(command, args)` is the hook dojo.cli calls while an interview is
+open: `dojo check` runs only the README examples, `dojo hint` costs points, `dojo watch` and `dojo
+solution` are refused, and a command after the time is up submits the file.
 """
 
 from __future__ import annotations
@@ -19,11 +15,10 @@ from rich.table import Table
 
 from dojo import catalog
 from dojo.errors import UsageError
-from dojo.interview import session
-from dojo.practice import check, prose, report, workspace
-from dojo.interview import answer
+from dojo.interview import answer, session
 from dojo.interview.ask import cmd_ask, cmd_interviewer, mark, show_answer, show_model_answer
 from dojo.interview.session import Session
+from dojo.practice import check, prose, report, workspace
 
 RULES = (
     "Rules: edit {path}. `dojo check` runs only the README's worked examples, and every run is counted. "
@@ -42,7 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-timer", action="store_true", help="no countdown")
     p.add_argument("--resume", action="store_true", help="continue the interview in progress")
     p.set_defaults(func=cmd_interview)
-    subparsers.add_parser("submit", help="hand in the interview's kata: full grading, then questions").set_defaults(func=cmd_submit)
+    subparsers.add_parser(
+        "submit", help="hand in the interview's kata: full grading, then questions"
+    ).set_defaults(func=cmd_submit)
     p = subparsers.add_parser("interviewer", help="the interviewer's packet for a two-person mock interview")
     p.add_argument("slug")
     p.set_defaults(func=cmd_interviewer)
@@ -67,15 +64,20 @@ def cmd_interview(args) -> int:
             return 1
         return _resume(s, out)
     if s is not None:
-        out.print(f"An interview on {s.kata} is in progress: `dojo interview --resume` continues it, `dojo submit` hands it in.")
+        out.print(
+            f"An interview on {s.kata} is in progress: `dojo interview --resume` continues it, `dojo submit` hands it in."
+        )
         return 2
     kata = catalog.get(args.slug) if args.slug else session.pick_kata()
     s, started = session.begin(kata, minutes=args.minutes, timer=not args.no_timer)
     out.print(f"[bold]Mock interview: {kata.slug}[/bold] ({escape(kata.title)})")
     prose.show(out, kata.readme())
     if started.backup:  # said after the prompt, which may scroll or page past anything printed before it
-        out.print(f"The interview starts from the stub: {started.path} now holds it. Your earlier work there is "
-                  f"backed up at {started.backup} (copy it back after the interview).", markup=False)
+        out.print(
+            f"The interview starts from the stub: {started.path} now holds it. Your earlier work there is "
+            f"backed up at {started.backup} (copy it back after the interview).",
+            markup=False,
+        )
     out.print(RULES.format(path=started.path, cost=session.HINT_COST, n=len(s.questions)), markup=False)
     out.print(_clock(s), markup=False)
     return 0
@@ -133,7 +135,9 @@ def _questions(s: Session, out) -> int:
             show_model_answer(out, q["answer"], q["rubric"])
             covered = mark(out, given, len(q["rubric"]))
         except EOFError:
-            out.print(f"\nStopped before question {number} was marked: `dojo interview --resume` continues there.")
+            out.print(
+                f"\nStopped before question {number} was marked: `dojo interview --resume` continues there."
+            )
             return 1
         session.record_answer(s, number, given, covered)
     show_card(session.finish(session.get(s.id)), out)
@@ -146,27 +150,51 @@ def show_card(card: dict, out) -> None:
     if card["submitted_by"] == "time":
         used += " (time ran out)"
     lines = [
-        ("Tests passed", f"{card['tests_passed']}/{card['tests']}" + (
-            f" ({card['inconclusive']} timing tests inconclusive on a busy machine: not counted)"
-            if card.get("inconclusive") else "")),
+        (
+            "Tests passed",
+            f"{card['tests_passed']}/{card['tests']}"
+            + (
+                f" ({card['inconclusive']} timing tests inconclusive on a busy machine: not counted)"
+                if card.get("inconclusive")
+                else ""
+            ),
+        ),
         ("Points", f"{card['points']}/{card['total']}"),
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
         ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
-        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}" + (
-            f" ({card['blank_answers']} blank answer(s): no points, whatever was marked)" if card.get("blank_answers") else "")),
-        ("Score", (f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
-                  f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})")),
+        (
+            "Rubric coverage",
+            f"{card['rubric_covered']}/{card['rubric_offered']}"
+            + (
+                f" ({card['blank_answers']} blank answer(s): no points, whatever was marked)"
+                if card.get("blank_answers")
+                else ""
+            ),
+        ),
+        (
+            "Score",
+            (
+                f"{card['score']:.0%} (code {card['code']:.0%} x {session.CODE_WEIGHT:g} + "
+                f"answers {card['answers']:.0%} x {session.ANSWERS_WEIGHT:g})"
+            ),
+        ),
         ("Verdict", card["verdict"]),
-        ("Integrity", f"{len(card.get('integrity', []))} finding(s), for the interviewer to judge"
-                      if card.get("integrity") else "no findings"),
+        (
+            "Integrity",
+            f"{len(card.get('integrity', []))} finding(s), for the interviewer to judge"
+            if card.get("integrity")
+            else "no findings",
+        ),
         ("Sandboxed", "yes" if card.get("sandboxed") else "no"),
     ]
     for name, value in lines:
         out.print(f"  {name + ':':<17}{value}", markup=False)
     for finding in card.get("integrity", []):
         out.print(f"    {finding}", markup=False)
-    out.print("Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below.")
+    out.print(
+        "Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below."
+    )
 
 
 def _clock(s: Session) -> str:
@@ -188,17 +216,24 @@ def during_session(command: str, args) -> int | None:
     if s is None:
         return None
     if command == "solution":
-        then = "`dojo check` runs the README examples; `dojo submit` hands in." if s.phase == "coding" else \
-            "The follow-up questions come first: `dojo interview --resume`."
-        report.console().print(f"Not during an interview: `dojo solution` opens once the scorecard is written. {then}",
-                               markup=False)
+        then = (
+            "`dojo check` runs the README examples; `dojo submit` hands in."
+            if s.phase == "coding"
+            else "The follow-up questions come first: `dojo interview --resume`."
+        )
+        report.console().print(
+            f"Not during an interview: `dojo solution` opens once the scorecard is written. {then}",
+            markup=False,
+        )
         return 2
     args.interview_open = True  # for the commands that run as usual: no pointers to the reference
     if getattr(args, "slug", None) not in (None, s.kata):
         return None
     if s.phase != "coding":
         if command == "status":
-            report.console().print(f"Interview on {s.kata}: submitted; follow-up questions next: `dojo interview --resume`.")
+            report.console().print(
+                f"Interview on {s.kata}: submitted; follow-up questions next: `dojo interview --resume`."
+            )
         return None
     if getattr(args, "notebook", None) is not None:
         return None
@@ -209,8 +244,10 @@ def during_session(command: str, args) -> int | None:
         result = check.check(s.kata, examples_only=True, timeout=args.timeout)
         s = session.count_check(s)
         report.show_result(result, out, title=catalog.get(s.kata).title)
-        out.print(f"Interview: README examples only (check run {s.check_runs}). {_clock(s)} `dojo submit` when done.",
-                  markup=False)
+        out.print(
+            f"Interview: README examples only (check run {s.check_runs}). {_clock(s)} `dojo submit` when done.",
+            markup=False,
+        )
         return 0 if result.passed else 1
     if command == "hint":
         s, n = session.take_hint(s)
@@ -218,17 +255,24 @@ def during_session(command: str, args) -> int | None:
         if n is None:
             out.print(f"All {len(hints)} hints used.")
             return 0
-        out.print(f"[bold]Hint {n} of {len(hints)}[/bold] (costs {session.HINT_COST:.0%} of your code score; "
-                  f"{len(s.hints)} used)")
+        out.print(
+            f"[bold]Hint {n} of {len(hints)}[/bold] (costs {session.HINT_COST:.0%} of your code score; "
+            f"{len(s.hints)} used)"
+        )
         prose.show(out, hints[n - 1])
         return 0
     if command == "watch":
-        out.print("Not during an interview: `dojo watch` would show what the interview hides. "
-                  "`dojo check` runs the README examples; `dojo submit` hands in.")
+        out.print(
+            "Not during an interview: `dojo watch` would show what the interview hides. "
+            "`dojo check` runs the README examples; `dojo submit` hands in."
+        )
         return 2
     if command == "status":
-        out.print(f"Interview in progress: {s.kata}. {_clock(s)} Check runs: {s.check_runs}, hints: {len(s.hints)}. "
-                  "`dojo submit` when done.", markup=False)
+        out.print(
+            f"Interview in progress: {s.kata}. {_clock(s)} Check runs: {s.check_runs}, hints: {len(s.hints)}. "
+            "`dojo submit` when done.",
+            markup=False,
+        )
         return 0
     return None
 
@@ -251,13 +295,37 @@ def cmd_history(args) -> int:
         _show_answers(card, out)
         return 0
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("#", "when", "kata", "points", "time", "checks", "hints", "rubric", "score", "verdict", "integrity"):
-        table.add_column(column, justify="right" if column in ("#", "time", "checks", "hints", "score") else "left")
+    for column in (
+        "#",
+        "when",
+        "kata",
+        "points",
+        "time",
+        "checks",
+        "hints",
+        "rubric",
+        "score",
+        "verdict",
+        "integrity",
+    ):
+        table.add_column(
+            column, justify="right" if column in ("#", "time", "checks", "hints", "score") else "left"
+        )
     for n, c in enumerate(cards, start=1):
         found = len(c.get("integrity", []))
-        table.add_row(str(n), _when(c["started"]), c["kata"], f"{c['points']}/{c['total']}", f"{c['time_used_s'] / 60:.1f} min",
-                      str(c["check_runs"]), str(c["hints"]), f"{c['rubric_covered']}/{c['rubric_offered']}",
-                      f"{c['score']:.0%}", c["verdict"], f"{found} finding(s)" if found else "-")
+        table.add_row(
+            str(n),
+            _when(c["started"]),
+            c["kata"],
+            f"{c['points']}/{c['total']}",
+            f"{c['time_used_s'] / 60:.1f} min",
+            str(c["check_runs"]),
+            str(c["hints"]),
+            f"{c['rubric_covered']}/{c['rubric_offered']}",
+            f"{c['score']:.0%}",
+            c["verdict"],
+            f"{found} finding(s)" if found else "-",
+        )
     out.print(table, markup=False)
     out.print("`dojo history N` shows scorecard N in full.")
     return 0
@@ -274,8 +342,13 @@ def _show_answers(card: dict, out) -> None:
     out.print("[bold]Follow-ups[/bold]")
     for number, q in enumerate(s.questions, start=1):
         a = given.get(number)
-        mark = "blank" if a is not None and not a["answer"].strip() else \
-            f"{len(a['covered'])}/{len(q['rubric'])}" if a is not None else "unanswered"
+        mark = (
+            "blank"
+            if a is not None and not a["answer"].strip()
+            else f"{len(a['covered'])}/{len(q['rubric'])}"
+            if a is not None
+            else "unanswered"
+        )
         out.print(f"  Q{number:<3}{mark:<11}{q['question']}", markup=False)
 
 
@@ -286,7 +359,9 @@ def cmd_stats(args) -> int:
         out.print("Nothing yet: `dojo start <kata>` or `dojo interview` to begin.")
     for t in rows:
         scores = " -> ".join(f"{s:.0%}" for s in t.scores) or "no interview"
-        practice = f"best check {t.best_practice[0]}/{t.best_practice[1]}" if t.best_practice else "no check yet"
+        practice = (
+            f"best check {t.best_practice[0]}/{t.best_practice[1]}" if t.best_practice else "no check yet"
+        )
         last = f" (last: {t.verdicts[-1]})" if t.verdicts else ""
         out.print(f"{t.kata:<16} interviews: {scores}{last}; {practice}", markup=False)
     if redo:

@@ -1,24 +1,10 @@
 """A mock interview session: its state in the progress database, its clock, its scorecard.
 
-A session moves through three phases. *coding*: a countdown runs; `dojo check` grades only the
-README's worked examples and each run is counted; each hint costs points. *questions*: after
-`dojo submit`, or once the time is up, the full hidden suite is graded; then the follow-up
-questions are asked and the candidate marks the rubric points they covered. *done*: the scorecard
-is written, exactly once (a UNIQUE constraint on its session). Every step is a row in SQLite
-(dojo.practice.history's version-2 tables), so a killed terminal loses nothing: `dojo interview --resume`
-continues at the phase and question it stopped at. At most one session is open at a time.
-The clock is `now()`: time.time(), or $DOJO_FAKE_NOW (epoch seconds) so tests can move time.
-Time runs out at started + minutes; dojo notices at the next command, and grades the file as it
-stands then, so the card records time used as the full time box.
-
 Scoring, and the verdict thresholds:
-    code    = hidden-suite points / total, minus HINT_COST (0.10) per hint used, at least 0
-              (a timing test left inconclusive by a busy machine is in neither, and shown apart)
-    answers = rubric points covered / rubric points offered over the follow-up questions
-              (a blank answer covers none, even if marked)
+    code    = hidden-suite points / total (inconclusive tests left out), minus HINT_COST (0.10) per hint, >= 0
+    answers = rubric points covered / rubric points offered (a blank answer covers none)
     score   = 0.7 * code + 0.3 * answers
-    strong hire: score >= 0.85 and every hidden test passed · hire: score >= 0.70 ·
-    lean no: score >= 0.50 · no hire: below 0.50
+    strong hire: score >= 0.85 and every hidden test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire
 Nothing here prints or asks: dojo.interview.flow does the talking.
 """
 
@@ -31,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 
 from dojo import catalog
+from dojo.catalog import Kata
 from dojo.grading import grade
 from dojo.interview import bank
 from dojo.practice import history, report, workspace
-from dojo.catalog import Kata
 
 HINT_COST = 0.10
 CODE_WEIGHT, ANSWERS_WEIGHT = 0.7, 0.3
@@ -84,8 +70,10 @@ class Session:
         return self.phase == "coding" and self.deadline is not None and now() >= self.deadline
 
 
-_COLUMNS = ("id, kata, started, minutes, timer, phase, questions, check_runs, hints, submitted, submitted_by,"
-            " points, total, tests, tests_passed, inconclusive")
+_COLUMNS = (
+    "id, kata, started, minutes, timer, phase, questions, check_runs, hints, submitted, submitted_by,"
+    " points, total, tests, tests_passed, inconclusive"
+)
 
 
 def _session(row) -> Session:
@@ -96,7 +84,9 @@ def _session(row) -> Session:
 
 def get(session_id: int) -> Session:
     with history.connect() as conn:
-        return _session(conn.execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone())
+        return _session(
+            conn.execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        )
 
 
 def open_session() -> Session | None:
@@ -121,7 +111,9 @@ def pick_kata() -> Kata:
     return min(ready or katas, key=lambda k: (best.get(k.slug, 0.0), k.number))
 
 
-def begin(kata: Kata, *, minutes: float | None = None, timer: bool = True) -> tuple[Session, workspace.StartResult]:
+def begin(
+    kata: Kata, *, minutes: float | None = None, timer: bool = True
+) -> tuple[Session, workspace.StartResult]:
     """Open a session on `kata`: a fresh stub in the workspace (earlier work backed up), the clock
     started, the follow-up questions chosen. Raises SessionOpen when one is already in progress,
     ValueError for minutes <= 0, FileNotFoundError when the kata has no stub or suite."""
@@ -137,7 +129,9 @@ def begin(kata: Kata, *, minutes: float | None = None, timer: bool = True) -> tu
     extra = bank.for_kata(kata)
     if extra is not None:
         chosen.append((extra.question, f"bank: {extra.topic}"))
-    questions = [{"question": q.question, "answer": q.answer, "rubric": q.rubric, "source": src} for q, src in chosen]
+    questions = [
+        {"question": q.question, "answer": q.answer, "rubric": q.rubric, "source": src} for q, src in chosen
+    ]
     try:
         with history.connect() as conn, history.transaction(conn):
             cur = conn.execute(
@@ -169,7 +163,9 @@ def take_hint(s: Session) -> tuple[Session, int | None]:
     return get(s.id), hints[-1]
 
 
-def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> tuple[Session, grade.GradeResult | None]:
+def submit(
+    s: Session, *, by: str = "submit", timeout: float | None = None
+) -> tuple[Session, grade.GradeResult | None]:
     """Grade the full hidden suite and move to the questions. `by` is "submit" or "time". Only the
     first submission counts: when another process got there first, its session comes back with
     None for the result."""
@@ -194,7 +190,9 @@ def submit(s: Session, *, by: str = "submit", timeout: float | None = None) -> t
 def answered(s: Session) -> dict[int, dict]:
     """Answers given so far: question number (1-based) -> {"answer", "covered"}."""
     with history.connect() as conn:
-        rows = conn.execute("SELECT number, answer, covered FROM session_answers WHERE session = ?", (s.id,)).fetchall()
+        rows = conn.execute(
+            "SELECT number, answer, covered FROM session_answers WHERE session = ?", (s.id,)
+        ).fetchall()
     return {n: {"answer": a, "covered": json.loads(c)} for n, a, c in rows}
 
 
@@ -211,7 +209,14 @@ def record_answer(s: Session, number: int, answer: str, covered: list[int]) -> N
         conn.execute(
             "INSERT OR IGNORE INTO session_answers (session, number, question, answer, covered, rubric)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (s.id, number, s.questions[number - 1]["question"], answer, json.dumps(sorted(set(covered))), len(rubric)),
+            (
+                s.id,
+                number,
+                s.questions[number - 1]["question"],
+                answer,
+                json.dumps(sorted(set(covered))),
+                len(rubric),
+            ),
         )
 
 
@@ -236,15 +241,30 @@ def scorecard(s: Session) -> dict:
     checked = [json.loads(e[3]) for e in history.events(s.kata, "integrity")]
     mine = next((c for c in checked if c["session"] == s.id), {"sandboxed": False, "findings": []})
     return {
-        "session": s.id, "kata": s.kata, "started": s.started, "minutes": s.minutes, "timer": s.timer,
-        "time_used_s": round(time_used, 1), "submitted_by": s.submitted_by,
-        "tests_passed": s.tests_passed, "tests": s.tests, "points": s.points, "total": s.total,
+        "session": s.id,
+        "kata": s.kata,
+        "started": s.started,
+        "minutes": s.minutes,
+        "timer": s.timer,
+        "time_used_s": round(time_used, 1),
+        "submitted_by": s.submitted_by,
+        "tests_passed": s.tests_passed,
+        "tests": s.tests,
+        "points": s.points,
+        "total": s.total,
         "inconclusive": s.inconclusive,
-        "check_runs": s.check_runs, "hints": len(s.hints), "hint_cost": round(HINT_COST * len(s.hints), 2),
-        "rubric_covered": covered, "rubric_offered": offered, "blank_answers": blank,
-        "code": round(code, 3), "answers": round(answers_part, 3), "score": round(score, 3),
+        "check_runs": s.check_runs,
+        "hints": len(s.hints),
+        "hint_cost": round(HINT_COST * len(s.hints), 2),
+        "rubric_covered": covered,
+        "rubric_offered": offered,
+        "blank_answers": blank,
+        "code": round(code, 3),
+        "answers": round(answers_part, 3),
+        "score": round(score, 3),
         "verdict": verdict(score, all_passed),
-        "sandboxed": mine["sandboxed"], "integrity": mine["findings"],  # for the interviewer to judge
+        "sandboxed": mine["sandboxed"],
+        "integrity": mine["findings"],  # for the interviewer to judge
     }
 
 

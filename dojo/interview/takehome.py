@@ -1,15 +1,10 @@
 """Take-home grading: `dojo grade PATH...` grades every kata file in each submission, sandboxed, into
-one report, and says which submissions share their code (dojo.grading.similarity).
+one report, and says which submissions share their code (dojo.grading.scan.similarity).
 
-Each submission is read once and checked by dojo.interview.intake (no links followed, files over 1 MiB
-refused, notebooks parsed in a bounded child) into private copies, and each copy is graded by
-dojo.grading.grade.grade with `sandboxed=True` (a note says where the machine cannot). Every step is
-guarded: what goes wrong with one file is that file's error (status "error", a message naming the file), with
-one submission that submission's `errors`, and the others are graded as ever. The similarity check runs per
-kata in a bounded child (dojo.grading.bounded); one that cannot finish is listed in `similar["errors"]`.
-The report adds per submission the integrity findings (dojo.grading.integrity) and whether every kata ran
-sandboxed. `write_report` writes it atomically. Nothing is recorded in the progress database: a grader's
-runs are not the grader's own practice.
+dojo.interview.intake reads and copies each submission; each copy is graded with `sandboxed=True` (a .py
+by dojo.grading.grade.grade, a notebook by dojo.notebook.grading). What goes wrong with one file is that
+file's error, and the others are graded as ever. `write_report` writes the report atomically. Nothing
+is recorded in the progress database.
 """
 
 from __future__ import annotations
@@ -23,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dojo import catalog
-from dojo.grading import bounded, grade, similarity
+from dojo.grading import grade
+from dojo.grading.confine import bounded
 from dojo.grading.result import GradeResult
+from dojo.grading.scan import similarity
 from dojo.interview import intake
 
 SIMILARITY_TIMEOUT_S = 120.0  # one kata's similarity check, all its submissions together
@@ -37,7 +34,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
     "sandboxed" and "judged" (None when no kata file ran), "integrity": {slug: findings},
-    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.similarity.find's pairs and copies
+    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.scan.similarity.find's pairs and copies
     of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
     progress DB."""
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
@@ -50,7 +47,9 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
                 sub["katas"][slug] = _error(slug, prepared.path, file, why).to_json()
             submissions.append(sub)
             ready += [(sub, prepared.path, r) for r in prepared.ready]
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is a subprocess: threads suffice
+        with ThreadPoolExecutor(
+            max_workers=max(1, jobs)
+        ) as pool:  # each grading is a subprocess: threads suffice
             futures = [(sub, r.slug, pool.submit(_grade_one, folder, r, timeout)) for sub, folder, r in ready]
             for sub, slug, future in futures:
                 sub["katas"][slug] = future.result()
@@ -58,19 +57,30 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         results = sub["katas"].values()
         sub["points"] = sum(r["points"] for r in results)
         sub["total"] = sum(r["total"] for r in results)
-        sub["passed"] = bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
+        sub["passed"] = (
+            bool(sub["katas"]) and not sub["errors"] and all(r["status"] == "pass" for r in results)
+        )
         sub["inconclusive"] = sum(len(r["inconclusive"]) for r in results)
-        ran = [r for r in results if NOT_GRADED not in r["notes"]]  # a refused file says nothing of the sandbox
+        ran = [
+            r for r in results if NOT_GRADED not in r["notes"]
+        ]  # a refused file says nothing of the sandbox
         sub["sandboxed"] = all(r["sandboxed"] for r in ran) if ran else None
         sub["integrity"] = {slug: r["integrity"] for slug, r in sub["katas"].items() if r["integrity"]}
         apart = [r.get("candidate_process_points", {}) for r in results]  # judge mode cannot vouch for these
-        sub["candidate_process_points"] = {"points": sum(a.get("points", 0) for a in apart),
-                                           "total": sum(a.get("total", 0) for a in apart)}
+        sub["candidate_process_points"] = {
+            "points": sum(a.get("points", 0) for a in apart),
+            "total": sum(a.get("total", 0) for a in apart),
+        }
         sub["judged"] = all(r.get("judged") for r in ran) if ran else None
     sources: dict[str, dict[str, str]] = {}
     for sub, _, r in ready:
         sources.setdefault(r.slug, {})[sub["path"]] = r.source
-    return {"version": 1, "graded": time.time(), "submissions": submissions, "similar": _similar(sources, katas)}
+    return {
+        "version": 1,
+        "graded": time.time(),
+        "submissions": submissions,
+        "similar": _similar(sources, katas),
+    }
 
 
 def write_report(doc: dict, path: Path) -> None:
@@ -114,21 +124,34 @@ def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None) -> dict
 
 def _error(slug: str, folder: Path, file: Path, why: str) -> GradeResult:
     """The result of a kata file that could not be graded: no tests, status "error", `why` as its message."""
-    return GradeResult(slug=slug, target=_shown(folder), path=_shown(file), tests=[], points=0, total=0,
-                       passed=False, duration=0.0, started=time.time(), error=why, notes=[NOT_GRADED])
+    return GradeResult(
+        slug=slug,
+        target=_shown(folder),
+        path=_shown(file),
+        tests=[],
+        points=0,
+        total=0,
+        passed=False,
+        duration=0.0,
+        started=time.time(),
+        error=why,
+        notes=[NOT_GRADED],
+    )
 
 
 def _similar(sources: dict[str, dict[str, str]], katas: dict[str, catalog.Kata]) -> dict:
-    """dojo.grading.similarity.find per kata, each in a bounded child; a kata whose check cannot finish goes
+    """dojo.grading.scan.similarity.find per kata, each in a bounded child; a kata whose check cannot finish goes
     into "errors" and the others are reported as ever."""
     merged = {**similarity.find({}, {}, {}), "errors": []}  # the empty report: its settings, no rows
     for slug, files in sources.items():
         kata = katas[slug]
-        args = {"files": {slug: files},
-                "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
-                "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {}}
+        args = {
+            "files": {slug: files},
+            "references": {slug: kata.reference.read_text()} if kata.reference.is_file() else {},
+            "stubs": {slug: kata.stub.read_text()} if kata.stub.is_file() else {},
+        }
         try:
-            found = bounded.call("dojo.grading.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
+            found = bounded.call("dojo.grading.scan.similarity:find", args, timeout=SIMILARITY_TIMEOUT_S)
         except bounded.BoundedError as exc:
             merged["errors"].append({"kata": slug, "error": f"the similarity check could not finish: {exc}"})
             continue
@@ -156,24 +179,36 @@ def flags(sub: dict) -> tuple[str, str]:
 
 def findings(doc: dict) -> list[str]:
     """The lines under the summary table: each integrity finding, why a run was not sandboxed, and the
-    near-identical pairs and copies of the reference (threshold in dojo.grading.similarity)."""
+    near-identical pairs and copies of the reference (threshold in dojo.grading.scan.similarity)."""
     lines = []
     for sub in doc["submissions"]:
         lines += [f"error: {sub['path']}: {why}" for why in sub["errors"]]
-        lines += [f"error: {sub['path']} {slug}: {r['message']}" for slug, r in sub["katas"].items() if r["status"] == "error"]
+        lines += [
+            f"error: {sub['path']} {slug}: {r['message']}"
+            for slug, r in sub["katas"].items()
+            if r["status"] == "error"
+        ]
         for slug, found in sub["integrity"].items():
             lines += [f"integrity: {sub['path']} {slug}: {f}" for f in found]
         for slug, r in sub["katas"].items():
             lines += [f"{sub['path']} {slug}: {n}" for n in r["notes"] if n.startswith("NOT sandboxed")]
         apart = sub.get("candidate_process_points", {})
         if apart.get("total"):
-            lines.append(f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
-                         f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)")
+            lines.append(
+                f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
+                f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)"
+            )
     similar = doc["similar"]
-    share = f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
-    lines += [f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
-              for p in similar["pairs"]]
-    lines += [f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
-              for c in similar["reference"]]
+    share = (
+        f"{similar['threshold']:.0%} of the shorter file's tokens in common runs of {similar['min_match']}+"
+    )
+    lines += [
+        f"near-identical ({p['similarity']:.0%}, threshold {share}): {p['a']} and {p['b']}, {p['kata']}"
+        for p in similar["pairs"]
+    ]
+    lines += [
+        f"near-identical to the reference ({c['similarity']:.0%}): {c['submission']}, {c['kata']}"
+        for c in similar["reference"]
+    ]
     lines += [f"similarity, {e['kata']}: {e['error']}" for e in similar.get("errors", [])]
     return lines

@@ -1,13 +1,9 @@
 """Making kata notebooks: the .ipynb that `dojo notebook <slug>` writes and `make notebooks` renders.
 
-A kata notebook is five cells: the prompt, how it is graded, the stub in a code cell tagged
-`solution`, a scratch cell, and a grading cell calling dojo.notebook.grade_here(). Its metadata is
-what JupyterLab would write itself on opening it with the "decode-dojo" kernel (the kernelspec and
-the kernel's full `language_info`), so a fresh notebook opens clean, with no unsaved-changes marker.
-The prompt is the kata's README in the notebook's terms (`prompt`): where it says "Fill in
-`bpe.py`" or "`dojo start bpe`", the notebook says the solution cell. Written as plain JSON,
-atomically; a notebook holding work is replaced only on request, after a backup.
-Not done: notebooks for other kernels or languages.
+A kata notebook is five cells: the prompt (`prompt`: the README in the notebook's terms), how it is
+graded, the stub in a code cell tagged `solution`, a scratch cell, and a grading cell calling
+`grade_here()`. Its metadata is what JupyterLab would write for the "decode-dojo" kernel, so a fresh
+notebook opens clean. A notebook holding work is replaced only on request, after a backup.
 """
 
 from __future__ import annotations
@@ -21,10 +17,10 @@ import time
 from pathlib import Path
 
 from dojo import catalog
-from dojo.notebook import extract as nbextract
-from dojo.practice import workspace
 from dojo.catalog import Kata
+from dojo.notebook import extract as nbextract
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError
+from dojo.practice import workspace
 
 KERNELSPEC = {"name": "decode-dojo", "display_name": "decode-dojo (.venv)", "language": "python"}
 GRADE_TAG = "grade"

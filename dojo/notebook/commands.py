@@ -1,9 +1,9 @@
 """The notebook commands: `dojo notebook <slug>`, `dojo check --notebook [PATH]`, `python -m dojo.notebook`.
 
-`dojo notebook` writes workspace/<slug>.ipynb (dojo.notebook.build); `dojo check --notebook`
-grades its saved solution cells (dojo.notebook.grading) and prints the report in cell terms;
-`python -m dojo.notebook --render-solutions DIR` (run by `make notebooks`) writes a read-only
-reference notebook per kata. Parsing and printing only: the work is in the modules named.
+`dojo notebook` writes workspace/<slug>.ipynb (dojo.notebook.build); `dojo check --notebook` grades its
+saved solution cells (dojo.notebook.grading) and prints the report in cell terms; `python -m
+dojo.notebook --render-solutions DIR` (run by `make notebooks`) writes a read-only reference notebook
+per kata. Parsing and printing only: the work is in the modules named.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ DESCRIPTION = "Notebook mode: solve a kata in Jupyter, graded by the same hidden
 def register(subparsers) -> None:
     p = subparsers.add_parser("notebook", help="write a Jupyter notebook for a kata into your workspace")
     p.add_argument("slug")
-    p.add_argument("--force", action="store_true", help="replace a notebook that holds work (it is backed up)")
+    p.add_argument(
+        "--force", action="store_true", help="replace a notebook that holds work (it is backed up)"
+    )
     p.set_defaults(func=cmd_notebook)
 
 
@@ -39,13 +41,21 @@ def cmd_notebook(args) -> int:
         if result.backup:
             out.print(f"Your earlier notebook is backed up at {result.backup}", markup=False)
     elif nbbuild.has_work(kata, result.path):
-        out.print(f"You already have work on {kata.slug} in {result.path}: kept it "
-                  f"(`dojo notebook {kata.slug} --force` replaces it with a fresh notebook, after a backup).", markup=False)
+        out.print(
+            f"You already have work on {kata.slug} in {result.path}: kept it "
+            f"(`dojo notebook {kata.slug} --force` replaces it with a fresh notebook, after a backup).",
+            markup=False,
+        )
     else:
         out.print(f"{result.path} is already there, untouched.", markup=False)
-    out.print(f"Open it in JupyterLab: dojo lab   (then open {result.path.name} in its file browser)", markup=False)
-    out.print(f"Write your code in the cell tagged '{SOLUTION_TAG}', save, and run the last cell to grade it "
-              f"(or: dojo check {kata.slug} --notebook).", markup=False)
+    out.print(
+        f"Open it in JupyterLab: dojo lab   (then open {result.path.name} in its file browser)", markup=False
+    )
+    out.print(
+        f"Write your code in the cell tagged '{SOLUTION_TAG}', save, and run the last cell to grade it "
+        f"(or: dojo check {kata.slug} --notebook).",
+        markup=False,
+    )
     return 0
 
 
@@ -84,13 +94,19 @@ def run_check(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dojo.notebook", description=DESCRIPTION)
-    parser.add_argument("--render-solutions", type=Path, metavar="DIR", required=True,
-                        help="write a read-only reference notebook per kata into DIR")
+    parser.add_argument(
+        "--render-solutions",
+        type=Path,
+        metavar="DIR",
+        required=True,
+        help="write a read-only reference notebook per kata into DIR",
+    )
     args = parser.parse_args(argv)
     written = nbbuild.render_solutions(args.render_solutions)
     for path in written:
         print(f"wrote {path}")
-    print(f"{len(written)} reference notebooks (read-only) in {args.render_solutions}/: "
-          f"open them with: dojo lab {args.render_solutions}")
+    print(
+        f"{len(written)} reference notebooks (read-only) in {args.render_solutions}/: "
+        f"open them with: dojo lab {args.render_solutions}"
+    )
     return 0
-

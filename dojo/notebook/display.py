@@ -1,12 +1,9 @@
 """The grading report as a notebook shows it: which saved version was graded, then the report.
 
 `NotebookReport` is what the grading cell returns: HTML for Jupyter (`_repr_html_`), plain text for
-everything else (`repr`). Its first line says which version of the notebook was graded ("as saved
-at 10:42:07, 3 min ago"), then any warning, then dojo.practice.report's lines. The HTML is one block per
-line, in the notebook's code font, that wraps at spaces and keeps the line's indent on the wrapped
-part; its colours are JupyterLab's theme variables (chosen to read on the light and dark themes
-alike), with fixed fallbacks for other front ends. Never terminal escape codes.
-Not done: themes other than JupyterLab's own may give other contrasts.
+everything else (`repr`). Its first line says which version was graded ("as saved at 10:42:07, 3 min
+ago"), then any warning, then dojo.practice.report's lines. The HTML uses JupyterLab's theme colours,
+with fixed fallbacks; never terminal escape codes.
 """
 
 from __future__ import annotations
@@ -21,8 +18,8 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 
-from dojo.practice import report
 from dojo.grading.result import GradeResult
+from dojo.practice import report
 
 WIDTH = 100  # columns rich lays the report out in; lines are soft-wrapped, the browser wraps them
 # rich's colour numbers (normal and bright alike) -> CSS. Each reads at >= 4.5:1 on JupyterLab's light
@@ -33,15 +30,17 @@ COLOURS = {
     3: "color-mix(in srgb, var(--jp-warn-color0, #e65100) 70%, var(--jp-content-font-color0, currentColor))",
 }
 DIM = "var(--jp-content-font-color2, #757575)"
-BLOCK = ("font-family: var(--jp-code-font-family, Menlo, Consolas, 'DejaVu Sans Mono', monospace); "
-         "font-size: var(--jp-code-font-size, 13px); line-height: 1.4")
+BLOCK = (
+    "font-family: var(--jp-code-font-family, Menlo, Consolas, 'DejaVu Sans Mono', monospace); "
+    "font-size: var(--jp-code-font-size, 13px); line-height: 1.4"
+)
 LINE = "white-space: pre-wrap; overflow-wrap: break-word; word-break: normal; padding-left: {indent}ch; min-height: 1.4em"
 LINE_NUMBERS = "Cell line numbers: View > Show Line Numbers (JupyterLab)."
 _CELL_LINE = re.compile(r"\bcell \d+, line \d+")
 
 
 def saved_line(name: str, saved_at: float, now: float | None = None) -> str:
-    """"Graded toy.ipynb as saved at 10:42:07, 3 min ago": which version of the notebook a grade is of."""
+    """ "Graded toy.ipynb as saved at 10:42:07, 3 min ago": which version of the notebook a grade is of."""
     now = time.time() if now is None else now
     ago = max(0, int(now - saved_at))
     if ago < 60:
@@ -50,19 +49,38 @@ def saved_line(name: str, saved_at: float, now: float | None = None) -> str:
         since = f"{ago // 60} min ago"
     else:
         since = f"{ago // 3600} h {ago % 3600 // 60} min ago"
-    day = "" if time.localtime(saved_at)[:3] == time.localtime(now)[:3] else time.strftime("%Y-%m-%d ", time.localtime(saved_at))
+    day = (
+        ""
+        if time.localtime(saved_at)[:3] == time.localtime(now)[:3]
+        else time.strftime("%Y-%m-%d ", time.localtime(saved_at))
+    )
     return f"Graded {name} as saved at {day}{time.strftime('%H:%M:%S', time.localtime(saved_at))}, {since}"
 
 
 class NotebookReport:
     """A grading shown in a notebook: HTML for Jupyter (`_repr_html_`), plain text elsewhere (`repr`)."""
 
-    def __init__(self, result: GradeResult | None = None, *, error: str | None = None, warning: str | None = None,
-                 saved: str | None = None, verdict: str = "", title: str = ""):
+    def __init__(
+        self,
+        result: GradeResult | None = None,
+        *,
+        error: str | None = None,
+        warning: str | None = None,
+        saved: str | None = None,
+        verdict: str = "",
+        title: str = "",
+    ):
         self.result, self.error, self.warning = result, error, warning
         con = Console(
-            record=True, file=io.StringIO(), width=WIDTH, color_system="standard", force_terminal=True,
-            force_jupyter=False, highlight=False, soft_wrap=True, emoji=False,
+            record=True,
+            file=io.StringIO(),
+            width=WIDTH,
+            color_system="standard",
+            force_terminal=True,
+            force_jupyter=False,
+            highlight=False,
+            soft_wrap=True,
+            emoji=False,
         )
         if saved:
             con.print(Text(saved, style="bold"))
@@ -72,7 +90,9 @@ class NotebookReport:
             report.show_result(result, con, title=title)
             if verdict:
                 con.print(verdict)
-            if any(_CELL_LINE.search(t.message or "") for t in result.tests) or _CELL_LINE.search(result.error or ""):
+            if any(_CELL_LINE.search(t.message or "") for t in result.tests) or _CELL_LINE.search(
+                result.error or ""
+            ):
                 con.print(Text(LINE_NUMBERS, style="dim"))
         if error:
             con.print(Text(f"Cannot grade: {error}", style="bold red"))

@@ -1,17 +1,9 @@
 """A notebook's `solution`-tagged cells as one Python module, with a map from its lines back to cells.
 
-A kata notebook (see dojo.notebook) keeps the learner's code in code cells tagged `solution`;
-everything else (the prompt, scratch cells, the grading cell, magics, `!` shell lines) is left
-out. `extract()` joins the solution cells in notebook order into the source of a module the hidden
-suite can import by path, and remembers where each module line came from, so that `where(42)`
-says "cell 3, line 5" and `rewrite()` turns file:line references in failure messages into cells.
-Cells are numbered from 1 at the top of the notebook, markdown cells included.
-
-Inside a solution cell, IPython-only lines (`%time ...`, `!pip ...`, a leading `%%time`) are left
-out of the module (a `pass` keeps the line count and any indentation valid); any other cell magic
-is an error, since its body is not Python. Problems (no notebook, no solution cell, a syntax
-error) raise NotebookError with a message naming the notebook and the cell.
-Not handled: top-level `await`, `foo?` help lines and other IPython syntax in solution cells.
+`extract()` joins the code cells tagged `solution`, in notebook order, into a module the hidden suite
+can import by path, and remembers where each line came from: `where(42)` says "cell 3, line 5" and
+`rewrite()` turns file:line references in failure messages into cells. IPython-only lines become
+`pass`. Problems (no solution cell, a syntax error) raise NotebookError naming the notebook and cell.
 """
 
 from __future__ import annotations
@@ -39,7 +31,9 @@ class Extracted:
     notebook: str  # the notebook's file name, for messages
     source: str
     cells: list[int]  # 1-based numbers of the solution cells, in order
-    line_map: list[tuple[int, int] | None] = field(default_factory=list)  # module line - 1 -> (cell, line in cell)
+    line_map: list[tuple[int, int] | None] = field(
+        default_factory=list
+    )  # module line - 1 -> (cell, line in cell)
 
     def locate(self, lineno: int) -> tuple[int, int] | None:
         """(cell, line in that cell) of module line `lineno` (1-based), or None for a line dojo added."""
@@ -48,7 +42,7 @@ class Extracted:
         return None
 
     def where(self, lineno: int) -> str:
-        """"cell 3, line 5" for module line `lineno`."""
+        """ "cell 3, line 5" for module line `lineno`."""
         spot = self.locate(lineno)
         return f"cell {spot[0]}, line {spot[1]}" if spot else f"line {lineno} of the extracted module"
 
@@ -91,7 +85,7 @@ def solution_only(text: str, name: str) -> dict:
     """What grading needs of the notebook in `text` (called `name`), as plain data: {"kata": the kata its
     metadata names, or None; "source": the extracted module's source; "notebook": the notebook with every
     cell but the solution cells emptied (cell numbers kept) and no outputs}. dojo.interview.takehome runs
-    this on a candidate's file in a bounded child (dojo.grading.bounded). Raises NotebookError."""
+    this on a candidate's file in a bounded child (dojo.grading.confine.bounded). Raises NotebookError."""
     nb = parse(text, name)
     if len(nb["cells"]) > MAX_CELLS:
         raise NotebookError(f"{name} has {len(nb['cells'])} cells, over {MAX_CELLS}: not a kata notebook")
@@ -99,10 +93,24 @@ def solution_only(text: str, name: str) -> dict:
     source_ = extract({"cells": cells}, name).source
     kata = ((nb.get("metadata") or {}).get("dojo") or {}) if isinstance(nb.get("metadata"), dict) else {}
     kata = kata.get("kata") if isinstance(kata, dict) and isinstance(kata.get("kata"), str) else None
-    kept = [{"cell_type": "code", "metadata": {"tags": [SOLUTION_TAG]}, "source": source(c), "outputs": [],
-             "execution_count": None} if is_solution(c) else {"cell_type": "raw", "metadata": {}, "source": ""}
-            for c in cells]
-    sanitized = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"dojo": {"kata": kata}} if kata else {}, "cells": kept}
+    kept = [
+        {
+            "cell_type": "code",
+            "metadata": {"tags": [SOLUTION_TAG]},
+            "source": source(c),
+            "outputs": [],
+            "execution_count": None,
+        }
+        if is_solution(c)
+        else {"cell_type": "raw", "metadata": {}, "source": ""}
+        for c in cells
+    ]
+    sanitized = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"dojo": {"kata": kata}} if kata else {},
+        "cells": kept,
+    }
     return {"kata": kata, "source": source_, "notebook": sanitized}
 
 

@@ -1,15 +1,9 @@
-"""Notebook mode: solve a kata in Jupyter, graded by the same hidden suite as the .py path.
+"""Grading a notebook: its saved solution cells, by the same hidden suite as the .py path, reported in cells.
 
-`dojo notebook <slug>` writes workspace/<slug>.ipynb (dojo.notebook.build): the kata's prompt, the stub in
-a code cell tagged `solution`, a scratch cell, and a last cell calling `grade_here()`, which grades
-the saved notebook and shows the report inline (dojo.notebook.display), led by the version it graded ("as
-saved at 10:42:07, 3 min ago") and a warning while the kernel has run other solution code
-(dojo.notebook.kernel: which case it is, unsaved edits, saved but not run, or a scratch cell's redefinition).
-`grade_notebook()` turns the solution cells into a temporary module
-(dojo.notebook.extract), grades it with dojo.grading.grade like any .py file, then rewrites the report to name the
-notebook and its cells ("cell 3, line 5") instead of the temporary file. `dojo check <slug>
---notebook [PATH]` and `dojo grade PATH.ipynb` go through it; the commands are in
-dojo.notebook.commands. Not done: grading the unsaved state of an open notebook (a kernel cannot read the editor).
+`grade_notebook()` turns the solution cells into a temporary module (dojo.notebook.extract), grades it
+with dojo.grading.grade, and rewrites the report to name the notebook's cells ("cell 3, line 5").
+`grade_here()` is what a kata notebook's last cell calls: the report leads with the version graded and
+warns while the kernel has run other solution code (dojo.notebook.kernel). It grades the saved file only.
 """
 
 from __future__ import annotations
@@ -22,11 +16,11 @@ from pathlib import Path
 from dojo import catalog
 from dojo.grading import grade
 from dojo.grading.result import GradeResult
-from dojo.notebook import extract as nbextract, kernel as nbkernel
+from dojo.notebook import extract as nbextract
+from dojo.notebook import kernel as nbkernel
 from dojo.notebook.display import NotebookReport, saved_line
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError
 from dojo.practice import history, report, workspace
-
 
 
 def kata_of(path: Path, nb=None) -> str:
@@ -75,13 +69,27 @@ def grade_notebook(
     """Grade the solution cells of the notebook at `path` with the hidden suite of `slug` (default: the
     notebook's kata). A notebook that cannot be graded (not a notebook, no solution cell, a syntax error)
     gives a result whose `error` names the cell; FileNotFoundError when there is no notebook at `path`."""
-    return grade_saved(path, slug, examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-                       memory_limit=memory_limit, sandboxed=sandboxed).result
+    return grade_saved(
+        path,
+        slug,
+        examples_only=examples_only,
+        timeout=timeout,
+        test_timeout=test_timeout,
+        memory_limit=memory_limit,
+        sandboxed=sandboxed,
+    ).result
 
 
-def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = False, timeout: float | None = None,
-                test_timeout: float | None = None, memory_limit: int | None = None,
-                sandboxed: bool = False) -> Graded:
+def grade_saved(
+    path: Path,
+    slug: str | None = None,
+    *,
+    examples_only: bool = False,
+    timeout: float | None = None,
+    test_timeout: float | None = None,
+    memory_limit: int | None = None,
+    sandboxed: bool = False,
+) -> Graded:
     """grade_notebook(), with the version of the file graded: when it was saved, its solution cells."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
@@ -95,20 +103,37 @@ def grade_saved(path: Path, slug: str | None = None, *, examples_only: bool = Fa
     try:
         nb, saved_at = _read_version(path)
         solution = [nbextract.source(c) for c in nb["cells"] if nbextract.is_solution(c)]
-        cells = [nbkernel.SavedCell(n, nbextract.source(c), c.get("execution_count"), nbextract.is_solution(c))
-                 for n, c in enumerate(nb["cells"], 1) if c.get("cell_type") == "code"]
+        cells = [
+            nbkernel.SavedCell(n, nbextract.source(c), c.get("execution_count"), nbextract.is_solution(c))
+            for n, c in enumerate(nb["cells"], 1)
+            if c.get("cell_type") == "code"
+        ]
         extracted = nbextract.extract(nb, path.name)
     except NotebookError as exc:
         result = GradeResult(
-            slug=slug, target=str(path), path=str(path), tests=[], points=0, total=0, passed=False,
-            duration=time.time() - started, started=started, error=str(exc), examples_only=examples_only,
+            slug=slug,
+            target=str(path),
+            path=str(path),
+            tests=[],
+            points=0,
+            total=0,
+            passed=False,
+            duration=time.time() - started,
+            started=started,
+            error=str(exc),
+            examples_only=examples_only,
         )
         return Graded(result, saved_at, solution)
     with tempfile.TemporaryDirectory(prefix=f"dojo-notebook-{slug}-") as tmp:
         module = nbextract.write_module(extracted, Path(tmp) / f"{slug}_ipynb.py")
         result = grade.grade(
-            slug, str(module), examples_only=examples_only, timeout=timeout, test_timeout=test_timeout,
-            memory_limit=memory_limit, sandboxed=sandboxed,
+            slug,
+            str(module),
+            examples_only=examples_only,
+            timeout=timeout,
+            test_timeout=test_timeout,
+            memory_limit=memory_limit,
+            sandboxed=sandboxed,
         )
     return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution, cells)
 
@@ -124,16 +149,23 @@ def _read_version(path: Path) -> tuple[dict, float]:
     return nb, saved_at
 
 
-def _in_notebook_terms(result: GradeResult, extracted: nbextract.Extracted, module: Path, path: Path) -> GradeResult:
+def _in_notebook_terms(
+    result: GradeResult, extracted: nbextract.Extracted, module: Path, path: Path
+) -> GradeResult:
     """`result` with the temporary module's name and lines replaced by the notebook's name and cells."""
     tests = []
     for test in result.tests:
         message = extracted.rewrite(test.message, module)
         if "NameError: name" in message:  # the notebook pitfall: defined in a cell that is not graded
-            message += f"\n(only cells tagged '{SOLUTION_TAG}' are graded: is that name defined in another cell?)"
+            message += (
+                f"\n(only cells tagged '{SOLUTION_TAG}' are graded: is that name defined in another cell?)"
+            )
         tests.append(dataclasses.replace(test, message=message))
     return dataclasses.replace(
-        result, target=str(path), path=str(path), tests=tests,
+        result,
+        target=str(path),
+        path=str(path),
+        tests=tests,
         error=extracted.rewrite(result.error, module) if result.error else result.error,
         output=extracted.rewrite(result.output, module),
         notes=[extracted.rewrite(note, module) for note in result.notes],
@@ -141,8 +173,9 @@ def _in_notebook_terms(result: GradeResult, extracted: nbextract.Extracted, modu
     )
 
 
-def check_notebook(path: Path, slug: str | None = None, *, examples_only: bool = False,
-                   timeout: float | None = None) -> Graded:
+def check_notebook(
+    path: Path, slug: str | None = None, *, examples_only: bool = False, timeout: float | None = None
+) -> Graded:
     """The practice loop's step for a notebook: grade it, write results/<slug>.json, record the attempt."""
     graded = grade_saved(path, slug, examples_only=examples_only, timeout=timeout)
     report.write_results(graded.result, workspace.results_file(graded.result.slug))
@@ -157,14 +190,22 @@ def verdict(result: GradeResult, slug: str, *, in_notebook: bool) -> str:
         return f"All tests pass. `dojo solution {slug}` shows the reference to compare with."
     if result.passed:
         return f"The README examples pass. `dojo check {slug} --notebook` runs the full hidden suite."
-    return f"Keep going: edit the solution cell, save the notebook, and {again} (`dojo hint {slug}` if stuck)."
+    return (
+        f"Keep going: edit the solution cell, save the notebook, and {again} (`dojo hint {slug}` if stuck)."
+    )
 
 
 # ---- in the notebook ---------------------------------------------------------------------------
 
 
-def grade_here(slug: str | None = None, path: str | Path | None = None, *, record: bool = True,
-               examples_only: bool = False, timeout: float | None = None) -> NotebookReport:
+def grade_here(
+    slug: str | None = None,
+    path: str | Path | None = None,
+    *,
+    record: bool = True,
+    examples_only: bool = False,
+    timeout: float | None = None,
+) -> NotebookReport:
     """What a kata notebook's last cell calls: grade this (saved) notebook and show the report.
 
     The notebook is `path`, else the one the kernel was started for (see dojo.notebook.kernel.this_notebook).
@@ -178,7 +219,16 @@ def grade_here(slug: str | None = None, path: str | Path | None = None, *, recor
         kata = catalog.get(slug)
         grader = check_notebook if record else grade_saved
         graded = grader(where, slug, examples_only=examples_only, timeout=timeout)
-    except (FileNotFoundError, ValueError, history.ProgressDBError) as exc:  # NotebookError and UnknownKata are ValueErrors
+    except (
+        FileNotFoundError,
+        ValueError,
+        history.ProgressDBError,
+    ) as exc:  # NotebookError and UnknownKata are ValueErrors
         return NotebookReport(error=str(exc))
-    return NotebookReport(graded.result, saved=graded.saved_line(), warning=nbkernel.unsaved_warning(graded.solution, graded.cells),
-                          verdict=verdict(graded.result, slug, in_notebook=True), title=kata.title)
+    return NotebookReport(
+        graded.result,
+        saved=graded.saved_line(),
+        warning=nbkernel.unsaved_warning(graded.solution, graded.cells),
+        verdict=verdict(graded.result, slug, in_notebook=True),
+        title=kata.title,
+    )

@@ -1,13 +1,9 @@
 """What the notebook's kernel knows and the saved file does not: which notebook this is, what code it ran.
 
-The grading cell grades the notebook as saved; a kernel cannot read the open editor. What it can
-read is its own input history (In [1], In [2], ...). `stale_runs` compares that history with the
-saved solution cells: for each saved cell, the latest run that defined any of the cell's top-level
-functions or classes must be that cell's saved text, else the kernel has run solution code that
-the grade did not see (edited and run, not saved; or saved since, but not run). Once the user saves
-the code they ran, or runs the code they saved, the two agree and the warning goes.
-Not done: edits neither saved nor run are invisible here (the report's "as saved at" line is the cue),
-and names are found textually (`def`/`class` at column 0), so a string holding such a line counts too.
+The grading cell grades the notebook as saved; a kernel cannot read the open editor, only its own
+input history. `stale_runs` compares that history with the saved solution cells: the latest run that
+defined a saved cell's top-level functions or classes must be that cell's saved text, else the kernel
+has run code the grade did not see. `this_notebook` finds the notebook the kernel was started for.
 """
 
 from __future__ import annotations
@@ -89,15 +85,21 @@ def _case(run: int, text: str, cells: list[SavedCell]) -> str:
     why, cell = why_stale(run, text, cells)
     names = ", ".join(sorted(defined(text)))
     if why == "scratch":
-        return (f"In [{run}] ran cell {cell.number}, which is not tagged '{SOLUTION_TAG}', and redefined {names}: this "
-                "kernel uses that definition, the grade does not. Move it into the solution cell, or run the solution "
-                "cell again.")
+        return (
+            f"In [{run}] ran cell {cell.number}, which is not tagged '{SOLUTION_TAG}', and redefined {names}: this "
+            "kernel uses that definition, the grade does not. Move it into the solution cell, or run the solution "
+            "cell again."
+        )
     if why == "not run":
-        return (f"cell {cell.number} was edited and saved since it ran (In [{run}]): the grade is of the saved code, "
-                f"but this kernel still holds the old {names}. Run cell {cell.number} again so that your scratch cells "
-                "test what is graded.")
-    return (f"unsaved edits: In [{run}] ran {names} as it is in no saved cell, so the grade did not see it. "
-            "Save (Ctrl-S / Cmd-S) and run this cell again.")
+        return (
+            f"cell {cell.number} was edited and saved since it ran (In [{run}]): the grade is of the saved code, "
+            f"but this kernel still holds the old {names}. Run cell {cell.number} again so that your scratch cells "
+            "test what is graded."
+        )
+    return (
+        f"unsaved edits: In [{run}] ran {names} as it is in no saved cell, so the grade did not see it. "
+        "Save (Ctrl-S / Cmd-S) and run this cell again."
+    )
 
 
 def this_notebook(slug: str | None, path: str | Path | None) -> Path:
@@ -116,7 +118,7 @@ def this_notebook(slug: str | None, path: str | Path | None) -> Path:
         if isinstance(candidate, str) and candidate.endswith(".ipynb") and Path(candidate).is_file():
             return Path(candidate)
     raise FileNotFoundError(
-        "cannot tell which notebook this is: pass it, as in grade_here(\"<kata>\", \"path/to/<kata>.ipynb\")"
+        'cannot tell which notebook this is: pass it, as in grade_here("<kata>", "path/to/<kata>.ipynb")'
     )
 
 

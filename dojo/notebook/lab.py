@@ -1,11 +1,8 @@
 """`dojo lab [DIR]`: JupyterLab on your workspace (or DIR), reachable from this machine only, and its URL.
 
-It runs this venv's JupyterLab (`python -m jupyterlab`) with its root at the workspace, bound to
-127.0.0.1 on a free port with a token it makes, prints the URL to open, then hands the process
-over to JupyterLab (Ctrl-C stops it). JupyterLab refuses to run as root (common in containers)
-without `--allow-root`: that flag is passed when running as root, and only then. It also says when
-the "decode-dojo" kernel the kata notebooks ask for is missing or runs another python, and how to fix it.
-Not done: listening beyond localhost, or any other JupyterLab option (run `python -m jupyterlab` for those).
+It runs this venv's JupyterLab bound to 127.0.0.1 on a free port with a token it makes, prints the URL,
+then becomes JupyterLab (Ctrl-C stops it). It passes `--allow-root` when running as root, and only then,
+and says when the "decode-dojo" kernel is missing or runs another python. No other JupyterLab options.
 """
 
 from __future__ import annotations
@@ -16,8 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
-from dojo.practice import report, workspace
 from dojo.notebook.build import KERNELSPEC
+from dojo.practice import report, workspace
 
 HOST = "127.0.0.1"
 
@@ -25,8 +22,14 @@ HOST = "127.0.0.1"
 def lab_command(root_dir: Path, port: int, token: str, *, as_root: bool, browser: bool) -> list[str]:
     """The command line that starts JupyterLab on `root_dir` at http://127.0.0.1:<port>/lab?token=<token>."""
     argv = [
-        sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root_dir}", f"--ServerApp.ip={HOST}",
-        f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={root_dir}",
+        f"--ServerApp.ip={HOST}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
     ]
     if as_root:
         argv.append("--allow-root")
@@ -51,15 +54,21 @@ def kernel_problem() -> str | None:
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     name = KERNELSPEC["name"]
-    fix = (f'{sys.executable} -m ipykernel install --sys-prefix --name {name} '
-           f'--display-name "{KERNELSPEC["display_name"]}"')
+    fix = (
+        f"{sys.executable} -m ipykernel install --sys-prefix --name {name} "
+        f'--display-name "{KERNELSPEC["display_name"]}"'
+    )
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        return f'there is no Jupyter kernel "{name}", which the kata notebooks ask for: install it with\n  {fix}'
+        return (
+            f'there is no Jupyter kernel "{name}", which the kata notebooks ask for: install it with\n  {fix}'
+        )
     if Path(spec.argv[0]).parent != Path(sys.executable).parent:
-        return (f'the kernel "{name}" runs {spec.argv[0]}, not this python ({sys.executable}), so notebooks would '
-                f"be graded with another copy of dojo: re-register it with\n  {fix}")
+        return (
+            f'the kernel "{name}" runs {spec.argv[0]}, not this python ({sys.executable}), so notebooks would '
+            f"be graded with another copy of dojo: re-register it with\n  {fix}"
+        )
     return None
 
 

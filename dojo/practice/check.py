@@ -2,8 +2,8 @@
 
 `check(slug)` is what `dojo check` and `dojo watch` run (and, examples only, a mock interview's
 check): dojo.grading.grade.grade on the workspace copy, dojo.practice.report.write_results into
-workspace/results/<slug>.json, dojo.practice.history.record_result into the progress database. Left out:
-the grading itself (dojo.grading.grade), printing (dojo.practice.report), notebooks (dojo.notebook).
+workspace/results/<slug>.json, dojo.practice.history.record_result into the progress database. Not
+the grading itself (dojo.grading.grade), the printing (dojo.practice.report) or notebooks (dojo.notebook).
 """
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ from dojo.grading import grade
 from dojo.practice import history, report, rerun, workspace
 
 
-def check(slug: str, *, mode: str = "check", examples_only: bool = False, timeout: float | None = None,
-          rerun_inconclusive: bool = False) -> grade.GradeResult:
+def check(
+    slug: str,
+    *,
+    mode: str = "check",
+    examples_only: bool = False,
+    timeout: float | None = None,
+    rerun_inconclusive: bool = False,
+) -> grade.GradeResult:
     """The practice loop's step: grade the workspace copy, write results/<slug>.json, record the attempt.
 
     rerun_inconclusive: run only the tests that the last results/<slug>.json left inconclusive, and

@@ -2,10 +2,8 @@
 
 Printing only: what to grade and record is dojo.practice.check, the files dojo.practice.workspace,
 the progress dojo.practice.history. dojo.cli parses the arguments and calls these (`func(args) ->
-int`, the exit code); while a mock interview is open it asks dojo.interview first. A kata in progress
-in a notebook (dojo.practice.workspace.form) is named as such, with the notebook's way to grade it.
-Left out: grading a notebook (dojo.notebook.commands: the CLI sends `dojo check` there when
-`grades_notebook` says so).
+int`, the exit code); while a mock interview is open it asks dojo.interview first. Grading a notebook
+is dojo.notebook.commands' (dojo.cli sends `dojo check` there when `grades_notebook` says so).
 """
 
 from __future__ import annotations
@@ -44,8 +42,10 @@ def how_to_check(slug: str) -> str:
     """The way to grade the kata in the form it is in progress in."""
     if workspace.form(slug) == "ipynb":
         flag = " --notebook" if workspace.kata_file(slug).exists() else ""  # else plain check grades the .py
-        return (f"save {workspace.notebook_file(slug).name} and run its last cell (JupyterLab: dojo lab), "
-                f"or: dojo check {slug}{flag}")
+        return (
+            f"save {workspace.notebook_file(slug).name} and run its last cell (JupyterLab: dojo lab), "
+            f"or: dojo check {slug}{flag}"
+        )
     return f"dojo check {slug}"
 
 
@@ -57,28 +57,42 @@ def cmd_welcome(args) -> int:
     katas = catalog.load()
     progress = history.progress()
     passing = [k for k in katas if progress.get(k.slug) and progress[k.slug].status == "passing"]
-    out.print(f"[bold]decode-dojo[/bold]: {len(katas)} katas of LLM inference engineering, from a BPE tokenizer to "
-              "KV caches, beam search, rooflines and INT4 weights. Each is a stub to fill in and a hidden test suite "
-              "to pass; together the reference solutions chat with SmolLM2-135M.")
+    out.print(
+        f"[bold]decode-dojo[/bold]: {len(katas)} katas of LLM inference engineering, from a BPE tokenizer to "
+        "KV caches, beam search, rooflines and INT4 weights. Each is a stub to fill in and a hidden test suite "
+        "to pass; together the reference solutions chat with SmolLM2-135M."
+    )
     out.print(f"Progress: {len(passing)} of {len(katas)} passing.")
     current = history.current_kata()
     if current and current not in {k.slug for k in passing}:
         kata = catalog.get(current)
-        out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)}); edit {escape(str(_work_file(kata.slug)))}, "
-                  f"then: [bold]{escape(how_to_check(kata.slug))}[/bold]")
+        out.print(
+            f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)}); edit {escape(str(_work_file(kata.slug)))}, "
+            f"then: [bold]{escape(how_to_check(kata.slug))}[/bold]"
+        )
     else:
         todo = [k for k in katas if k not in passing and k.slug != current]
         if todo:
             kata = todo[0]
-            out.print(f"Suggested next: [bold]{kata.slug}[/bold] ({escape(kata.title)}, about {kata.minutes} min): "
-                      f"[bold]dojo start {kata.slug}[/bold]")
+            out.print(
+                f"Suggested next: [bold]{kata.slug}[/bold] ({escape(kata.title)}, about {kata.minutes} min): "
+                f"[bold]dojo start {kata.slug}[/bold]"
+            )
         else:
-            out.print("Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`.")
-    out.print("Practice: dojo list · start <kata> · prompt · check · hint · watch · reset <kata> · solution <kata> · "
-              "status · notebook <kata> · lab")
-    out.print("Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats")
-    out.print("The model: dojo demo \"question\" · roofline · bench batching|latency   "
-              "Grading: dojo grade PATH   All: dojo --help")
+            out.print(
+                "Every kata passes. Try an interview, or a kata again from scratch with `dojo reset <slug>`."
+            )
+    out.print(
+        "Practice: dojo list · start <kata> · prompt · check · hint · watch · reset <kata> · solution <kata> · "
+        "status · notebook <kata> · lab"
+    )
+    out.print(
+        "Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats"
+    )
+    out.print(
+        'The model: dojo demo "question" · roofline · bench batching|latency   '
+        "Grading: dojo grade PATH   All: dojo --help"
+    )
     return 0
 
 
@@ -98,7 +112,9 @@ def cmd_list(args) -> int:
             status += " (notebook)"
         if not kata.has_suite:
             status += " (no tests yet)"
-        title = f"({kata.note}) {kata.title}" if kata.note else kata.title  # first: a narrow terminal cuts the end
+        title = (
+            f"({kata.note}) {kata.title}" if kata.note else kata.title
+        )  # first: a narrow terminal cuts the end
         rows.append((str(kata.number), kata.slug, title, "*" * kata.difficulty, str(kata.minutes), status))
     headers = ("#", "kata", "title", "difficulty", "minutes", "status")
     widths = [max(len(header), *(len(r[i]) for r in rows)) for i, header in enumerate(headers)]
@@ -106,7 +122,12 @@ def cmd_list(args) -> int:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for i, header in enumerate(headers):
         # the title is the one column that gives way on a narrow terminal
-        table.add_column(header, no_wrap=True, overflow="ellipsis", width=min(widths[2], max(12, room)) if i == 2 else widths[i])
+        table.add_column(
+            header,
+            no_wrap=True,
+            overflow="ellipsis",
+            width=min(widths[2], max(12, room)) if i == 2 else widths[i],
+        )
     for row in rows:
         table.add_row(*row)
     out.print(table, markup=False)
@@ -120,8 +141,11 @@ def cmd_start(args) -> int:
     history.record_event(kata.slug, "start")
     if not result.created:
         if workspace.has_work(kata):
-            out.print(f"You already have work on {kata.slug} in {result.path}: kept it "
-                      f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).", markup=False)
+            out.print(
+                f"You already have work on {kata.slug} in {result.path}: kept it "
+                f"(`dojo start {kata.slug} --force` replaces it with the stub, after a backup).",
+                markup=False,
+            )
         out.print(f"Edit {result.path}, then: dojo check {kata.slug}", markup=False)
         return 0
     prose.show(out, kata.readme())
@@ -134,26 +158,39 @@ def cmd_start(args) -> int:
 
 def cmd_check(args) -> int:
     if args.rerun_inconclusive and args.examples_only:
-        raise UsageError("--rerun-inconclusive re-runs part of a full check of the workspace file: "
-                         "not with --examples-only or --notebook")
+        raise UsageError(
+            "--rerun-inconclusive re-runs part of a full check of the workspace file: "
+            "not with --examples-only or --notebook"
+        )
     slug = _slug_or_current(args.slug)
     kata = catalog.get(slug)
     try:
-        result = check.check(slug, examples_only=args.examples_only, timeout=args.timeout,
-                             rerun_inconclusive=args.rerun_inconclusive)
+        result = check.check(
+            slug,
+            examples_only=args.examples_only,
+            timeout=args.timeout,
+            rerun_inconclusive=args.rerun_inconclusive,
+        )
     except ValueError as exc:
         if not args.rerun_inconclusive:
             raise
         raise UsageError(str(exc)) from exc
     out = report.console()
     report.show_result(result, out, title=kata.title)
-    if getattr(args, "interview_open", False) and result.passed and not result.examples_only and not result.inconclusive:
+    if (
+        getattr(args, "interview_open", False)
+        and result.passed
+        and not result.examples_only
+        and not result.inconclusive
+    ):
         out.print("All tests pass. (The references stay closed while an interview is open.)")
     else:
         out.print(report.verdict(result, slug))
     if workspace.form(slug) == "ipynb":
-        out.print(f"{workspace.notebook_file(slug).name}, saved since, is graded by: dojo check {slug} --notebook",
-                  markup=False)
+        out.print(
+            f"{workspace.notebook_file(slug).name}, saved since, is graded by: dojo check {slug} --notebook",
+            markup=False,
+        )
     return 0 if result.passed else 1
 
 
@@ -213,11 +250,17 @@ def cmd_hint(args) -> int:
     failing = dict([] if args.next else hint_choice.failures(workspace.results_file(slug)))
     n, test = hint_choice.pick(kata.hint_helps(), set(seen), list(failing))
     if n is None:
-        out.print(f"You have seen all {len(hints)} hints for {slug}; `dojo hint {slug} --all` shows them again.")
+        out.print(
+            f"You have seen all {len(hints)} hints for {slug}; `dojo hint {slug} --all` shows them again."
+        )
         return 0
     history.record_hint(slug, n)
-    why = (f", chosen for your first failing property '{escape(failing[test])}'; `dojo hint {slug} --next` goes in "
-           "order" if test else "")
+    why = (
+        f", chosen for your first failing property '{escape(failing[test])}'; `dojo hint {slug} --next` goes in "
+        "order"
+        if test
+        else ""
+    )
     _print_hint(out, n, len(hints), hints[n - 1], why)
     return 0
 
@@ -232,7 +275,9 @@ def cmd_reset(args) -> int:
     kata = catalog.get(args.slug)
     if not args.yes:
         if not sys.stdin.isatty():
-            raise UsageError(f"reset replaces your copy of {kata.slug} with the stub: confirm with `dojo reset {kata.slug} --yes`")
+            raise UsageError(
+                f"reset replaces your copy of {kata.slug} with the stub: confirm with `dojo reset {kata.slug} --yes`"
+            )
         answer = input(f"Restore the pristine stub of {kata.slug}? Your copy is backed up first. [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             out.print("Nothing changed.")
@@ -252,12 +297,16 @@ def cmd_solution(args) -> int:
         raise FileNotFoundError(f"kata {kata.slug!r} has no reference solution yet")
     passed = history.has_passed(kata.slug)
     if not passed and not args.force:
-        out.print(f"The reference for {kata.slug} opens once your solution passes (`dojo check {kata.slug}`). "
-                  f"`dojo solution {kata.slug} --force` shows it now, recorded as a reveal.")
+        out.print(
+            f"The reference for {kata.slug} opens once your solution passes (`dojo check {kata.slug}`). "
+            f"`dojo solution {kata.slug} --force` shows it now, recorded as a reveal."
+        )
         return 1
     history.record_reveal(kata.slug, forced=not passed)
     code = kata.reference.read_text()
-    header = f"Reference solution for {kata.slug}: {_shown_path(kata.reference)} ({code.count(chr(10))} lines)"
+    header = (
+        f"Reference solution for {kata.slug}: {_shown_path(kata.reference)} ({code.count(chr(10))} lines)"
+    )
     body = Syntax(code, "python", line_numbers=True) if out.is_terminal else code
     prose.paged(out, header, body, height=code.count("\n") + 1)
     if not passed:
@@ -289,12 +338,16 @@ def cmd_status(args) -> int:
     kata = catalog.get(current)
     tries = history.attempts(current)
     out.print(f"In progress: [bold]{kata.slug}[/bold] ({escape(kata.title)})")
-    out.print(f"File: {_work_file(kata.slug)}" + ("  (a notebook)" if workspace.form(kata.slug) == "ipynb" else ""),
-              markup=False)
+    out.print(
+        f"File: {_work_file(kata.slug)}" + ("  (a notebook)" if workspace.form(kata.slug) == "ipynb" else ""),
+        markup=False,
+    )
     if tries:
         last = tries[-1]
-        out.print(f"Last check: {last.points}/{last.total} points, {'passing' if last.passed else 'not passing yet'} "
-                  f"({len(tries)} attempt{'s' if len(tries) != 1 else ''})")
+        out.print(
+            f"Last check: {last.points}/{last.total} points, {'passing' if last.passed else 'not passing yet'} "
+            f"({len(tries)} attempt{'s' if len(tries) != 1 else ''})"
+        )
     else:
         out.print("Not checked yet.")
     out.print(f"Hints seen: {len(history.hints_seen(current))} of {len(kata.hints())}")

@@ -1,12 +1,8 @@
 """Folding a report's parametrised tests: one block per test function, one line per cause of failure.
 
-`fold(tests)` groups the cases of one test function (consecutive rows whose names share the part
-before "["). A group whose cases all pass is one line; otherwise its failures are clustered by
-message *modulo the parameters* (quoted text and numbers masked), so 8 malformed files that all
-raise NotImplementedError read as one cause: "all 8 cases: not written yet (NotImplementedError),
-want ValueError". A cause shared by several cases shows the part of their messages they have in
-common when that says something, else the first case's message as an example.
-Left out: printing (dojo.practice.report) and outcomes other than the tests' own.
+`fold(tests)` groups the cases of one test function; a group's failures are clustered by message
+*modulo the parameters* (quoted text and numbers masked), so 8 cases that all raise
+NotImplementedError read as one cause. Printing is dojo.practice.report's.
 """
 
 from __future__ import annotations
@@ -92,8 +88,11 @@ def _causes(tests: list[TestResult]) -> list[Cause]:
         if len(cases) == 1:
             causes.append(Cause(_case(cases[0], tests), messages[0], cases[0].outcome))
             continue
-        who = f"all {len(cases)} cases" if len(cases) == len(tests) else \
-            f"{len(cases)} of {len(tests)} cases ({', '.join(_case(t, tests) for t in cases)})"
+        who = (
+            f"all {len(cases)} cases"
+            if len(cases) == len(tests)
+            else f"{len(cases)} of {len(tests)} cases ({', '.join(_case(t, tests) for t in cases)})"
+        )
         common = _common_tail(messages)
         if len(set(messages)) == 1 or len(common.split()) >= 3:
             causes.append(Cause(who, common, cases[0].outcome))
@@ -114,8 +113,8 @@ def _common_tail(messages: list[str]) -> str:
         n = 0
         while n < min(len(tail), len(message)) and tail[-1 - n] == message[-1 - n]:
             n += 1
-        tail = tail[len(tail) - n:]
+        tail = tail[len(tail) - n :]
     if any(tail == m for m in messages):
         return tail
     cut = tail.find(": ")
-    return tail[cut + 2:] if cut >= 0 else ""
+    return tail[cut + 2 :] if cut >= 0 else ""

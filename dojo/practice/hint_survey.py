@@ -1,7 +1,7 @@
 """`python -m dojo.practice.hint_survey [slugs...]`: the blind check of `dojo hint` against the mutants.
 
 For each mutant, the hint `dojo hint` would give first (dojo.practice.hints, on that mutant's
-results from dojo.grading.first_failures' run) beside the mutant's bug, for a person to judge
+results from dojo.grading.proof.first_failures' run) beside the mutant's bug, for a person to judge
 whether the hint names the concept the mutant broke.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 
 from dojo import catalog
-from dojo.grading import mutant
-from dojo.grading.check_katas import execute
-from dojo.grading.causes import function_name
-from dojo.grading.first_failures import survey_runs
+from dojo.grading.proof import mutant
+from dojo.grading.proof.check_katas import execute
+from dojo.grading.proof.first_failures import survey_runs
+from dojo.grading.suite.causes import function_name
 from dojo.practice import hints
 
 

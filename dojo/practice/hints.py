@@ -1,13 +1,9 @@
 """Which hint `dojo hint` gives: the next unseen one for the most basic property that fails.
 
-Each hint in HINTS.md may name the tests it helps with ("Helps: test_a, test_b", see
-dojo.catalog). The last check's results (workspace/results/<slug>.json) list the tests in the
-suite's order, basic to composite, so the first failing test that some unseen hint helps with picks
-it, and `dojo hint` names that test's property. Without results, failures or a matching hint, hints
-come in HINTS.md's order (`--next`).
-
-Left out: weighing points or how many tests a hint helps with; the suite's order already says which
-property to fix first.
+A hint in HINTS.md may name the tests it helps with ("Helps: test_a, test_b"). The last check's
+results list the tests in the suite's order, basic to composite, so the first failing test that an
+unseen hint helps with picks it. Without results, failures or a matching hint, hints come in
+HINTS.md's order.
 """
 
 from __future__ import annotations
@@ -27,7 +23,9 @@ def failures(results: Path) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
     for t in tests:
         if isinstance(t, dict) and t.get("status") in ("fail", "skip", "error"):
-            found.setdefault(re.sub(r"\[.*\]$", "", str(t.get("name", ""))), str(t.get("property") or t.get("name", "")))
+            found.setdefault(
+                re.sub(r"\[.*\]$", "", str(t.get("name", ""))), str(t.get("property") or t.get("name", ""))
+            )
     return list(found.items())
 
 

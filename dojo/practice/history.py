@@ -1,13 +1,9 @@
 """The progress database: attempts, hints seen, starts/resets/reveals, in SQLite.
 
-One file, workspace/.dojo/progress.sqlite, in WAL mode with a busy timeout, every write its own
-transaction: two `dojo` processes at once both land their rows. The schema version lives in
-`PRAGMA user_version`; `MIGRATIONS[i]` (dojo.practice.schema) brings version i to i + 1. New tables
-(the interview's, say) are one more entry at the end of MIGRATIONS: never appended at run time (every
-command must agree on the version), never by editing an entry already released.
-A corrupt file is moved aside to a timestamped backup (a ProgressDBWarning says where) and a fresh
-one started; a file from a newer dojo is copied to a backup and refused with ProgressDBError.
-Nothing here prints.
+One file, workspace/.dojo/progress.sqlite, in WAL mode, every write its own transaction: two `dojo`
+processes at once both land their rows. Opening it applies what dojo.practice.schema's migrations add;
+a corrupt file is moved to a backup and a fresh one started (ProgressDBWarning), and a file from a newer
+dojo is refused (ProgressDBError). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -225,13 +221,18 @@ def record_result(result, *, mode: str = "check", path: Path | None = None) -> i
 def record_event(kata: str, kind: str, detail: str = "", *, path: Path | None = None) -> None:
     """Store a start, reset or reveal (or any other kind) of `kata`."""
     with connect(path) as conn, transaction(conn):
-        conn.execute("INSERT INTO events (kata, kind, at, detail) VALUES (?, ?, ?, ?)", (kata, kind, time.time(), detail))
+        conn.execute(
+            "INSERT INTO events (kata, kind, at, detail) VALUES (?, ?, ?, ?)",
+            (kata, kind, time.time(), detail),
+        )
 
 
 def record_hint(kata: str, hint: int, *, path: Path | None = None) -> None:
     """Mark hint number `hint` (1-based) of `kata` as seen; seeing it again changes nothing."""
     with connect(path) as conn, transaction(conn):
-        conn.execute("INSERT OR IGNORE INTO hints (kata, hint, at) VALUES (?, ?, ?)", (kata, hint, time.time()))
+        conn.execute(
+            "INSERT OR IGNORE INTO hints (kata, hint, at) VALUES (?, ?, ?)", (kata, hint, time.time())
+        )
 
 
 def record_reveal(kata: str, *, forced: bool, path: Path | None = None) -> None:
@@ -290,11 +291,11 @@ def current_kata(*, path: Path | None = None) -> str | None:
 def progress(*, path: Path | None = None) -> dict[str, KataProgress]:
     """Per-kata status for every kata that has any history (absent: not started)."""
     with connect(path) as conn:
-        started = {r[0] for r in conn.execute("SELECT DISTINCT kata FROM events WHERE kind IN ('start', 'reset')")}
+        started = {
+            r[0] for r in conn.execute("SELECT DISTINCT kata FROM events WHERE kind IN ('start', 'reset')")
+        }
         hints = dict(conn.execute("SELECT kata, COUNT(*) FROM hints GROUP BY kata").fetchall())
-        stats = conn.execute(
-            "SELECT kata, COUNT(*), MAX(passed) FROM attempts GROUP BY kata"
-        ).fetchall()
+        stats = conn.execute("SELECT kata, COUNT(*), MAX(passed) FROM attempts GROUP BY kata").fetchall()
         best = {}
         for kata, points, total in conn.execute(
             "SELECT kata, points, total FROM attempts ORDER BY kata, mode = 'examples', passed DESC,"
@@ -304,7 +305,9 @@ def progress(*, path: Path | None = None) -> dict[str, KataProgress]:
     out: dict[str, KataProgress] = {}
     for kata, count, passed in stats:
         points, total = best[kata]
-        out[kata] = KataProgress("passing" if passed else "in progress", count, points, total, hints.get(kata, 0))
+        out[kata] = KataProgress(
+            "passing" if passed else "in progress", count, points, total, hints.get(kata, 0)
+        )
     for kata in started | set(hints):
         out.setdefault(kata, KataProgress("in progress", 0, 0, 0, hints.get(kata, 0)))
     return out

@@ -1,12 +1,9 @@
 """A kata's Markdown prose (its prompt, a hint) as a learner reads it in a terminal, or in a pipe.
 
-`show()` renders the Markdown with rich, so headings, `code`, **bold** and lists read as such and
-never as raw `##`, backticks or `**`. On a terminal with colours, a rendering taller than the
-screen goes through the system pager (`$PAGER`, else `less`; LESS defaults to "FRX", as git sets
-it, so colours show and the text stays on screen after quitting), its first line saying that q
-closes it. Anywhere else (a pipe, a file, NO_COLOR) it is the same rendering as plain text: no
-escape codes, no trailing spaces, prose wrapped at WIDTH columns and code blocks never wrapped.
-Not done: links (shown as their text) and images (their alt text).
+`show()` renders the Markdown with rich. On a terminal with colours, a rendering taller than the
+screen goes through the system pager (`$PAGER`, else `less`). Anywhere else (a pipe, a file,
+NO_COLOR) it is the same rendering as plain text: no escape codes, prose wrapped at WIDTH columns,
+code blocks never wrapped.
 """
 
 from __future__ import annotations
@@ -34,8 +31,15 @@ class Document(Markdown):
 def render_plain(text: str) -> str:
     """The Markdown `text` rendered as plain text (no escape codes), code blocks unwrapped."""
     width = max([WIDTH, *(len(line) + 4 for line in text.splitlines())])  # + rich's code padding and indent
-    con = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, emoji=False,
-                  force_terminal=False, force_jupyter=False)
+    con = Console(
+        file=io.StringIO(),
+        width=width,
+        color_system=None,
+        highlight=False,
+        emoji=False,
+        force_terminal=False,
+        force_jupyter=False,
+    )
     con.print(Document(text))
     return "\n".join(line.rstrip() for line in con.file.getvalue().rstrip("\n").splitlines())
 

@@ -1,11 +1,9 @@
 """What a learner reads after grading, and the results file a grader reads.
 
-`console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and
-pipes read it). `show_result` prints one line per property (pass/FAIL, or "?" for a timing test
-the machine was too noisy to decide, with why), the cases of a parametrised test folded into one
-block with each cause of failure once (dojo.practice.fold), then the score and time, how to
-re-run the inconclusive ones, and the notes that concern the learner. On a terminal a long line
-wraps inside its column. `write_results` writes the Exercism-style JSON atomically.
+`console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and pipes
+read it). `show_result` prints one line per property (pass, FAIL, or "?" for a timing test left
+inconclusive), the cases of a parametrised test folded (dojo.practice.fold), then the score and the
+notes. `write_results` writes the Exercism-style JSON atomically.
 """
 
 from __future__ import annotations
@@ -48,21 +46,32 @@ def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
             lines = cause.message.splitlines() or [""]
             if cause.who:
                 lines[0] = f"{cause.who}: {lines[0]}"
-            shown = lines[:MESSAGE_LINES] + ([f"... ({len(lines) - MESSAGE_LINES} more lines)"] if len(lines) > MESSAGE_LINES else [])
+            shown = lines[:MESSAGE_LINES] + (
+                [f"... ({len(lines) - MESSAGE_LINES} more lines)"] if len(lines) > MESSAGE_LINES else []
+            )
             for text in shown:
                 own = len(text) - len(text.lstrip(" "))
-                _say(out, Text(f"        {text}", style="red" if cause.outcome == "failed" else "yellow"), 8 + own)
+                _say(
+                    out,
+                    Text(f"        {text}", style="red" if cause.outcome == "failed" else "yellow"),
+                    8 + own,
+                )
     if result.error:
         _say(out, Text(f"Problem: {result.error}", style="bold red"), 9)
     score = Text("Score ", style="bold")
     failing = sum(1 for t in result.tests if t.outcome == "failed")
     unsure = len(result.inconclusive)
     counted = len(result.tests) - unsure
-    score.append(f"{result.points}/{result.total} points", style="bold green" if result.passed else "bold yellow")
+    score.append(
+        f"{result.points}/{result.total} points", style="bold green" if result.passed else "bold yellow"
+    )
     score.append(f" · {counted - failing}/{counted} tests passing · {result.duration:.1f} s")
     if unsure:
-        score.append(f" · {unsure} inconclusive (machine too noisy to decide; not counted: "
-                     f"`dojo check {result.slug} --rerun-inconclusive` re-runs them)", style="yellow")
+        score.append(
+            f" · {unsure} inconclusive (machine too noisy to decide; not counted: "
+            f"`dojo check {result.slug} --rerun-inconclusive` re-runs them)",
+            style="yellow",
+        )
     if result.examples_only:
         score.append(" · README examples only", style="dim")
     _say(out, score, 6)
@@ -70,7 +79,9 @@ def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
         _say(out, Text(f"Note: {note}", style="dim" if note.startswith(PRISTINE) else "yellow"), 6)
 
 
-PRISTINE = "graded with pristine copies"  # dojo.grading.grade's standing note: news only beside a change it caught
+PRISTINE = (
+    "graded with pristine copies"  # dojo.grading.grade's standing note: news only beside a change it caught
+)
 _TAMPERED = "while your code was being graded"  # dojo.grading.grade's words for a guarded file that changed
 _MARK = len("  FAIL  ")
 
@@ -95,10 +106,15 @@ def _say(out: Console, line: Text, indent: int) -> None:
 
 def _test_line(block: Block) -> Text:
     mark = {"passed": ("pass", "green"), "skipped": ("skip", "dim"), "inconclusive": ("?", "yellow")}.get(
-        block.outcome, ("FAIL", "bold red"))
+        block.outcome, ("FAIL", "bold red")
+    )
     line = Text(f"  {mark[0]:<4}  ", style=mark[1])
-    line.append(f"-/{block.points}" if block.outcome == "inconclusive" and len(block.tests) == 1
-                else f"{block.earned}/{block.points}", style="dim")
+    line.append(
+        f"-/{block.points}"
+        if block.outcome == "inconclusive" and len(block.tests) == 1
+        else f"{block.earned}/{block.points}",
+        style="dim",
+    )
     line.append(" pt  ", style="dim")
     line.append(block.first.property)
     if block.label:
@@ -111,8 +127,10 @@ def _test_line(block: Block) -> Text:
 def verdict(result: GradeResult, slug: str) -> str:
     """One closing line: what to do next."""
     if result.passed and not result.examples_only and result.inconclusive:
-        return (f"Every test that could decide passes; {len(result.inconclusive)} timing test(s) could not on this busy "
-                f"machine: `dojo check {slug} --rerun-inconclusive` when it is quieter.")
+        return (
+            f"Every test that could decide passes; {len(result.inconclusive)} timing test(s) could not on this busy "
+            f"machine: `dojo check {slug} --rerun-inconclusive` when it is quieter."
+        )
     if result.passed and not result.examples_only:
         return f"All tests pass. `dojo solution {slug}` shows the reference to compare with."
     if result.passed:

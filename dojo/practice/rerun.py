@@ -1,10 +1,8 @@
 """`dojo check --rerun-inconclusive`: run again only the timing tests the last check left inconclusive.
 
-A machine test (dojo.testing) that a busy machine could not decide is inconclusive; rather than
-grade the whole suite again, the learner re-runs just those tests when the machine is quieter, and
-their new outcomes replace the old rows of workspace/results/<slug>.json. The graded file's sha256,
-stored in that document, must still match: otherwise the merge would mix two files' results.
-Left out: notebooks and take-home submissions (`dojo grade` has no stored grading to merge into).
+Their new outcomes replace the old rows of workspace/results/<slug>.json, when the graded file's
+sha256 stored there still matches. Only for the workspace's .py file: not notebooks, and not
+take-homes (`dojo grade` stores no grading to merge into).
 """
 
 from __future__ import annotations
@@ -23,28 +21,46 @@ def rerun_inconclusive(slug: str, results_file: Path, timeout: float | None) -> 
     nothing inconclusive, or the file changed since (the merge would mix two files' results)."""
     doc = _last_check(results_file)
     if doc is None:
-        raise ValueError(f"no results of a full check of {slug!r} at {results_file}: run `dojo check {slug}` first")
+        raise ValueError(
+            f"no results of a full check of {slug!r} at {results_file}: run `dojo check {slug}` first"
+        )
     unsure = set(doc.get("inconclusive") or [])
     if not unsure:
         raise ValueError(f"the last check of {slug!r} left no test inconclusive: nothing to re-run")
     if doc.get("examples_only") or doc.get("target") != "workspace" or doc.get("status") == "error":
-        raise ValueError(f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
-                         f"run `dojo check {slug}`")
+        raise ValueError(
+            f"the last check of {slug!r} was not a full, clean run of the workspace copy: "
+            f"run `dojo check {slug}`"
+        )
     fields = set(TestResult.__dataclass_fields__)
     before = [TestResult(**{k: v for k, v in t.items() if k in fields}) for t in doc["tests"]]
     fresh = grade.grade(slug, "workspace", timeout=timeout, only=[t.name for t in before if t.id in unsure])
     if fresh.digest != doc.get("digest"):
-        raise ValueError(f"{fresh.path} changed since the last check: run `dojo check {slug}` to grade all of it")
+        raise ValueError(
+            f"{fresh.path} changed since the last check: run `dojo check {slug}` to grade all of it"
+        )
     again = {t.id: t for t in fresh.tests}
     tests = [again.get(t.id, t) if t.id in unsure else t for t in before]
     error = fresh.error
     points, total, passed = score(tests, error)
     return GradeResult(
-        slug=slug, target="workspace", path=fresh.path, tests=tests, points=points, total=total, passed=passed,
-        duration=fresh.duration, started=fresh.started, error=error, notes=fresh.notes + [
+        slug=slug,
+        target="workspace",
+        path=fresh.path,
+        tests=tests,
+        points=points,
+        total=total,
+        passed=passed,
+        duration=fresh.duration,
+        started=fresh.started,
+        error=error,
+        notes=fresh.notes
+        + [
             f"re-ran {len(unsure)} inconclusive test(s); the other results are from the check of "
-            f"{time.strftime('%H:%M:%S', time.localtime(doc.get('started', 0)))}"],
-        output=fresh.output, digest=fresh.digest,
+            f"{time.strftime('%H:%M:%S', time.localtime(doc.get('started', 0)))}"
+        ],
+        output=fresh.output,
+        digest=fresh.digest,
     )
 
 

@@ -17,8 +17,18 @@ from pathlib import Path
 from dojo.catalog import Kata
 from dojo.targets import workspace_dir
 
-__all__ = ["StartResult", "WorkExists", "backups_dir", "form", "kata_file", "notebook_file", "reset", "results_file",
-           "start", "workspace_dir"]
+__all__ = [
+    "StartResult",
+    "WorkExists",
+    "backups_dir",
+    "form",
+    "kata_file",
+    "notebook_file",
+    "reset",
+    "results_file",
+    "start",
+    "workspace_dir",
+]
 
 
 class WorkExists(FileExistsError):

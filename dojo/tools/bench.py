@@ -1,15 +1,10 @@
 """`dojo bench <what>`: measure a curve on the reference model, print it as a table, plot it to a PNG.
 
-- `batching`: decode tokens/s against batch size (solutions.batching.throughput_curve), beside the
-  roofline's prediction from this machine's measured ceilings, with the compute crossover marked.
-- `latency`: time to first token and time per output token against prompt length
-  (solutions.latency.measure_latency), beside predict_ttft / predict_tpot.
-- `serve`: tokens/s, TTFT and TPOT of `dojo serve` against concurrent clients (dojo.tools.serve_bench).
-
-The model is SmolLM2-shaped with random weights (the same FLOPs and bytes as the real one, nothing
-to load); `--layers` and `--vocab` shrink it for quick runs. Plots go under the workspace, in
-bench/<what>.png. The numbers come from `solutions.*`; this module chooses sizes, formats, plots.
-Each bench is one `add_parser` in `register`, so more can join.
+`batching`: decode tokens/s against batch size, beside the roofline's prediction. `latency`: time to
+first token and time per output token against prompt length, beside predict_ttft / predict_tpot.
+`serve`: dojo.tools.serve_bench. The model is SmolLM2-shaped with random weights; plots go to
+bench/<what>.png under the workspace. The numbers come from `solutions.*`; this module chooses sizes,
+formats and plots.
 """
 
 from __future__ import annotations
@@ -38,8 +33,10 @@ def shaped_model(args: argparse.Namespace):
 def measure_ceilings(matmul_n: int, copy_bytes: int, repeats: int) -> Ceilings:
     from solutions import roofline
 
-    return Ceilings(roofline.measure_peak_flops(matmul_n, repeats=repeats),
-                    roofline.measure_bandwidth(copy_bytes, repeats))
+    return Ceilings(
+        roofline.measure_peak_flops(matmul_n, repeats=repeats),
+        roofline.measure_bandwidth(copy_bytes, repeats),
+    )
 
 
 def _int_list(text: str) -> list[int]:
@@ -71,6 +68,7 @@ def _finish(fig, ax, xs: list[int], xlabel: str, ylabel: str, title: str, path: 
 
 # --------------------------------------------------------------------------- batching
 
+
 def batching_rows(config, curve: dict[int, float], context_len: int, ceilings: Ceilings) -> list[dict]:
     """Per batch: measured tokens/s, the roofline's tokens/s and its verdict."""
     from solutions.roofline import arithmetic_intensity, bound, phase_cost
@@ -79,9 +77,15 @@ def batching_rows(config, curve: dict[int, float], context_len: int, ceilings: C
     for batch, tokens_per_s in curve.items():
         cost = phase_cost(config, "decode", batch, 1, context_len)
         seconds = max(cost.flops / ceilings.peak_flops, cost.bytes / ceilings.bandwidth)
-        rows.append({"batch": batch, "measured": tokens_per_s, "step_ms": batch / tokens_per_s * 1e3,
-                         "predicted": batch / seconds,
-                         "bound": bound(arithmetic_intensity(cost), ceilings.peak_flops, ceilings.bandwidth)})
+        rows.append(
+            {
+                "batch": batch,
+                "measured": tokens_per_s,
+                "step_ms": batch / tokens_per_s * 1e3,
+                "predicted": batch / seconds,
+                "bound": bound(arithmetic_intensity(cost), ceilings.peak_flops, ceilings.bandwidth),
+            }
+        )
     return rows
 
 
@@ -90,8 +94,10 @@ def batching_table(rows: list[dict]) -> list[str]:
     speedup = f"x batch {rows[0]['batch']}"
     lines = [f"  {'batch':>6}{'step ms':>10}{'tokens/s':>11}{speedup:>11}{'roofline tok/s':>16}  verdict"]
     for r in rows:
-        lines.append(f"  {r['batch']:>6}{r['step_ms']:>10.1f}{r['measured']:>11.1f}"
-                     f"{r['measured'] / base:>11.2f}{r['predicted']:>16.1f}  {r['bound']}-bound")
+        lines.append(
+            f"  {r['batch']:>6}{r['step_ms']:>10.1f}{r['measured']:>11.1f}"
+            f"{r['measured'] / base:>11.2f}{r['predicted']:>16.1f}  {r['bound']}-bound"
+        )
     return lines
 
 
@@ -128,13 +134,18 @@ def run_batching(args: argparse.Namespace) -> int:
     except ValueError:
         fits = "not one sequence"
     print(f"  KV cache per sequence: {per_seq / 1e6:.2f} MB; {args.memory_gib:g} GiB holds {fits}")
-    path = plot_batching(rows, crossover, _out(args, "batching"), f"decode throughput, {c.n_layers} layers, "
-                         f"context {args.context}")
+    path = plot_batching(
+        rows,
+        crossover,
+        _out(args, "batching"),
+        f"decode throughput, {c.n_layers} layers, context {args.context}",
+    )
     print(f"  plot: {path}")
     return 0
 
 
 # --------------------------------------------------------------------------- latency
+
 
 def plot_latency(rows: list[dict], path: Path, title: str) -> Path:
     from matplotlib.figure import Figure
@@ -144,8 +155,13 @@ def plot_latency(rows: list[dict], path: Path, title: str) -> Path:
     prompts = [r["prompt"] for r in rows]
     for key, color in (("ttft", "tab:blue"), ("tpot", "tab:orange")):
         ax.plot(prompts, [r[key] * 1e3 for r in rows], "o-", color=color, label=f"{key.upper()} measured")
-        ax.plot(prompts, [r[f"{key}_predicted"] * 1e3 for r in rows], "--", color=color,
-                label=f"{key.upper()} roofline")
+        ax.plot(
+            prompts,
+            [r[f"{key}_predicted"] * 1e3 for r in rows],
+            "--",
+            color=color,
+            label=f"{key.upper()} roofline",
+        )
     return _finish(fig, ax, prompts, "prompt tokens", "milliseconds", title, path)
 
 
@@ -158,14 +174,22 @@ def run_latency(args: argparse.Namespace) -> int:
     rows = []
     for prompt in args.prompts:
         got = measure_latency(model, prompt, args.new_tokens, repeats=args.repeats)
-        rows.append({"prompt": prompt, "ttft": got.ttft, "tpot": got.tpot,
-                         "ttft_predicted": predict_ttft(c, prompt, ceilings.peak_flops, ceilings.bandwidth),
-                         "tpot_predicted": predict_tpot(c, prompt, ceilings.peak_flops, ceilings.bandwidth)})
+        rows.append(
+            {
+                "prompt": prompt,
+                "ttft": got.ttft,
+                "tpot": got.tpot,
+                "ttft_predicted": predict_ttft(c, prompt, ceilings.peak_flops, ceilings.bandwidth),
+                "tpot_predicted": predict_tpot(c, prompt, ceilings.peak_flops, ceilings.bandwidth),
+            }
+        )
     print(_header(args, c, ceilings, f"{args.new_tokens} new tokens per request"))
     print(f"  {'prompt':>7}{'TTFT ms':>10}{'roofline':>10}{'TPOT ms':>10}{'roofline':>10}")
     for r in rows:
-        print(f"  {r['prompt']:>7}{r['ttft'] * 1e3:>10.1f}{r['ttft_predicted'] * 1e3:>10.1f}"
-              f"{r['tpot'] * 1e3:>10.1f}{r['tpot_predicted'] * 1e3:>10.1f}")
+        print(
+            f"  {r['prompt']:>7}{r['ttft'] * 1e3:>10.1f}{r['ttft_predicted'] * 1e3:>10.1f}"
+            f"{r['tpot'] * 1e3:>10.1f}{r['tpot_predicted'] * 1e3:>10.1f}"
+        )
     path = plot_latency(rows, _out(args, "latency"), f"TTFT and TPOT, {c.n_layers} layers")
     print(f"  plot: {path}")
     return 0
@@ -173,15 +197,18 @@ def run_latency(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- the command
 
+
 def _header(args: argparse.Namespace, config, ceilings: Ceilings, what: str) -> str:
     import torch
 
     threads = torch.get_num_threads()
-    return (f"SmolLM2-shaped, random weights: {config.n_layers} layers, vocab {config.vocab_size}, fp32; "
-            f"{threads} thread{'s' * (threads != 1)}; {what}; median of {args.repeats} after a warm-up\n"
-            f"  ceilings: {ceilings.peak_flops / 1e9:.3g} GFLOP/s (matmul n = {args.matmul_n}), "
-            f"{ceilings.bandwidth / 1e9:.3g} GB/s (copy of {args.copy_mib} MiB); ridge "
-            f"{ceilings.peak_flops / ceilings.bandwidth:.3g} FLOP/byte")
+    return (
+        f"SmolLM2-shaped, random weights: {config.n_layers} layers, vocab {config.vocab_size}, fp32; "
+        f"{threads} thread{'s' * (threads != 1)}; {what}; median of {args.repeats} after a warm-up\n"
+        f"  ceilings: {ceilings.peak_flops / 1e9:.3g} GFLOP/s (matmul n = {args.matmul_n}), "
+        f"{ceilings.bandwidth / 1e9:.3g} GB/s (copy of {args.copy_mib} MiB); ridge "
+        f"{ceilings.peak_flops / ceilings.bandwidth:.3g} FLOP/byte"
+    )
 
 
 def _out(args: argparse.Namespace, name: str) -> Path:
@@ -202,21 +229,32 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="measure a curve on the reference model and plot it",
-                                  description="Measure a curve on a SmolLM2-shaped model, print a table, "
-                                              "save a PNG under the workspace (bench/<what>.png).")
+    bench = subparsers.add_parser(
+        "bench",
+        help="measure a curve on the reference model and plot it",
+        description="Measure a curve on a SmolLM2-shaped model, print a table, "
+        "save a PNG under the workspace (bench/<what>.png).",
+    )
     what = bench.add_subparsers(title="what", metavar="WHAT", dest="what", required=True)
     p = what.add_parser("batching", help="decode tokens/s against batch size, and the compute crossover")
     _common(p)
-    p.add_argument("--batch-sizes", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64],
-                   help="comma-separated (default 1,2,4,8,16,32,64)")
+    p.add_argument(
+        "--batch-sizes",
+        type=_int_list,
+        default=[1, 2, 4, 8, 16, 32, 64],
+        help="comma-separated (default 1,2,4,8,16,32,64)",
+    )
     p.add_argument("--context", type=int, default=16, help="cached tokens per row (default 16)")
     p.add_argument("--memory-gib", type=float, default=16.0, help="memory budget for the max-batch line")
     p.set_defaults(func=_run(run_batching))
     p = what.add_parser("latency", help="TTFT and TPOT against prompt length, beside the roofline")
     _common(p)
-    p.add_argument("--prompts", type=_int_list, default=[16, 64, 256, 512],
-                   help="prompt lengths, comma-separated (default 16,64,256,512)")
+    p.add_argument(
+        "--prompts",
+        type=_int_list,
+        default=[16, 64, 256, 512],
+        help="prompt lengths, comma-separated (default 16,64,256,512)",
+    )
     p.add_argument("--new-tokens", type=int, default=8, help="tokens generated per request (default 8)")
     p.set_defaults(func=_run(run_latency))
     serve_bench.register(what, _int_list)

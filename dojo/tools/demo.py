@@ -1,22 +1,10 @@
 """`dojo demo "question"`: SmolLM2 answers a chat question on the reference inference system.
 
-Greedy answers come, by default, from speculative decoding (solutions.speculative): fp32 weights
-verify what the default packed mode drafts (int4-q8x2 where the compiled kernel is built, else
-int4), so the text is fp32's greedy text token for token, and so HuggingFace's, faster than plain
-fp32 (`make bench`'s speculative rows measure both). Where there is no packed mode, and for
-sampling and beam search, the demo runs one weights mode (`--weights
-fp32|bf16|int4|int4-q8|int4-q8x2`, default solutions.weight_modes.default_mode; the int4-q8 modes
-always say whether their compiled kernel runs, and why not); `--weights` always runs that mode
-alone, and `--speculative` asks for speculative decoding (drafting with bf16 where no packed mode
-runs). The models load through the start-up cache (solutions.weights_cache, under the
-workspace: the first run parses the GGUF, with a progress bar, later runs map the cached files);
-the answer streams as it is generated, then the demo reports prompt tokens, time to first token,
-decode tokens/s and, when speculative, the drafts accepted; `--verbose` adds what the cache and
-the calibration did and where the start-up time went. With `--mine`, the learner's passed katas
-(attention, kv_cache, generate, speculative) replace the reference parts (plain decoding unless
-`--speculative` is given); a kata that has not passed, or whose file fails to import, falls back
-to the reference, and the demo says which parts are whose. Everything but argument parsing and
-printing is importable.
+Greedy answers come by default from speculative decoding (solutions.speculative: fp32 verifies the
+default packed mode's drafts, so the text is fp32's, token for token). `--weights MODE` runs one mode
+alone; sampling and beam search run the default mode. The answer streams, then the demo reports time
+to first token and decode tokens/s. `--mine` swaps in the learner's passed katas, falling back to the
+reference. Everything but argument parsing and printing is importable.
 """
 
 from __future__ import annotations
@@ -27,13 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dojo.practice import report
+from dojo.tools.loading import load_smollm2
 
 STARTED = time.perf_counter()  # when the CLI loaded its commands: the start-up line counts from here
 
 # kata -> (the name its file defines, the Parts field it fills)
-MINE = {"attention": ("attention", "attention_fn"), "kv_cache": ("KVCache", "cache_cls"),
-        "generate": ("generate", "generate"), "speculative": ("speculative_generate", "speculative")}
-DRAFT_K = 4  # draft tokens per round: near the best of expected_speedup for the int4 draft's measured alpha and c
+MINE = {
+    "attention": ("attention", "attention_fn"),
+    "kv_cache": ("KVCache", "cache_cls"),
+    "generate": ("generate", "generate"),
+    "speculative": ("speculative_generate", "speculative"),
+}
+DRAFT_K = (
+    4  # draft tokens per round: near the best of expected_speedup for the int4 draft's measured alpha and c
+)
 
 
 @dataclass
@@ -96,19 +91,20 @@ def plan(args: argparse.Namespace) -> Plan:
     neither it nor `--mine` nor `--weights` where torch has the int4 kernel, runs fp32 verifying int4's
     drafts (bf16's where int4 is missing); anything else the default mode. ValueError for options
     that clash with speculative decoding, or an unknown mode."""
-    from solutions.weight_modes import check_mode, default_mode, draft_mode
+    from solutions.system.kernels.weight_modes import check_mode, default_mode, draft_mode
 
     greedy = not args.sample and args.beams == 1
     if args.speculative:
         if not greedy:
             raise ValueError("--speculative is greedy decoding: it does not go with --sample or --beams")
         if args.weights not in (None, "fp32"):
-            raise ValueError(f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify")
+            raise ValueError(
+                f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify"
+            )
         return Plan("fp32", draft_mode())
     if args.weights is None and greedy and not args.mine and draft_mode() != "bf16":
         return Plan("fp32", draft_mode())
     return Plan(check_mode(args.weights or default_mode()))
-
 
 
 def generation_kwargs(args: argparse.Namespace) -> dict:
@@ -121,8 +117,13 @@ def generation_kwargs(args: argparse.Namespace) -> dict:
     if args.beams > 1:
         kwargs |= dict(strategy="beam", num_beams=args.beams)
     elif args.sample:
-        kwargs |= dict(strategy="sample", temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                       seed=args.seed)
+        kwargs |= dict(
+            strategy="sample",
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
     return kwargs
 
 
@@ -145,7 +146,7 @@ class TextStream:
         self.ids.append(token)
         text = self.tokenizer.decode(self.ids)
         if not text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait for the rest
-            self.write(text[self.shown:])
+            self.write(text[self.shown :])
             self.shown = len(text)
 
 
@@ -161,37 +162,10 @@ def peak_rss_bytes() -> int:
     return 0
 
 
-def load_model(parts: Parts, mode: str, log: Callable[[str], None]):
-    """SmolLM2 and its tokenizer (a solutions.weights_cache.Loaded) in weights `mode`, with the
-    chosen attention and cache; a progress bar on stderr while a first run builds the cache."""
-    from dojo.targets import workspace_dir
-    from solutions import weights_cache
-
-    shown = {}  # the bar and its task, made on the first report: a warm start builds nothing, imports no rich.progress
-
-    def progress(done: int, total: int) -> None:
-        if not shown:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            columns = (TextColumn(f"preparing SmolLM2-135M ({mode}, first run)"), BarColumn(),
-                       TextColumn("{task.completed}/{task.total} tensors"), TimeElapsedColumn())
-            shown["bar"] = Progress(*columns, console=report.console(stderr=True), transient=True, auto_refresh=False)
-            shown["bar"].start()
-            shown["task"] = shown["bar"].add_task("load", total=total)
-        shown["bar"].update(shown["task"], completed=done, total=total, refresh=True)
-
-    try:
-        return weights_cache.load(mode, workspace_dir() / "cache" / "smollm2", log=log, progress=progress,
-                                  attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
-    finally:
-        if shown:
-            shown["bar"].stop()
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from solutions.weight_modes import Q8_MODES, describe_mode, resident_bytes, weight_bytes
+    from solutions.system.kernels.weight_modes import Q8_MODES, describe_mode, resident_bytes, weight_bytes
 
     out = report.console()
     chosen = plan(args)  # before the slow load, as are the options
@@ -203,34 +177,57 @@ def run(args: argparse.Namespace) -> int:
         for note in parts.notes:
             out.print(f"  {note}", markup=False)
     note = (lambda s: out.print(f"  {s}", markup=False)) if args.verbose else (lambda s: None)
-    loaded = load_model(parts, chosen.mode, note)
+    loaded = load_smollm2(chosen.mode, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
     model, tokenizer = loaded.model, loaded.tokenizer
-    draft = load_model(parts, chosen.draft, note).model if chosen.draft else None
+    draft = (
+        load_smollm2(chosen.draft, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls).model
+        if chosen.draft
+        else None
+    )
     for mode, m in [(chosen.mode, model)] + ([(chosen.draft, draft)] if draft is not None else []):
-        if args.verbose or mode in Q8_MODES:  # a q8 mode's product path (compiled or not, and why) is always said
-            out.print(f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
-                      markup=False)
+        if (
+            args.verbose or mode in Q8_MODES
+        ):  # a q8 mode's product path (compiled or not, and why) is always said
+            out.print(
+                f"weights: {mode} ({describe_mode(mode)}), {weight_bytes(m) / 1e6:.0f} MB read per token",
+                markup=False,
+            )
             if args.verbose and getattr(m, "fused_step", None) is not None:
                 out.print(f"  decode steps: {m.fused_step.describe()}", markup=False)
     if args.verbose:
         out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:
             out.print(f"  {loaded.calibration.summary()}", markup=False)
-        out.print("start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
-                  + f"; {time.perf_counter() - STARTED:.2f} s since the command began")
+        out.print(
+            "start-up: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in loaded.seconds.items())
+            + f"; {time.perf_counter() - STARTED:.2f} s since the command began"
+        )
     prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": args.question}]))
     stream = TextStream(tokenizer, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False))
     start = time.perf_counter()
     with torch.inference_mode():
         if draft is not None:
-            spec = parts.speculative(model, draft, prompt, eos_token_id=tokenizer.eos_token_id, k=DRAFT_K,
-                                     on_token=lambda token: stream(0, token), **kwargs)
+            spec = parts.speculative(
+                model,
+                draft,
+                prompt,
+                eos_token_id=tokenizer.eos_token_id,
+                k=DRAFT_K,
+                on_token=lambda token: stream(0, token),
+                **kwargs,
+            )
             new_tokens, prefill_seconds = spec.tokens, 0.0
             decode_seconds = time.perf_counter() - (stream.first_token_at or start)
         else:
-            result = parts.generate(model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream,
-                                    **kwargs)
-            new_tokens, prefill_seconds, decode_seconds = result.tokens[0], result.prefill_seconds, result.decode_seconds
+            result = parts.generate(
+                model, [prompt], eos_token_id=tokenizer.eos_token_id, on_token=stream, **kwargs
+            )
+            new_tokens, prefill_seconds, decode_seconds = (
+                result.tokens[0],
+                result.prefill_seconds,
+                result.decode_seconds,
+            )
     out.print()
     n_new = len(new_tokens)
     streamed = args.beams == 1 and stream.first_token_at is not None  # beam search streams only at the end
@@ -247,10 +244,12 @@ def run(args: argparse.Namespace) -> int:
 def speculative_line(chosen: Plan, result) -> str:
     """How the drafts fared: accepted of drafted, and target passes for the tokens."""
     n, passes = len(result.tokens), result.rounds
-    return (f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
-            f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
-            f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
-            f"greedy text")
+    return (
+        f"speculative: {chosen.mode} verified {chosen.draft}'s drafts (k={DRAFT_K}): {result.accepted} of "
+        f"{result.drafted} accepted ({result.acceptance_rate:.0%}), {passes} {chosen.mode} pass"
+        f"{'es' if passes != 1 else ''} for {n} token{'s' if n != 1 else ''}; the text is {chosen.mode}'s "
+        f"greedy text"
+    )
 
 
 def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
@@ -259,13 +258,15 @@ def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
     steps = n_new - 1
     rate = f"{steps / decode_seconds:.1f}" if steps > 0 and decode_seconds > 0 else "-"
     what = f"{beams} beams, " if beams > 1 else ""
-    return (f"decode: {n_new} new token{'s' if n_new != 1 else ''} ({what}{steps} decode "
-            f"step{'s' if steps != 1 else ''} in {decode_seconds:.2f} s): {rate} tokens/s")
+    return (
+        f"decode: {n_new} new token{'s' if n_new != 1 else ''} ({what}{steps} decode "
+        f"step{'s' if steps != 1 else ''} in {decode_seconds:.2f} s): {rate} tokens/s"
+    )
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="chat with SmolLM2 on the reference system (or yours: --mine)")
-    p.add_argument("question", help="what to ask, e.g. \"What is the capital of France?\"")
+    p.add_argument("question", help='what to ask, e.g. "What is the capital of France?"')
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--greedy", action="store_true", help="greedy decoding (the default)")
     mode.add_argument("--sample", action="store_true", help="sample (see --temperature, --top-p)")
@@ -273,20 +274,35 @@ def register(subparsers) -> None:
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--beams", type=int, default=1, metavar="N",
-                   help="beam search with N beams (answer shown at the end)")
+    p.add_argument(
+        "--beams", type=int, default=1, metavar="N", help="beam search with N beams (answer shown at the end)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
-    p.add_argument("--mine", action="store_true",
-                   help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)")
-    p.add_argument("--speculative", action="store_true",
-                   help="greedy by speculative decoding: fp32 verifies the default packed mode's drafts "
-                        "(int4-q8x2 with the compiled kernel, else int4, else bf16); the text is fp32's, "
-                        "token-identical to HuggingFace's. The default for greedy where a packed mode runs")
-    p.add_argument("--weights", default=None, metavar="MODE",
-                   help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
-                        "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
-                        "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
-                        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
-                        "compiled kernel is built, else int4 where torch has its kernel, else fp32")
-    p.add_argument("--verbose", action="store_true", help="say what the cache and the calibration did, and start-up times")
+    p.add_argument(
+        "--mine",
+        action="store_true",
+        help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative)",
+    )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="greedy by speculative decoding: fp32 verifies the default packed mode's drafts "
+        "(int4-q8x2 with the compiled kernel, else int4, else bf16); the text is fp32's, "
+        "token-identical to HuggingFace's. The default for greedy where a packed mode runs",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="MODE",
+        help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
+        "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
+        "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
+        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
+        "compiled kernel is built, else int4 where torch has its kernel, else fp32",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say what the cache and the calibration did, and start-up times",
+    )
     p.set_defaults(func=run, fast_exit=True)

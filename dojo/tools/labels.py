@@ -1,11 +1,8 @@
 """Moving a plot's point labels so that none covers a marker or another label.
 
-`place_labels(fig)` takes a drawn matplotlib Figure (solutions.roofline.plot_roofline's: one Axes,
-markers as Line2D points, each label an annotation offset from its point) and, label by label, tries
-offsets around the point, nearest first, keeping the first whose text box clears every marker and
-every label already placed; a label that moved far gets a thin leader line to its point.
-`overlaps(fig)` lists what still collides (the tests use it).
-Not done: avoiding the roof line itself, or the legend (the plots here have none).
+`place_labels(fig)` takes a drawn matplotlib Figure (solutions.roofline.plot_roofline's) and, label by
+label, keeps the nearest offset whose text box clears every marker and every label already placed; a
+label that moved far gets a leader line. `overlaps(fig)` lists what still collides (the tests use it).
 """
 
 from __future__ import annotations
@@ -51,9 +48,16 @@ def _candidates() -> list[tuple[float, float, str, str]]:
     found = []
     for ring in range(1, RINGS + 1):
         r = STEP_PT * ring
-        found += [(0, r, "center", "bottom"), (r, 0, "left", "center"), (0, -r, "center", "top"),
-                  (-r, 0, "right", "center"), (r, r, "left", "bottom"), (r, -r, "left", "top"),
-                  (-r, r, "right", "bottom"), (-r, -r, "right", "top")]
+        found += [
+            (0, r, "center", "bottom"),
+            (r, 0, "left", "center"),
+            (0, -r, "center", "top"),
+            (-r, 0, "right", "center"),
+            (r, r, "left", "bottom"),
+            (r, -r, "left", "top"),
+            (-r, r, "right", "bottom"),
+            (-r, -r, "right", "top"),
+        ]
     return found
 
 
@@ -72,7 +76,12 @@ def place_labels(fig: Figure) -> None:
                 text.set_ha(ha)
                 text.set_va(va)
                 box = _text_box(text, renderer)
-                inside = fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+                inside = (
+                    fig.bbox.x0 <= box.x0
+                    and box.x1 <= fig.bbox.x1
+                    and fig.bbox.y0 <= box.y0
+                    and box.y1 <= fig.bbox.y1
+                )
                 if inside and not any(box.overlaps(b) for b in markers + placed):
                     placed.append(box)
                     if max(abs(dx), abs(dy)) > STEP_PT:
@@ -87,9 +96,17 @@ def place_labels(fig: Figure) -> None:
 
 def _lead(ax, text: Annotation) -> None:
     """Redraw `text` with a thin gray line back to its point (an Annotation takes arrowprops only when made)."""
-    ax.annotate(text.get_text(), text.xy, xytext=text.xyann, textcoords="offset points", ha=text.get_ha(),
-                va=text.get_va(), color=text.get_color(), fontsize=text.get_fontsize(),
-                arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.6, "shrinkA": 2, "shrinkB": 6})
+    ax.annotate(
+        text.get_text(),
+        text.xy,
+        xytext=text.xyann,
+        textcoords="offset points",
+        ha=text.get_ha(),
+        va=text.get_va(),
+        color=text.get_color(),
+        fontsize=text.get_fontsize(),
+        arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.6, "shrinkA": 2, "shrinkB": 6},
+    )
     text.remove()
 
 
@@ -99,8 +116,15 @@ def overlaps(fig: Figure) -> list[str]:
     markers = marker_boxes(fig)
     texts = [t for ax in fig.axes for t in ax.texts]
     boxes = [_text_box(t, renderer, pad=0) for t in texts]
-    found = [f"{t.get_text()!r} covers a marker" for t, box in zip(texts, boxes) if any(box.overlaps(m) for m in markers)]
+    found = [
+        f"{t.get_text()!r} covers a marker"
+        for t, box in zip(texts, boxes)
+        if any(box.overlaps(m) for m in markers)
+    ]
     for i, (a, box_a) in enumerate(zip(texts, boxes)):
-        found += [f"{a.get_text()!r} covers {b.get_text()!r}" for b, box_b in zip(texts[i + 1:], boxes[i + 1:])
-                  if box_a.overlaps(box_b)]
+        found += [
+            f"{a.get_text()!r} covers {b.get_text()!r}"
+            for b, box_b in zip(texts[i + 1 :], boxes[i + 1 :])
+            if box_a.overlaps(box_b)
+        ]
     return found

@@ -1,18 +1,10 @@
 """`dojo roofline`: measure this machine's ceilings and place SmolLM2's prefill and decode under them.
 
-Measures copy bandwidth and matmul peak (solutions.roofline) before and after timing the
-reference model's prefill of a prompt and one decode step after it, keeping the higher of each
-ceiling (a busy machine only ever lowers one, and says so); prints a table (ceilings; per phase:
-intensity, achieved and attainable FLOP/s, share of the roof, verdict) and saves the roofline
-plot under the workspace. Each weights mode (`--weights`, default all: fp32, bf16, int4, int4-q8, int4-q8x2) adds
-its decode step, credited with the bytes its weights really take, and a line comparing its
-measured speed-up over fp32 with its bytes ratio: the INT4 kata's "8x smaller, so 8x faster?"
-on the real model. On a CUDA GPU it repeats the fp32 phases there (the packed modes are CPU
-kernels). The numbers come from `solutions.roofline`; this module only chooses sizes, formats
-and prints. On a terminal each phase (loading a mode, the ceilings, prefill, decode, the plot) gets
-a progress bar on stderr; the weights cache (several hundred MB under the workspace on a first run)
-is named with its size on disk. Plot labels name each point's weights mode and are moved off the
-markers (dojo.tools.labels).
+It measures copy bandwidth and matmul peak (solutions.roofline) before and after timing the model's
+prefill and one decode step, keeps the higher of each, prints a table and saves the plot under the
+workspace. Each weights mode (`--weights`) adds its decode step, credited with its own weight bytes,
+and its speed-up over fp32 beside its bytes ratio. On a CUDA GPU the fp32 phases run there too. The
+numbers come from `solutions.roofline`; this module chooses sizes, formats and prints.
 """
 
 from __future__ import annotations
@@ -62,31 +54,42 @@ def measure_ceilings(device: str, copy_bytes: int | None, matmul_n: int, repeats
     bandwidth = roofline.measure_bandwidth(copy_bytes, repeats, device=device)
     peak = roofline.measure_peak_flops(matmul_n, torch.float32, repeats, device=device)
     threads = torch.get_num_threads()
-    name = (f"cpu ({threads} thread{'s' * (threads != 1)})" if device == "cpu"
-            else f"{device} ({torch.cuda.get_device_name(device)})")
+    name = (
+        f"cpu ({threads} thread{'s' * (threads != 1)})"
+        if device == "cpu"
+        else f"{device} ({torch.cuda.get_device_name(device)})"
+    )
     return Ceilings(device, name, bandwidth, peak, copy_bytes, matmul_n)
 
 
 def best_of(before: Ceilings, after: Ceilings) -> tuple[Ceilings, str]:
     """The higher of two measurements of each ceiling (others using the machine only ever lower
     them), and a warning when they disagree by more than 20% ("" when they agree)."""
-    best = replace(before, bandwidth=max(before.bandwidth, after.bandwidth),
-                   peak_flops=max(before.peak_flops, after.peak_flops))
-    moved = [f"{what} {_si(a, unit)} then {_si(b, unit)}"
-             for what, a, b, unit in (("bandwidth", before.bandwidth, after.bandwidth, "B/s"),
-                                      ("peak", before.peak_flops, after.peak_flops, "FLOP/s"))
-             if min(a, b) < 0.8 * max(a, b)]
+    best = replace(
+        before,
+        bandwidth=max(before.bandwidth, after.bandwidth),
+        peak_flops=max(before.peak_flops, after.peak_flops),
+    )
+    moved = [
+        f"{what} {_si(a, unit)} then {_si(b, unit)}"
+        for what, a, b, unit in (
+            ("bandwidth", before.bandwidth, after.bandwidth, "B/s"),
+            ("peak", before.peak_flops, after.peak_flops, "FLOP/s"),
+        )
+        if min(a, b) < 0.8 * max(a, b)
+    ]
     note = f"  note: the machine is busy ({'; '.join(moved)}); the best of each is shown" if moved else ""
     return best, note
 
 
-def mode_decode(model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, batch: int,
-                repeats: int) -> Measurement:
+def mode_decode(
+    model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, batch: int, repeats: int
+) -> Measurement:
     """One decode step of a `mode` model, credited with fp32's FLOPs and its own weight bytes
     (phase_cost counts fp32 weights; the KV cache stays fp32 in every mode)."""
     from solutions import roofline
     from solutions.roofline import Cost
-    from solutions.weight_modes import weight_bytes
+    from solutions.system.kernels.weight_modes import weight_bytes
 
     m = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
     cost = Cost(m.cost.flops, m.cost.bytes - fp32_weight_bytes + weight_bytes(model))
@@ -95,9 +98,11 @@ def mode_decode(model, mode: str, fp32_weight_bytes: int, prompt_tokens: int, ba
 
 def mode_lines(fp32: Measurement, modes: dict[str, Measurement]) -> list[str]:
     """Per packed mode: how many times fewer bytes a decode step moves, and how much faster it ran."""
-    return [f"  {mode}: decode moves {fp32.cost.bytes / m.cost.bytes:.2f}x fewer bytes than fp32 and ran "
-            f"{fp32.seconds / m.seconds:.2f}x faster ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
-            for mode, m in modes.items()]
+    return [
+        f"  {mode}: decode moves {fp32.cost.bytes / m.cost.bytes:.2f}x fewer bytes than fp32 and ran "
+        f"{fp32.seconds / m.seconds:.2f}x faster ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
+        for mode, m in modes.items()
+    ]
 
 
 def _si(value: float, unit: str) -> str:
@@ -123,12 +128,16 @@ def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batc
     for label, m in zip(labels, phases):
         roof = roofline.attainable(m.intensity, c.peak_flops, c.bandwidth)
         verdict = roofline.bound(m.intensity, c.peak_flops, c.bandwidth) + "-bound"
-        lines.append(f"  {label:<28}{m.intensity:>10.3g}{_si(m.flops_per_s, 'FLOP/s'):>16}"
-                     f"{_si(roof, 'FLOP/s'):>16}{m.flops_per_s / roof:>7.0%}{_si(m.bytes_per_s, 'B/s'):>14}"
-                     f"  {verdict}")
+        lines.append(
+            f"  {label:<28}{m.intensity:>10.3g}{_si(m.flops_per_s, 'FLOP/s'):>16}"
+            f"{_si(roof, 'FLOP/s'):>16}{m.flops_per_s / roof:>7.0%}{_si(m.bytes_per_s, 'B/s'):>14}"
+            f"  {verdict}"
+        )
     decode = phases[-1]
-    lines.append(f"  decode: {batch / decode.seconds:.3g} tokens/s; the bandwidth ceiling allows "
-                 f"{batch * c.bandwidth / decode.cost.bytes:.3g} ({decode.cost.bytes / 1e6:.1f} MB per step)")
+    lines.append(
+        f"  decode: {batch / decode.seconds:.3g} tokens/s; the bandwidth ceiling allows "
+        f"{batch * c.bandwidth / decode.cost.bytes:.3g} ({decode.cost.bytes / 1e6:.1f} MB per step)"
+    )
     return lines
 
 
@@ -141,10 +150,15 @@ def phases() -> Iterator[Phase]:
     """`phase(name, work)` runs `work()` under its own progress bar on stderr (a terminal only), named
     `name`; `work` may take a callback `advance(done, total)` when the phase counts its steps (then
     pass `counted=True`)."""
-    columns = (TextColumn("{task.description:<34}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+    )
     console = report.console(stderr=True)
     with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
+
         def phase(name: str, work: Callable[..., T], counted: bool = False) -> T:
             task = bar.add_task(name, total=None)
             if counted:
@@ -159,9 +173,8 @@ def phases() -> Iterator[Phase]:
 
 def plot(points: dict[str, tuple[float, float]], ceilings: Ceilings, path: Path) -> None:
     """solutions.roofline's plot, its labels moved off the markers, saved to `path`."""
-    from solutions import roofline
-
     from dojo.tools.labels import place_labels
+    from solutions import roofline
 
     fig = roofline.plot_roofline(points, ceilings.peak_flops, ceilings.bandwidth, path)
     place_labels(fig)
@@ -175,20 +188,30 @@ def folder_bytes(path: Path) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "roofline", help="measure this machine's ceilings and place SmolLM2's prefill and decode on them",
+        "roofline",
+        help="measure this machine's ceilings and place SmolLM2's prefill and decode on them",
         description="Measure copy bandwidth and matmul peak, time SmolLM2's prefill and one decode step "
-                    "after it, print where each sits under the roof, and save the plot under the workspace "
-                    "(roofline/roofline-<device>.png). On a CUDA GPU, the GPU is measured too.")
-    p.add_argument("--random-weights", action="store_true",
-                   help="SmolLM2-shaped random weights: nothing to load, identical cost (fp32 only)")
-    p.add_argument("--weights", default=None, metavar="MODES",
-                   help="comma-separated weights modes to place: fp32, bf16, int4, int4-q8, int4-q8x2 (default: all that this "
-                        "torch runs; fp32 is always measured, as the baseline)")
+        "after it, print where each sits under the roof, and save the plot under the workspace "
+        "(roofline/roofline-<device>.png). On a CUDA GPU, the GPU is measured too.",
+    )
+    p.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="SmolLM2-shaped random weights: nothing to load, identical cost (fp32 only)",
+    )
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="MODES",
+        help="comma-separated weights modes to place: fp32, bf16, int4, int4-q8, int4-q8x2 (default: all that this "
+        "torch runs; fp32 is always measured, as the baseline)",
+    )
     p.add_argument("--prompt-tokens", type=int, default=512, help="prefill length; decode runs after it")
     p.add_argument("--batch", type=int, default=1, help="rows per pass (default 1)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--copy-mib", type=int, default=None,
-                   help="MiB per copied array (default: 4x the last-level cache)")
+    p.add_argument(
+        "--copy-mib", type=int, default=None, help="MiB per copied array (default: 4x the last-level cache)"
+    )
     p.add_argument("--matmul-n", type=int, default=2048, help="size of the square matmul (default 2048)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement; the median is kept")
     p.set_defaults(func=run)
@@ -207,9 +230,13 @@ def run(args: argparse.Namespace) -> int:
     shape = LlamaConfig.smollm2_135m()  # reject bad sizes before minutes of measuring
     roofline.phase_cost(shape, "decode", args.batch, 1, args.prompt_tokens)
     roofline.phase_cost(shape, "prefill", args.batch, args.prompt_tokens, 0)
-    from solutions.weight_modes import MODES, check_mode, int4_available, weight_bytes
+    from solutions.system.kernels.weight_modes import MODES, check_mode, int4_available, weight_bytes
 
-    wanted = MODES if args.weights is None else [check_mode(m.strip()) for m in args.weights.split(",") if m.strip()]
+    wanted = (
+        MODES
+        if args.weights is None
+        else [check_mode(m.strip()) for m in args.weights.split(",") if m.strip()]
+    )
     modes = ["fp32"] + [m for m in MODES if m != "fp32" and m in wanted and (m != "int4" or int4_available())]
     if args.random_weights:
         modes = ["fp32"]
@@ -218,18 +245,32 @@ def run(args: argparse.Namespace) -> int:
         if args.random_weights:
             models, what = {"fp32": phase("random weights", smollm2_shaped)}, "random weights"
         else:
-            from solutions import weights_cache
+            import solutions.system
 
             cache_dir = workspace_dir() / "cache" / "smollm2"
             if not folder_bytes(cache_dir):
-                print(f"first run: building the weights cache in {cache_dir} (several hundred MB; later runs reuse it)",
-                      flush=True)
-            models = {m: phase(f"loading SmolLM2-135M ({m})", lambda advance, m=m: weights_cache.load(
-                m, cache_dir, log=print, progress=advance).model, counted=True) for m in modes}
-            print(f"weights cache: {cache_dir}, {folder_bytes(cache_dir) / 1e6:.0f} MB on disk "
-                  "(kept for the next run; delete the folder to free the space)")
+                print(
+                    f"first run: building the weights cache in {cache_dir} (several hundred MB; later runs reuse it)",
+                    flush=True,
+                )
+            models = {
+                m: phase(
+                    f"loading SmolLM2-135M ({m})",
+                    lambda advance, m=m: (
+                        solutions.system.load(m, cache_dir, log=print, progress=advance).model
+                    ),
+                    counted=True,
+                )
+                for m in modes
+            }
+            print(
+                f"weights cache: {cache_dir}, {folder_bytes(cache_dir) / 1e6:.0f} MB on disk "
+                "(kept for the next run; delete the folder to free the space)"
+            )
             what = "real weights"
-        print(f"SmolLM2-135M, {', '.join(modes)}, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n")
+        print(
+            f"SmolLM2-135M, {', '.join(modes)}, {what}; batch {args.batch}; median of {args.repeats} after a warm-up\n"
+        )
         n = args.prompt_tokens
         labels = [f"prefill {n} tokens, fp32", f"decode after {n}, fp32"]
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -238,25 +279,46 @@ def run(args: argparse.Namespace) -> int:
         fp32_bytes = weight_bytes(models["fp32"])
         for device in devices:
             model = models["fp32"].to(device)
-            before = phase(f"ceilings ({device})", lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats))
-            phases_ = [phase(f"prefill {n} tokens (fp32, {device})",
-                             lambda: roofline.measure_phase(model, "prefill", args.batch, n, 0, args.repeats)),
-                       phase(f"decode after {n} (fp32, {device})",
-                             lambda: roofline.measure_phase(model, "decode", args.batch, 1, n, args.repeats))]
-            packed = {} if device != "cpu" else {
-                m: phase(f"decode after {n} ({m}, {device})",
-                         lambda m=m: mode_decode(models[m], m, fp32_bytes, n, args.batch, args.repeats))
-                for m in modes if m != "fp32"}
-            after = phase(f"ceilings again ({device})",
-                          lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats))
+            before = phase(
+                f"ceilings ({device})",
+                lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats),
+            )
+            phases_ = [
+                phase(
+                    f"prefill {n} tokens (fp32, {device})",
+                    lambda: roofline.measure_phase(model, "prefill", args.batch, n, 0, args.repeats),
+                ),
+                phase(
+                    f"decode after {n} (fp32, {device})",
+                    lambda: roofline.measure_phase(model, "decode", args.batch, 1, n, args.repeats),
+                ),
+            ]
+            packed = (
+                {}
+                if device != "cpu"
+                else {
+                    m: phase(
+                        f"decode after {n} ({m}, {device})",
+                        lambda m=m: mode_decode(models[m], m, fp32_bytes, n, args.batch, args.repeats),
+                    )
+                    for m in modes
+                    if m != "fp32"
+                }
+            )
+            after = phase(
+                f"ceilings again ({device})",
+                lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats),
+            )
             ceilings, note = best_of(before, after)
             extra = [f"decode after {n}, {m}" for m in packed]
             print("\n".join(table(ceilings, phases_, labels, args.batch) + ([note] if note else [])))
             if packed:
                 print("\n".join(table(ceilings, list(packed.values()), extra, args.batch)[6:-1]))
                 print("\n".join(mode_lines(phases_[-1], packed)))
-            points = {label: (m.intensity, m.flops_per_s)
-                      for label, m in zip(labels + extra, phases_ + list(packed.values()))}
+            points = {
+                label: (m.intensity, m.flops_per_s)
+                for label, m in zip(labels + extra, phases_ + list(packed.values()))
+            }
             path = out_dir / f"roofline-{device}.png"
             phase(f"plot ({device})", lambda: plot(points, ceilings, path))
             print(f"  plot: {path}\n")

@@ -1,9 +1,9 @@
 """`dojo serve`: the reference inference system as an OpenAI-compatible HTTP server.
 
-Loads SmolLM2 as `dojo demo` does (same weights modes, same start-up cache), starts the engine
-(solutions.engine) and serves it with uvicorn (solutions.server) on 127.0.0.1 unless `--host`
-says otherwise; prints the base URL and the model id, then serves until Ctrl-C. Any OpenAI
-client works against it: `OpenAI(base_url=URL + "/v1", api_key="unused")`.
+Loads SmolLM2 as `dojo demo` does (the same start-up cache), starts the engine
+(solutions.system.serving.engine) and serves it with uvicorn (solutions.system.serving.server) on
+127.0.0.1 unless `--host` says otherwise, until Ctrl-C. Any OpenAI client works against it:
+`OpenAI(base_url=URL + "/v1", api_key="unused")`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from dojo.tools.demo import Parts, load_model
-    from solutions.engine import Engine, EngineConfig
-    from solutions.server import MODEL_ID, bind, build_app, url_of
-    from solutions.weight_modes import check_mode, default_mode
+    from dojo.tools.loading import load_smollm2
+    from solutions.system.kernels.weight_modes import check_mode, default_mode
+    from solutions.system.serving.engine import Engine, EngineConfig
+    from solutions.system.serving.server import MODEL_ID, bind, build_app, url_of
 
     out = report.console()
     mode = check_mode(args.weights or default_mode())
@@ -31,17 +31,23 @@ def run(args: argparse.Namespace) -> int:
     config = EngineConfig() if args.kv_blocks is None else EngineConfig(num_blocks=args.kv_blocks)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_model(Parts(), mode, lambda s: None)
+    loaded = load_smollm2(mode, lambda s: None)
     engine = Engine(loaded.model, loaded.tokenizer.eos_token_id, config)
     engine.start()
     url = url_of(sock)
     out.print(f"serving {MODEL_ID} ({mode} weights) at {url}/v1  (Ctrl-C stops)", markup=False)
-    out.print(f"  try: curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
-              f"'{{\"model\": \"{MODEL_ID}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hi\"}}]}}'",
-              markup=False)
+    out.print(
+        f"  try: curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d "
+        f'\'{{"model": "{MODEL_ID}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
+        markup=False,
+    )
     try:
-        config = uvicorn.Config(build_app(engine, loaded.tokenizer), log_level=args.log_level,
-                                lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            build_app(engine, loaded.tokenizer),
+            log_level=args.log_level,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn has shut down, then re-raises the Ctrl-C it caught
         out.print("stopped", markup=False)
@@ -53,14 +59,31 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="serve SmolLM2 over an OpenAI-compatible HTTP API")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
-    p.add_argument("--weights", default=None, metavar="MODE",
-                   help="fp32, bf16 or int4 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)")
-    p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
-                   help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
-                        "with fewer, fewer requests run at once")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's choice)")
-    p.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
-                   help="uvicorn's log level (info: one line per request)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="MODE",
+        help="fp32, bf16, int4, int4-q8 or int4-q8x2 (default: as `dojo demo`, the fastest that matches fp32's greedy answers)",
+    )
+    p.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="KV cache blocks of 16 positions (default 1024: 0.75 GB of fp32 keys and values); "
+        "with fewer, fewer requests run at once",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="torch threads (default: torch's choice)"
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="uvicorn's log level (info: one line per request)",
+    )
     p.set_defaults(func=run)

@@ -1,17 +1,10 @@
 """`make tour`: the newcomer's walk through the practice loop and a mock interview, on the real CLI.
 
-`python -m dojo.tools.tour [--kata kv_cache]` opens a detached tmux session on a private socket (a real
-terminal: colours, the pager, the editor), in a fresh temporary workspace (DOJO_WORKSPACE), and types
-what a newcomer types: `dojo`, `dojo start <kata>`, `dojo check` on the untouched stub (fails),
-`dojo hint`, copying the reference solution into the workspace, `dojo check` (passes), `dojo interview
-<kata>`, the solution again (the interview starts from the stub), `dojo submit` with the follow-ups
-answered through $EDITOR (a small script that writes an answer) and each rubric marked, `dojo history`.
-After each step it captures the pane, prints what a person sees, and checks the phrases they should
-see (the score line, FAIL and pass marks, the hint heading, the scorecard, the history row) and the
-exit status: one PASS or FAIL line per step. A pager left waiting (a prompt taller than the screen) is
-quit with `q`, as a person would. Exit status 1 on any failed step; the tmux server is always killed.
-Slow (a minute or two: three gradings, one sandboxed), so it is `make tour`, not part of `make test`.
-Not done: `dojo watch` and `dojo lab` (they run until stopped), timing out an interview.
+`python -m dojo.tools.tour [--kata kv_cache]` types, in a detached tmux session and a fresh temporary
+workspace, what a newcomer types: `dojo`, `dojo start`, `dojo check` (fails), `dojo hint`, the reference
+copied in, `dojo check` (passes), `dojo interview`, `dojo submit` with the follow-ups answered, `dojo
+history`. After each step it checks the phrases a person should see and the exit status: one PASS or
+FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
 """
 
 from __future__ import annotations
@@ -34,8 +27,10 @@ BEGIN = "TOUR-BEGIN"  # printed by the shell before a step's command, with the s
 EXIT = re.compile(r"^TOUR-EXIT:(\d+)\s*$", re.M)  # printed after it, with its exit status
 PAGERS = {"less", "more", "most", "pager"}
 WIDTH, HEIGHT = 200, 50
-ANSWER = ("Per token the cache holds 2 (keys and values) x layers x KV heads x head_dim x bytes per element; "
-          "grouped-query attention divides it by the group size.")
+ANSWER = (
+    "Per token the cache holds 2 (keys and values) x layers x KV heads x head_dim x bytes per element; "
+    "grouped-query attention divides it by the group size."
+)
 
 
 @dataclass
@@ -45,7 +40,9 @@ class Step:
     expect: tuple[str, ...] = ()  # regular expressions that must match the screen (whitespace-insensitive)
     absent: tuple[str, ...] = ()  # ... and that must not
     status: int | None = 0  # the exit status wanted (None: any)
-    answers: tuple[tuple[str, str], ...] = ()  # (a prompt on screen, the line typed at it, each time it waits)
+    answers: tuple[
+        tuple[str, str], ...
+    ] = ()  # (a prompt on screen, the line typed at it, each time it waits)
     timeout: float = 300.0
 
 
@@ -59,7 +56,7 @@ def step_text(capture: str, number: int) -> str:
     start = capture.find(mark)
     if start < 0:
         return ""
-    text = EXIT.split(capture[start + len(mark):], maxsplit=1)[0]
+    text = EXIT.split(capture[start + len(mark) :], maxsplit=1)[0]
     return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
 
 
@@ -106,15 +103,30 @@ class Terminal:
         self.path = ""  # the server's socket file, once open
 
     def tmux(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env)
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
     def open(self) -> None:
         shell = f"bash --noprofile --rcfile {shlex.quote(str(self.rcfile))} -i"
-        self.tmux("-f", "/dev/null", "new-session", "-d", "-s", self.name, "-x", str(WIDTH), "-y", str(HEIGHT),
-                  "-c", str(self.cwd), shell)
+        self.tmux(
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            self.name,
+            "-x",
+            str(WIDTH),
+            "-y",
+            str(HEIGHT),
+            "-c",
+            str(self.cwd),
+            shell,
+        )
         self.tmux("set-option", "-g", "history-limit", "50000")
         self.path = self.tmux("display-message", "-p", "#{socket_path}").strip()
 
@@ -151,8 +163,8 @@ def _descendants(pid: int) -> list[str]:
             text = stat.read_text()
         except OSError:
             continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        ppid = int(text[text.rindex(")") + 2:].split()[1])
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append((int(stat.parent.name), name))
     names, todo = [], [pid]
     while todo:
@@ -192,29 +204,69 @@ def run_step(term: Terminal, step: Step, number: int) -> tuple[str, int | None, 
 def steps(slug: str, workspace: Path) -> list[Step]:
     path = re.escape(str(workspace / f"{slug}.py"))
     solution = shlex.quote(str(targets.solutions_dir() / f"{slug}.py"))
-    copy = f"cp {solution} \"$DOJO_WORKSPACE/{slug}.py\""
+    copy = f'cp {solution} "$DOJO_WORKSPACE/{slug}.py"'
     return [
-        Step("the welcome screen", "dojo", expect=(r"Progress: 0 of \d+ passing", r"Suggested next: \w+", r"dojo start")),
+        Step(
+            "the welcome screen",
+            "dojo",
+            expect=(r"Progress: 0 of \d+ passing", r"Suggested next: \w+", r"dojo start"),
+        ),
         Step(f"start {slug}", f"dojo start {slug}", expect=(f"Edit {path}", f"Then: dojo check {slug}")),
-        Step("check the untouched stub: it fails", f"dojo check {slug}", status=1,
-             expect=(r"\bFAIL\b", r"NotImplementedError", r"Score 0/\d+ points", r"Keep going")),
-        Step("ask for a hint", f"dojo hint {slug}",
-             expect=(r"Hint \d+ of \d+, chosen for your first failing property '", r"--next` goes in order")),
+        Step(
+            "check the untouched stub: it fails",
+            f"dojo check {slug}",
+            status=1,
+            expect=(r"\bFAIL\b", r"NotImplementedError", r"Score 0/\d+ points", r"Keep going"),
+        ),
+        Step(
+            "ask for a hint",
+            f"dojo hint {slug}",
+            expect=(r"Hint \d+ of \d+, chosen for your first failing property '", r"--next` goes in order"),
+        ),
         Step("write a passing solution (the reference, for the tour)", copy),
-        Step("check again: it passes", f"dojo check {slug}",
-             expect=(r"\bpass\b", r"Score (\d+)/\1 points . (\d+)/\2 tests passing", r"All tests pass"),
-             absent=(r"\bFAIL\b",)),
-        Step("start a mock interview", f"dojo interview {slug}",
-             expect=(f"Mock interview: {slug}", r"The interview starts from the stub", r"backed up at",
-                     r"Rules: edit", r"Time left: \d+:\d\d")),
+        Step(
+            "check again: it passes",
+            f"dojo check {slug}",
+            expect=(r"\bpass\b", r"Score (\d+)/\1 points . (\d+)/\2 tests passing", r"All tests pass"),
+            absent=(r"\bFAIL\b",),
+        ),
+        Step(
+            "start a mock interview",
+            f"dojo interview {slug}",
+            expect=(
+                f"Mock interview: {slug}",
+                r"The interview starts from the stub",
+                r"backed up at",
+                r"Rules: edit",
+                r"Time left: \d+:\d\d",
+            ),
+        ),
         Step("solve it again (the interview starts from the stub)", copy),
-        Step("submit, answer the follow-ups, mark the rubric", "dojo submit",
-             answers=(("Which points did you cover?", "1"),),
-             expect=(r"Score (\d+)/\1 points", r"Question 1 of \d+", r"Your answer\.", r"Model answer\.",
-                     f"Scorecard: {slug}", r"Tests passed: (\d+)/\1", r"Rubric coverage: \d+/\d+", r"Verdict: \w"),
-             absent=(r"\bFAIL\b", r"blank answer", r"Stopped before question")),
-        Step("the interview history", "dojo history",
-             expect=(r"# +when +kata", rf"\b1 +\d{{4}}-\d\d-\d\d \d\d:\d\d +{slug} +(\d+)/\1", r"dojo history N")),
+        Step(
+            "submit, answer the follow-ups, mark the rubric",
+            "dojo submit",
+            answers=(("Which points did you cover?", "1"),),
+            expect=(
+                r"Score (\d+)/\1 points",
+                r"Question 1 of \d+",
+                r"Your answer\.",
+                r"Model answer\.",
+                f"Scorecard: {slug}",
+                r"Tests passed: (\d+)/\1",
+                r"Rubric coverage: \d+/\d+",
+                r"Verdict: \w",
+            ),
+            absent=(r"\bFAIL\b", r"blank answer", r"Stopped before question"),
+        ),
+        Step(
+            "the interview history",
+            "dojo history",
+            expect=(
+                r"# +when +kata",
+                rf"\b1 +\d{{4}}-\d\d-\d\d \d\d:\d\d +{slug} +(\d+)/\1",
+                r"dojo history N",
+            ),
+        ),
     ]
 
 
@@ -225,13 +277,17 @@ def _setup(folder: Path, workspace: Path) -> tuple[dict[str, str], Path]:
     rc = folder / "bashrc"
     rc.write_text(
         "PS1='$ '\nunset PROMPT_COMMAND\nHISTFILE=/dev/null\n"
-        f"dojo() {{ {shlex.quote(sys.executable)} -m dojo \"$@\"; }}\n"
-        f"TOUR_STEP=0\nstep() {{ TOUR_STEP=$((TOUR_STEP + 1)); printf '{BEGIN} %d\\n' \"$TOUR_STEP\"; \"$@\"; "
+        f'dojo() {{ {shlex.quote(sys.executable)} -m dojo "$@"; }}\n'
+        f'TOUR_STEP=0\nstep() {{ TOUR_STEP=$((TOUR_STEP + 1)); printf \'{BEGIN} %d\\n\' "$TOUR_STEP"; "$@"; '
         "printf 'TOUR-EXIT:%d\\n' \"$?\"; }\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE", "VISUAL", "NO_COLOR")}
-    env.update(DOJO_WORKSPACE=str(workspace), EDITOR=str(editor), HOME=env.get("HOME", str(folder)),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])))
+    env.update(
+        DOJO_WORKSPACE=str(workspace),
+        EDITOR=str(editor),
+        HOME=env.get("HOME", str(folder)),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")])),
+    )
     return env, rc
 
 
@@ -275,8 +331,11 @@ def tour(slug: str, keep: bool = False) -> int:
             print(f"\nThe tour's workspace is kept at {workspace}")
         else:
             shutil.rmtree(folder, ignore_errors=True)
-    print(f"\ntour: {ran - failed}/{len(plan)} steps passed" + (f", {failed} failed" if failed else "")
-          + (f", {len(plan) - ran} not run" if ran < len(plan) else ""))
+    print(
+        f"\ntour: {ran - failed}/{len(plan)} steps passed"
+        + (f", {failed} failed" if failed else "")
+        + (f", {len(plan) - ran} not run" if ran < len(plan) else "")
+    )
     return 1 if failed else 0
 
 

@@ -21,9 +21,16 @@ def causal_mask(tq: int, tk: int, device: torch.device | str = "cpu") -> Tensor:
     raise NotImplementedError
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-              key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
-              scale: float | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
     """softmax(q k^T * scale + masks) v for q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D).
 
     - Grouped-query: Hq % Hkv == 0, and query head h reads key/value head h // (Hq // Hkv).
@@ -52,13 +59,25 @@ class MultiHeadAttention(nn.Module):
     Raises ValueError unless n_heads divides d_model and n_kv_heads divides n_heads.
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 d_context: int | None = None, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        d_context: int | None = None,
+        bias: bool = False,
+    ):
         super().__init__()
         raise NotImplementedError
 
-    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         """x (B, T, d_model), context (B, S, d_context) or None (= x) -> (B, T, d_model).
 
         Queries come from x; keys and values from context (cross-attention) or x (self-attention).

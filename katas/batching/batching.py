@@ -27,8 +27,9 @@ def kv_bytes_per_sequence(config, context_len: int, dtype: torch.dtype = torch.f
     raise NotImplementedError
 
 
-def max_batch_size(config, context_len: int, memory_budget_bytes: int,
-                   dtype: torch.dtype = torch.float32) -> int:
+def max_batch_size(
+    config, context_len: int, memory_budget_bytes: int, dtype: torch.dtype = torch.float32
+) -> int:
     """The most sequences of `context_len` positions whose KV caches fit beside the weights.
 
     Raises ValueError if not even one sequence fits (the message names the budget, the weight
@@ -37,8 +38,9 @@ def max_batch_size(config, context_len: int, memory_budget_bytes: int,
     raise NotImplementedError
 
 
-def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: int,
-                    dtype: torch.dtype = torch.float32) -> int | None:
+def crossover_batch(
+    config, peak_flops: float, bandwidth: float, context_len: int, dtype: torch.dtype = torch.float32
+) -> int | None:
     """The smallest batch whose decode step (after `context_len` cached positions) is compute-bound.
 
     Compute-bound: the step's arithmetic intensity is at or right of the ridge. Returns None if
@@ -57,8 +59,9 @@ def decode_step_time(model, batch_size: int, context_len: int, *, repeats: int =
     raise NotImplementedError
 
 
-def throughput_curve(model, batch_sizes: Sequence[int], context_len: int = 0, *,
-                     repeats: int = 5) -> dict[int, float]:
+def throughput_curve(
+    model, batch_sizes: Sequence[int], context_len: int = 0, *, repeats: int = 5
+) -> dict[int, float]:
     """Decode tokens/s for each batch size, in the order given.
 
     Raises ValueError for an empty `batch_sizes`, and as decode_step_time does.

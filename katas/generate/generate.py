@@ -29,14 +29,23 @@ class GenerationResult:
     tokens_generated: int  # new tokens across all returned sequences
 
 
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
-             eos_token_id: int | list[int] | None = None,
-             strategy: str = "greedy",
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None,
-             num_beams: int = 1, length_penalty: float = 1.0,
-             early_stopping: bool | str = True, num_return_sequences: int = 1,
-             on_token: Callable[[int, int], None] | None = None) -> GenerationResult:
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    strategy: str = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = True,
+    num_return_sequences: int = 1,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
     """Continue each prompt by up to `max_new_tokens` tokens.
 
     `model` follows the model protocol (config.vocab_size, config.max_seq_len, new_cache, prefill,

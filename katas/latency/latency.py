@@ -23,8 +23,9 @@ class Latency:
     tpot: float
 
 
-def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_ttft(
+    config, prompt_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of prefilling `prompt_len` tokens (batch 1, empty cache).
 
     Raises ValueError for non-positive ceilings and as phase_cost does.
@@ -32,8 +33,9 @@ def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
     raise NotImplementedError
 
 
-def predict_tpot(config, context_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_tpot(
+    config, context_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of one decode step after `context_len` cached positions (batch 1).
 
     Raises ValueError for non-positive ceilings and as phase_cost does.

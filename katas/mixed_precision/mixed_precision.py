@@ -24,8 +24,13 @@ class DynamicLossScaler:
     growth_interval < 1.
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         self.scale: float = init_scale  # current loss scale
         self.good_steps: int = 0  # consecutive finite steps since the last growth or overflow
         raise NotImplementedError
@@ -49,8 +54,13 @@ class StepResult:
     skipped: bool  # True when the gradients overflowed and the optimizer did not step
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     """One optimizer step on `batch` = (inputs, targets) with the forward pass autocast to `dtype`.
 
     `model(inputs)` gives logits (..., C) and targets (...) are class ids; the loss is the mean

@@ -50,8 +50,14 @@ class Measurement:
         raise NotImplementedError
 
 
-def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-               dtype: torch.dtype = torch.float32) -> Cost:
+def phase_cost(
+    config,
+    phase: str,
+    batch: int = 1,
+    seq_len: int = 1,
+    context_len: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Cost:
     """Cost of one pass of a Llama-style `config` (a solutions.model.LlamaConfig) stored in `dtype`.
 
     `seq_len` new tokens per row (the prompt for "prefill"; exactly 1 for "decode") are appended
@@ -82,7 +88,7 @@ def attainable(ai: float, peak_flops: float, bandwidth: float) -> float:
 
 
 def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
-    """"memory" left of the ridge (ai < ridge), "compute" at or right of it. ValueError for ceilings <= 0."""
+    """ "memory" left of the ridge (ai < ridge), "compute" at or right of it. ValueError for ceilings <= 0."""
     raise NotImplementedError
 
 
@@ -92,8 +98,9 @@ def last_level_cache_bytes() -> int:
     raise NotImplementedError
 
 
-def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
-                      device: str | torch.device = "cpu") -> float:
+def measure_bandwidth(
+    nbytes: int | None = None, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """Bytes/s of copying one `nbytes` array into another, counting bytes read plus bytes written.
 
     nbytes defaults to 4x the last-level cache (1 GiB if unknown, or on a GPU). No first-touch
@@ -103,8 +110,9 @@ def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
     raise NotImplementedError
 
 
-def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5,
-                       device: str | torch.device = "cpu") -> float:
+def measure_peak_flops(
+    n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """FLOP/s of an (n, n) @ (n, n) torch matmul in `dtype`: the median of `repeats` after a warm-up.
 
     Runs at torch's current thread count. Raises ValueError for n or repeats < 1.
@@ -112,8 +120,9 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     raise NotImplementedError
 
 
-def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-                  repeats: int = 5) -> Measurement:
+def measure_phase(
+    model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0, repeats: int = 5
+) -> Measurement:
     """Time one `model.prefill` (or one `model.decode_step`) after `context_len` cached tokens.
 
     `model` follows solutions.model.Llama (config, new_cache, prefill, decode_step). Random
@@ -124,8 +133,9 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
     raise NotImplementedError
 
 
-def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float,
-                  path: str | Path):
+def plot_roofline(
+    points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float, path: str | Path
+):
     """Draw the roof, the ridge and one labelled point per phase, log-log; save a PNG to `path`.
 
     points maps a label to (intensity FLOP/byte, achieved FLOP/s). Returns the matplotlib Figure,

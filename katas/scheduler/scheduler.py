@@ -61,8 +61,14 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         raise NotImplementedError
 
-    def add(self, request_id: str, prompt: Sequence[int], max_new_tokens: int, arrival: float,
-            stop_token: int | None = None) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        arrival: float,
+        stop_token: int | None = None,
+    ) -> None:
         """Queue a request (it waits until a step admits it).
 
         Raises ValueError for a pending request_id, an empty prompt, max_new_tokens < 1, or a request

@@ -39,8 +39,9 @@ def acceptance_probability(p: Tensor, q: Tensor) -> float:
     raise NotImplementedError("acceptance_probability")
 
 
-def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def verify(
+    draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """One round of rejection sampling for B independent rows.
 
     draft_tokens (B, k) long, drawn from draft_probs (B, k, V) = q; target_probs (B, k + 1, V) = p.
@@ -66,10 +67,18 @@ def expected_speedup(alpha: float, k: int, c: float) -> float:
     raise NotImplementedError("expected_speedup")
 
 
-def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: int, k: int = 4,
-                         temperature: float = 0.0, seed: int | None = None,
-                         eos_token_id: int | list[int] | None = None,
-                         on_token: Callable[[int], None] | None = None) -> SpeculativeResult:
+def speculative_generate(
+    target,
+    draft,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> SpeculativeResult:
     """Continue `prompt` by up to `max_new_tokens` tokens, `draft` proposing and `target` verifying.
 
     Both models follow the model protocol (config, new_cache, prefill, decode_step; the cache has

@@ -57,14 +57,24 @@ class Dojo:
 
     def popen(self, *args: str, **kw) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "dojo", *args], env=self.env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, **kw,
+            [sys.executable, "-m", "dojo", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            **kw,
         )
 
     def __call__(self, *args: str, timeout: float = 60, module: str = "dojo") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", module, *args], env=self.env, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL, timeout=timeout, check=False,
+            [sys.executable, "-m", module, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
         )
 
     def write(self, source: str, slug: str = "toy") -> Path:
@@ -75,7 +85,9 @@ class Dojo:
 
     def attempts(self) -> list[tuple]:
         with sqlite3.connect(self.db) as conn:
-            return conn.execute("SELECT kata, mode, points, total, passed FROM attempts ORDER BY id").fetchall()
+            return conn.execute(
+                "SELECT kata, mode, points, total, passed FROM attempts ORDER BY id"
+            ).fetchall()
 
 
 @pytest.fixture
@@ -96,7 +108,7 @@ def toy_env(dojo, monkeypatch):
 def toy(dojo, monkeypatch):
     """The toy catalog for in-process sandboxed gradings (test_sandbox, test_judge): skipped with the reason
     where bwrap cannot run, failed instead under DOJO_REQUIRE_SANDBOX=1 (.ci/run)."""
-    from dojo.grading import sandbox
+    from dojo.grading.confine import sandbox
 
     why = sandbox.unavailable()
     if why:

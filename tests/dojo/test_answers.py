@@ -12,12 +12,11 @@ import sqlite3
 import sys
 
 import pytest
+from test_interview import T0, run, solve
 
 from dojo import KATAS_DIR, catalog
 from dojo.interview import answer, ask, session
 from dojo.practice import report
-
-from test_interview import T0, run, solve
 
 
 @pytest.fixture
@@ -41,11 +40,16 @@ def test_lines_end_at_a_dot_or_end_of_input(monkeypatch, capsys):
 def test_editor_buffer(tmp_path, monkeypatch):
     """with $EDITOR set, the answer is what the editor saved, minus the question lines dojo wrote there"""
     script = tmp_path / "editor.py"
-    script.write_text("import sys\nopen(sys.argv[1], 'a').write('My answer:\\n\\n# a heading of mine\\n**bold**\\n')\n")
+    script.write_text(
+        "import sys\nopen(sys.argv[1], 'a').write('My answer:\\n\\n# a heading of mine\\n**bold**\\n')\n"
+    )
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
     assert answer.how(interactive=True) == "editor"
-    assert answer.read_answer("Why bytes?\nSecond line.", way="editor") == "My answer:\n\n# a heading of mine\n**bold**"
+    assert (
+        answer.read_answer("Why bytes?\nSecond line.", way="editor")
+        == "My answer:\n\n# a heading of mine\n**bold**"
+    )
     monkeypatch.setenv("EDITOR", f"{sys.executable} -c 'raise SystemExit(3)'")
     with pytest.raises(RuntimeError, match="exited with status 3"):
         answer.read_answer("Q?", way="editor")
@@ -88,9 +92,14 @@ def test_interview_takes_multi_line_answers(dojo):
     solve(dojo)
     out = run(dojo, "submit", at=T0 + 60, stdin="It is **kept**:\n- cat, and cat differ\n.\nall\n.\nall\n")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Your answer.\nIt is kept:" in out.stdout and "**" not in out.stdout.split("Question 1")[1].split("Model")[0]
+    assert (
+        "Your answer.\nIt is kept:" in out.stdout
+        and "**" not in out.stdout.split("Question 1")[1].split("Model")[0]
+    )
     assert "No answer given: it covers none of the rubric points." in out.stdout
     assert "Rubric coverage: 2/8 (1 blank answer(s): no points, whatever was marked)" in out.stdout
     with sqlite3.connect(dojo.db) as conn:
-        stored = conn.execute("SELECT number, answer, covered FROM session_answers ORDER BY number").fetchall()
+        stored = conn.execute(
+            "SELECT number, answer, covered FROM session_answers ORDER BY number"
+        ).fetchall()
     assert stored == [(1, "It is **kept**:\n- cat, and cat differ", "[1, 2]"), (2, "", "[]")]

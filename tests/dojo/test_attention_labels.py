@@ -13,7 +13,9 @@ from dojo import ROOT
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("attention_suite", ROOT / "tests" / "katas" / "test_attention.py")
+    spec = importlib.util.spec_from_file_location(
+        "attention_suite", ROOT / "tests" / "katas" / "test_attention.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

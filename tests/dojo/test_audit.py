@@ -1,4 +1,4 @@
-"""The audit hook (dojo.grading.audit): every reference, imported and run as if it were the candidate's
+"""The audit hook (dojo.grading.confine.audit): every reference, imported and run as if it were the candidate's
 file, works and gets no finding, library internals included (torch's import, dataclasses' exec); each
 hostile request the candidate's own code makes is refused and recorded with its line.
 
@@ -13,7 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from dojo import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,18 +20,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(script: str) -> dict:
     """Run `script` in a fresh interpreter at the repository root; the JSON its last line prints."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 REFERENCES = """
     import importlib.util, json, sys
-    from dojo.grading import audit, view
+    from dojo.grading.confine import audit
+    from dojo import catalog
+    from dojo.grading import view
     slugs = SLUGS
     files = {f"solutions/{s}.py": s for s in slugs}
-    allowed = {f"solutions.{m}" for s in slugs for m in view.allowed(s) | set(view.reference_modules(s))}
+    allowed = {f"solutions.{m}" for s in slugs for m in view.allowed(catalog.get(s)) | set(view.reference_modules(catalog.get(s)))}
     found = []
     audit.install({str(__import__("pathlib").Path(f).resolve()) for f in files}, found.append, allowed=allowed)
     mods = {}
@@ -88,7 +95,7 @@ def test_every_reference_as_the_candidate_gets_no_finding_and_works():
     assert result["found"] == []
 
 
-HOSTILE = '''
+HOSTILE = """
 import dataclasses, gc, inspect, json, logging, os, subprocess, sys, typing, warnings
 from collections import namedtuple
 
@@ -125,11 +132,11 @@ def _tb_frame():
         1 / 0
     except ZeroDivisionError as e:
         return e.__traceback__.tb_frame
-'''
+"""
 
 HOSTILE_RUN = """
     import importlib.util, json, sys
-    from dojo.grading import audit
+    from dojo.grading.confine import audit
     found = []
     audit.install({PATH}, found.append)
     spec = importlib.util.spec_from_file_location("cheat", PATH)

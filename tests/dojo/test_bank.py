@@ -49,9 +49,11 @@ def test_bank_follow_up_repeats_nothing_of_its_kata(kata):
 @pytest.mark.parametrize("kata", KATAS, ids=lambda k: k.slug)
 def test_kata_follow_ups_are_distinct(kata):
     """the follow-ups one interview asks are different questions from each other"""
-    asked = [q.question for q in kata.questions()[:session.KATA_QUESTIONS]] + [bank.for_kata(kata).question.question]
+    asked = [q.question for q in kata.questions()[: session.KATA_QUESTIONS]] + [
+        bank.for_kata(kata).question.question
+    ]
     for i, a in enumerate(asked):
-        for b in asked[i + 1:]:
+        for b in asked[i + 1 :]:
             assert not same(a, b), f"{kata.slug}: {a!r} and {b!r}"
 
 
@@ -77,8 +79,19 @@ def test_ask_takes_every_kata_slug(slug):
 
 def test_ask_kv_cache_from_the_command_line(tmp_path):
     """`dojo ask kv_cache` is a drill, not an error (it was refused: 'kv_cache' is no topic's substring)"""
-    env = {**{k: v for k, v in os.environ.items() if k != "DOJO_KATAS_DIR"}, "DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
-    out = subprocess.run([sys.executable, "-m", "dojo", "ask", "kv_cache"], capture_output=True, text=True,
-                         env=env, timeout=60, check=False, stdin=subprocess.DEVNULL)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DOJO_KATAS_DIR"},
+        "DOJO_WORKSPACE": str(tmp_path),
+        "NO_COLOR": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "ask", "kv_cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
     assert "Bank question (kv-cache)" in out.stdout

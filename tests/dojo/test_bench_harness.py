@@ -1,4 +1,4 @@
-"""The `make bench` harness: medians, interleaving, goals, the report files and the README section.
+"""The `make bench` harness: medians, interleaving, goals, the report files and the docs page's table.
 
 Fake engines, fake clocks and fake groups only: nothing here loads a model or times real work.
 """
@@ -72,14 +72,17 @@ def test_repeats_below_one_is_an_error():
         interleaved({"A": lambda: None}, repeats=0)
 
 
-@pytest.mark.parametrize(("goal", "ratio", "ours", "want"), [
-    (Goal(">=", 2.5), 2.5, 1.0, True),  # inclusive: exactly the goal meets it
-    (Goal(">=", 2.5), 2.49, 1.0, False),
-    (Goal(">", 1), 1.0, 1.0, False),
-    (Goal("<=", 1.3, on="ours"), 0.1, 1.31, False),  # a cost: on our figure, not the ratio
-    (Goal("<=", 1.3, on="ours"), 9.0, 1.2, True),
-    (Goal(">=", 0.6, on="ours", unit="%"), 1.0, 0.59, False),
-])
+@pytest.mark.parametrize(
+    ("goal", "ratio", "ours", "want"),
+    [
+        (Goal(">=", 2.5), 2.5, 1.0, True),  # inclusive: exactly the goal meets it
+        (Goal(">=", 2.5), 2.49, 1.0, False),
+        (Goal(">", 1), 1.0, 1.0, False),
+        (Goal("<=", 1.3, on="ours"), 0.1, 1.31, False),  # a cost: on our figure, not the ratio
+        (Goal("<=", 1.3, on="ours"), 9.0, 1.2, True),
+        (Goal(">=", 0.6, on="ours", unit="%"), 1.0, 0.59, False),
+    ],
+)
 def test_goal_is_met_by_the_named_figure(goal, ratio, ours, want):
     """A goal compares the row's ratio (or its own figure) with the threshold using its operator."""
     row = Row("g", "what", ours, "x", "peer", 1.0, ratio, goal)
@@ -100,9 +103,11 @@ def test_goal_rejects_unknown_operator_and_target():
 
 
 def test_goal_reads_as_text():
-    """Goals print as the README shows them."""
+    """Goals print as the docs page shows them."""
     assert str(Goal(">=", 2.5)) == ">= 2.5x", str(Goal(">=", 2.5))
-    assert str(Goal(">=", 0.6, on="ours", unit="%")) == "ours >= 60%", str(Goal(">=", 0.6, on="ours", unit="%"))
+    assert str(Goal(">=", 0.6, on="ours", unit="%")) == "ours >= 60%", str(
+        Goal(">=", 0.6, on="ours", unit="%")
+    )
 
 
 def test_text_goal_keeps_the_verdict_given():
@@ -112,41 +117,55 @@ def test_text_goal_keeps_the_verdict_given():
     assert Row("d", "w", 1.0, "x", goal=Goal(">", 1), ratio=2.0).to_json()["goal"] == "> 1x"
 
 
-README = "# Title\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\n## Next\ntail\n"
+PAGE = "# Title\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\n## Next\ntail\n"
 
 
-def test_readme_rewrite_touches_only_the_marked_block():
+def test_page_rewrite_touches_only_the_marked_block():
     """Only the text between the bench markers changes; everything else stays byte for byte."""
-    out = report.rewrite_between_markers(README, "new table")
-    assert out == README.replace("old table", "new table"), f"unexpected rewrite:\n{out}"
+    out = report.rewrite_between_markers(PAGE, "new table")
+    assert out == PAGE.replace("old table", "new table"), f"unexpected rewrite:\n{out}"
     assert report.rewrite_between_markers(out, "new table") == out, "rewriting twice must change nothing"
 
 
-@pytest.mark.parametrize("text", [
-    "no markers at all",
-    "<!-- bench:end -->\nx\n<!-- bench:start -->",
-    README + README,
-])
-def test_readme_without_one_ordered_marker_pair_is_an_error(text):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no markers at all",
+        "<!-- bench:end -->\nx\n<!-- bench:start -->",
+        PAGE + PAGE,
+    ],
+)
+def test_page_without_one_ordered_marker_pair_is_an_error(text):
     """Missing, reversed or doubled markers: ValueError, and nothing is guessed."""
     with pytest.raises(ValueError, match="bench:start"):
         report.rewrite_between_markers(text, "table")
 
 
-FACTS = {"cpu": "Fake CPU", "cores": 2, "threads": 2, "ram_gib": 8.0, "load_average_at_start": [0.5, 0.4, 0.3],
-         "versions": {"torch": "9", "numpy": "9", "transformers": "9"}, "started": "2026-01-01T00:00:00Z",
-         "command": "python -m benchmarks"}
+FACTS = {
+    "cpu": "Fake CPU",
+    "cores": 2,
+    "threads": 2,
+    "ram_gib": 8.0,
+    "load_average_at_start": [0.5, 0.4, 0.3],
+    "versions": {"torch": "9", "numpy": "9", "transformers": "9"},
+    "started": "2026-01-01T00:00:00Z",
+    "command": "python -m benchmarks",
+}
 
 
-def test_update_readme_writes_the_table_and_machine(tmp_path):
-    """--update-readme puts every row, the command and the machine between the markers."""
-    path = tmp_path / "README.md"
-    path.write_text(README)
-    rows = [Row("decode", "decode tok/s", 20.0, "tok/s", "transformers fp32", 5.0, 4.0, Goal(">=", 2.5)),
-            Row("grading", "dojo check a|b", 3.0, "s", goal=Goal("<=", 10, on="ours", unit=" s"))]
-    report.update_readme(path, rows, FACTS, seconds=300)
+def test_update_page_writes_the_table_and_machine(tmp_path):
+    """--update-docs puts every row, the command and the machine between the markers."""
+    path = tmp_path / "benchmarks.md"
+    path.write_text(PAGE)
+    rows = [
+        Row("decode", "decode tok/s", 20.0, "tok/s", "transformers fp32", 5.0, 4.0, Goal(">=", 2.5)),
+        Row("grading", "dojo check a|b", 3.0, "s", goal=Goal("<=", 10, on="ours", unit=" s")),
+    ]
+    report.update_page(path, rows, FACTS, seconds=300)
     text = path.read_text()
-    assert "| decode tok/s | 20.0 tok/s | transformers fp32 | 5.00 tok/s | 4.00x | >= 2.5x | yes |" in text, text
+    assert "| decode tok/s | 20.0 tok/s | transformers fp32 | 5.00 tok/s | 4.00x | >= 2.5x | yes |" in text, (
+        text
+    )
     assert "dojo check a\\|b" in text, "a | inside a cell must be escaped"
     assert "python -m benchmarks" in text and "Fake CPU" in text and "5.0 min" in text, text
     assert text.endswith("## Next\ntail\n") and "old table" not in text, text
@@ -219,7 +238,9 @@ def test_a_broken_group_is_reported_and_the_rest_still_run(fake_run, tmp_path, c
     assert bench_main.main(["--quick"]) == 1, "a group that raised must fail the run"
     out = capsys.readouterr().out
     assert "fast thing" in out and "model file missing" in out, out
-    assert fake_run == [("good", True), ("broken", True)], f"peer-only groups run only with --peers: {fake_run}"
+    assert fake_run == [("good", True), ("broken", True)], (
+        f"peer-only groups run only with --peers: {fake_run}"
+    )
     doc = json.loads((tmp_path / "latest.json").read_text())
     assert [r["group"] for r in doc["rows"]] == ["good", "broken"] and "group_seconds" in doc, doc
 

@@ -13,14 +13,33 @@ from dojo.tools.bench import Ceilings, batching_rows, batching_table
 from solutions.model import LlamaConfig
 from solutions.roofline import phase_cost
 
-SMALL = ["--layers", "1", "--vocab", "512", "--repeats", "1", "--threads", "1", "--matmul-n", "64",
-         "--copy-mib", "4"]
+SMALL = [
+    "--layers",
+    "1",
+    "--vocab",
+    "512",
+    "--repeats",
+    "1",
+    "--threads",
+    "1",
+    "--matmul-n",
+    "64",
+    "--copy-mib",
+    "4",
+]
 
 
 def bench(tmp_path, *args: str) -> str:
     env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
-    done = subprocess.run([sys.executable, "-m", "dojo", "bench", *args, *SMALL], check=False, cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "dojo", "bench", *args, *SMALL],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -30,13 +49,29 @@ def assert_png(out: str, path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
 
 
-@pytest.mark.parametrize("what, args, wants", [
-    ("batching", ["--batch-sizes", "1,2", "--context", "4"],
-     ["1 layers, vocab 512", "1 thread;", "tokens/s", "roofline tok/s", "memory-bound", "compute-bound from:",
-      "KV cache per sequence"]),
-    ("latency", ["--prompts", "4,8", "--new-tokens", "2"],
-     ["TTFT ms", "TPOT ms", "2 new tokens per request", "ridge"]),
-])
+@pytest.mark.parametrize(
+    "what, args, wants",
+    [
+        (
+            "batching",
+            ["--batch-sizes", "1,2", "--context", "4"],
+            [
+                "1 layers, vocab 512",
+                "1 thread;",
+                "tokens/s",
+                "roofline tok/s",
+                "memory-bound",
+                "compute-bound from:",
+                "KV cache per sequence",
+            ],
+        ),
+        (
+            "latency",
+            ["--prompts", "4,8", "--new-tokens", "2"],
+            ["TTFT ms", "TPOT ms", "2 new tokens per request", "ridge"],
+        ),
+    ],
+)
 def test_bench_prints_a_table_and_saves_the_plot(tmp_path, what, args, wants):
     """dojo bench <what> at small sizes: a table with one row per point, and a PNG under the workspace"""
     out = bench(tmp_path, what, *args)
@@ -49,8 +84,14 @@ def test_bench_prints_a_table_and_saves_the_plot(tmp_path, what, args, wants):
 
 def test_bench_needs_a_what():
     """dojo bench without saying what to measure is a usage error"""
-    done = subprocess.run([sys.executable, "-m", "dojo", "bench"], check=False, cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "dojo", "bench"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "WHAT" in done.stderr, done.stderr
 
 

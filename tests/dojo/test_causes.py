@@ -1,4 +1,4 @@
-"""A failure points at its cause: the builds_on marker (dojo.grading.causes), on the toy suite and on
+"""A failure points at its cause: the builds_on marker (dojo.grading.suite.causes), on the toy suite and on
 the kata suites."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dojo.grading import causes
+from dojo.grading.suite import causes
 
 SUITES = sorted((Path(__file__).parents[1] / "katas").glob("test_*.py"))
 BROKEN_WORDS = "def add(a, b):\n    return a + b\n\n\ndef count_words(text):\n    return {}\n"
@@ -20,9 +20,26 @@ BROKEN_WORDS = "def add(a, b):\n    return a + b\n\n\ndef count_words(text):\n  
 def rows(dojo, source: str, tmp_path: Path) -> dict[str, dict]:
     target, results = tmp_path / "toy.py", tmp_path / "results.json"
     target.write_text(source)
-    subprocess.run([sys.executable, "-m", "pytest", str(dojo.suite), "-q", "-p", "dojo.grading.plugin",
-                    "-p", "no:cacheprovider", f"--target={target}", f"--dojo-results={results}"],
-                   env=dojo.env, cwd=tmp_path, capture_output=True, timeout=120, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(dojo.suite),
+            "-q",
+            "-p",
+            "dojo.grading.suite.plugin",
+            "-p",
+            "no:cacheprovider",
+            f"--target={target}",
+            f"--dojo-results={results}",
+        ],
+        env=dojo.env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     return {row["name"]: row for row in json.loads(results.read_text())["tests"]}
 
 
@@ -39,8 +56,10 @@ def test_a_failure_after_its_failed_basis_names_it_first(dojo, tmp_path):
 
 def test_no_prefix_when_the_basis_passed(dojo, tmp_path):
     """a builds_on test whose basic test passed keeps its own message alone"""
-    split_on_space = BROKEN_WORDS.replace("return {}", "out = {}\n    for w in text.split(' '):\n"
-                                          "        out[w] = out.get(w, 0) + 1\n    return out")
+    split_on_space = BROKEN_WORDS.replace(
+        "return {}",
+        "out = {}\n    for w in text.split(' '):\n        out[w] = out.get(w, 0) + 1\n    return out",
+    )
     got = rows(dojo, split_on_space, tmp_path)
     assert got["test_count_words_example"]["outcome"] == "passed"
     assert got["test_count_words_whitespace"]["message"].startswith("count_words(")
@@ -63,5 +82,9 @@ def test_every_basis_exists_and_comes_earlier(suite):
             if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") == causes.MARKER:
                 for arg in deco.args:
                     name = ast.literal_eval(arg)
-                    assert name in where, f"{suite.name}: {node.name} builds on {name}, which is no test there"
-                    assert where[name] < node.lineno, f"{suite.name}: {node.name} builds on {name}, defined below it"
+                    assert name in where, (
+                        f"{suite.name}: {node.name} builds on {name}, which is no test there"
+                    )
+                    assert where[name] < node.lineno, (
+                        f"{suite.name}: {node.name} builds on {name}, defined below it"
+                    )

@@ -15,7 +15,7 @@ import pytest
 from dojo import ROOT
 from dojo.practice import history
 from dojo.tools import demo
-from solutions import native
+from solutions.system.kernels import native
 
 
 @pytest.fixture
@@ -26,9 +26,18 @@ def ws(tmp_path, monkeypatch):
 
 def record_pass(slug: str) -> None:
     now = time.time()
-    history.record_attempt(slug, mode="check", target="workspace", started=now, ended=now, points=10,
-                           total=10,
-                           passed=True, tests=5, failed=0)
+    history.record_attempt(
+        slug,
+        mode="check",
+        target="workspace",
+        started=now,
+        ended=now,
+        points=10,
+        total=10,
+        passed=True,
+        tests=5,
+        failed=0,
+    )
 
 
 def test_mine_without_passes_runs_the_reference(ws):
@@ -78,8 +87,8 @@ def test_plan_speculative_for_greedy_by_default():
     """Greedy with no --weights runs fp32 verifying the default packed mode's drafts (int4-q8x2 with the
     compiled kernel, else int4); --weights runs a mode alone; --speculative clashes with --sample,
     --beams and a non-fp32 --weights"""
-    from solutions import native
-    from solutions.weight_modes import default_mode, draft_mode, int4_available
+    from solutions.system.kernels import native
+    from solutions.system.kernels.weight_modes import default_mode, draft_mode, int4_available
 
     def full(**kw):
         return args(**(dict(speculative=False, weights=None, mine=False) | kw))
@@ -101,9 +110,13 @@ def test_speculative_line_says_how_the_drafts_fared():
     from solutions.speculative import SpeculativeResult
 
     line = demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult(list(range(9)), 8, 6, 3))
-    assert line == ("speculative: fp32 verified int4's drafts (k=4): 6 of 8 accepted (75%), 3 fp32 passes for "
-                    "9 tokens; the text is fp32's greedy text"), line
-    assert "1 fp32 pass for 1 token;" in demo.speculative_line(demo.Plan("fp32", "int4"), SpeculativeResult([5], 0, 0, 1))
+    assert line == (
+        "speculative: fp32 verified int4's drafts (k=4): 6 of 8 accepted (75%), 3 fp32 passes for "
+        "9 tokens; the text is fp32's greedy text"
+    ), line
+    assert "1 fp32 pass for 1 token;" in demo.speculative_line(
+        demo.Plan("fp32", "int4"), SpeculativeResult([5], 0, 0, 1)
+    )
 
 
 def test_stream_holds_back_split_characters():
@@ -141,8 +154,14 @@ def test_demo_on_smollm2(tmp_path):
     env = os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
 
     def demo(*extra, question="Hi", new=4):
-        return subprocess.run([*cmd, "demo", *extra, "--max-new-tokens", str(new), question], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [*cmd, "demo", *extra, "--max-new-tokens", str(new), question],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     first = demo("--weights", "fp32", "--verbose")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -150,15 +169,25 @@ def test_demo_on_smollm2(tmp_path):
     how = "decode steps: fused native fp32 step" if fused else "by calibration"
     for want in ("weights: fp32", how, "start-up:", "peak RSS:", "cached the fp32 weights"):
         assert want in first.stdout, f"{want!r} missing:\n{first.stdout}"
-    assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists() != fused, "calibrated only without the step"
+    assert (tmp_path / "cache" / "smollm2" / "calibration.json").exists() != fused, (
+        "calibrated only without the step"
+    )
 
     answer = demo("--verbose", question="What is the capital of France?", new=8)
-    assert answer.returncode == 0, f"dojo demo failed ({answer.returncode}):\n{answer.stdout}\n{answer.stderr}"
+    assert answer.returncode == 0, (
+        f"dojo demo failed ({answer.returncode}):\n{answer.stdout}\n{answer.stderr}"
+    )
     assert "Paris" in answer.stdout, f"the greedy answer should name Paris:\n{answer.stdout}"
     for line in ("prompt tokens:", "time to first token:", "tokens/s"):
         assert line in answer.stdout, f"the report lacks {line!r}:\n{answer.stdout}"
     for rebuilt in ("cached the fp32 weights", "cached the tokenizer"):
-        assert rebuilt not in answer.stdout, f"a second run should map the cache, not say {rebuilt!r}:\n{answer.stdout}"
+        assert rebuilt not in answer.stdout, (
+            f"a second run should map the cache, not say {rebuilt!r}:\n{answer.stdout}"
+        )
 
     bad = demo("--weights", "int3")
-    assert bad.returncode != 0 and "int3" in bad.stdout + bad.stderr and "fp32, bf16, int4" in bad.stdout + bad.stderr
+    assert (
+        bad.returncode != 0
+        and "int3" in bad.stdout + bad.stderr
+        and "fp32, bf16, int4" in bad.stdout + bad.stderr
+    )

@@ -19,10 +19,14 @@ FAULTS = {
     ),
     "loops forever at import": ("while True:\n    pass\n" + WORKS + COUNTS, "an infinite loop"),
     "allocates without bound": (
-        "def add(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(50_000_000))\n\n" + COUNTS,
+        "def add(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(50_000_000))\n\n"
+        + COUNTS,
         "MemoryError: ran out of memory",
     ),
-    "calls sys.exit at import": ("import sys\nsys.exit(3)\n" + WORKS + COUNTS, "called sys.exit(3) while being imported"),
+    "calls sys.exit at import": (
+        "import sys\nsys.exit(3)\n" + WORKS + COUNTS,
+        "called sys.exit(3) while being imported",
+    ),
     "calls sys.exit in a function": (
         "import sys\n\ndef add(a, b):\n    sys.exit(0)\n\n" + COUNTS,
         "called sys.exit(0) (at toy.py:4, in add)",
@@ -35,7 +39,10 @@ FAULTS = {
         WORKS + "def count_words(text):\n    import ctypes\n    ctypes.string_at(0)\n",
         "crashed with a segmentation fault while testing 'count_words counts repeated words'",
     ),
-    "raises at import": ("raise RuntimeError('half-written')\n" + WORKS + COUNTS, "raised at import: RuntimeError: half-written"),
+    "raises at import": (
+        "raise RuntimeError('half-written')\n" + WORKS + COUNTS,
+        "raised at import: RuntimeError: half-written",
+    ),
     "prints without end": (
         WORKS + "def count_words(text):\n    while True:\n        print('x' * 100_000)\n",
         "more output than the grader allows",
@@ -79,7 +86,10 @@ def test_editing_the_tests_or_reference_changes_nothing(dojo):
     out = dojo("check", "toy")
     assert out.returncode == 1 and "Score 3/6 points" in out.stdout
     assert "pristine copies" in out.stdout
-    assert f"{dojo.suite} changed while your code was being graded (this grade used the pristine copy)" in out.stdout
+    assert (
+        f"{dojo.suite} changed while your code was being graded (this grade used the pristine copy)"
+        in out.stdout
+    )
     assert f"{dojo.reference} changed" in out.stdout and f"git checkout -- {dojo.reference}" in out.stdout
     dojo.suite.write_text(suite)
     dojo.reference.write_text(reference)

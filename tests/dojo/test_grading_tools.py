@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import shutil
+import subprocess
 import sys
 import types
 
@@ -21,7 +21,9 @@ def test_grade_submissions_writes_one_report(dojo, tmp_path):
         folder.mkdir()
     shutil.copy(dojo.reference, good / "toy.py")
     shutil.copy(dojo.toy / "katas" / "toy" / "toy.py", bad / "toy.py")
-    out = dojo("grade", str(good), str(bad), str(empty), "--json", str(tmp_path / "report.json"), "--jobs", "2")
+    out = dojo(
+        "grade", str(good), str(bad), str(empty), "--json", str(tmp_path / "report.json"), "--jobs", "2"
+    )
     assert out.returncode == 1, out.stdout + out.stderr  # one submission fails
     doc = json.loads((tmp_path / "report.json").read_text())
     by_path = {s["path"]: s for s in doc["submissions"]}
@@ -41,10 +43,10 @@ def test_grade_rejects_a_file_path(dojo, tmp_path):
 
 def test_check_katas_passes_on_a_sound_kata(dojo):
     """check_katas: reference passes, stub fails every test, each mutant is killed, in both modes: exit 0, a table"""
-    out = dojo("--jobs", "2", module="dojo.grading.check_katas")
+    out = dojo("--jobs", "2", module="dojo.grading.proof.check_katas")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "ok 4/4 fail" in out.stdout and "ok 1/1" in out.stdout
-    again = dojo(module="dojo.grading.check_katas")
+    again = dojo(module="dojo.grading.proof.check_katas")
     assert "(0 run, 6 cached)" in again.stdout  # 3 runs in each mode: in-process and judge
 
 
@@ -53,8 +55,10 @@ def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):
     mutants = dojo.toy / "tests" / "katas" / "mutants" / "toy"
     shutil.copy(dojo.reference, mutants / "harmless.py")
     stub = dojo.toy / "katas" / "toy" / "toy.py"
-    stub.write_text(stub.read_text().replace("    \"\"\"a + b.\"\"\"\n    raise NotImplementedError", "    return a + b"))
-    out = dojo("--no-cache", module="dojo.grading.check_katas")
+    stub.write_text(
+        stub.read_text().replace('    """a + b."""\n    raise NotImplementedError', "    return a + b")
+    )
+    out = dojo("--no-cache", module="dojo.grading.proof.check_katas")
     assert out.returncode == 1
     assert "VIOLATION toy: mutant harmless.py survives" in out.stdout
     assert "VIOLATION toy: 'add(2, 3) is 5' passes on the untouched stub" in out.stdout
@@ -65,24 +69,40 @@ def test_check_katas_runs_mutants_written_as_edits(dojo):
     when it does not, and a violation naming the edit when its text is no longer in the reference"""
     mutants = dojo.toy / "tests" / "katas" / "mutants" / "toy"
     (mutants / "split_on_space.py").unlink()
-    (mutants / "single_spaces.py").write_text('"""Splits on single spaces."""\n\nEDITS = [("text.split()", \'text.split(" ")\')]\n')
-    (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("counts", "tally")]\n')  # 3 places
-    (mutants / "stale.py").write_text('"""Edits a line the reference no longer has."""\n\nEDITS = [("a - b", "a * b")]\n')
-    out = dojo("--no-cache", module="dojo.grading.check_katas")
+    (mutants / "single_spaces.py").write_text(
+        '"""Splits on single spaces."""\n\nEDITS = [("text.split()", \'text.split(" ")\')]\n'
+    )
+    (mutants / "renamed.py").write_text(
+        '"""Renames a local."""\n\nEDITS = [("counts", "tally")]\n'
+    )  # 3 places
+    (mutants / "stale.py").write_text(
+        '"""Edits a line the reference no longer has."""\n\nEDITS = [("a - b", "a * b")]\n'
+    )
+    out = dojo("--no-cache", module="dojo.grading.proof.check_katas")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "BAD 1/3" in out.stdout, out.stdout
     assert "single_spaces.py" not in out.stdout, "the EDITS mutant that breaks count_words must be killed"
-    assert "VIOLATION toy: mutant renamed.py does not apply: renamed.py: edit 1 ('counts'...) occurs" in out.stdout
-    assert "VIOLATION toy: mutant stale.py does not apply: stale.py: edit 1 ('a - b'...) no longer occurs" in out.stdout
+    assert (
+        "VIOLATION toy: mutant renamed.py does not apply: renamed.py: edit 1 ('counts'...) occurs"
+        in out.stdout
+    )
+    assert (
+        "VIOLATION toy: mutant stale.py does not apply: stale.py: edit 1 ('a - b'...) no longer occurs"
+        in out.stdout
+    )
 
-    (mutants / "renamed.py").write_text('"""Renames a local."""\n\nEDITS = [("return counts", "return dict(counts)")]\n')
-    out = dojo(module="dojo.grading.check_katas")
-    assert "VIOLATION toy: mutant renamed.py survives: no test fails on it (Renames a local.)" in out.stdout, out.stdout
+    (mutants / "renamed.py").write_text(
+        '"""Renames a local."""\n\nEDITS = [("return counts", "return dict(counts)")]\n'
+    )
+    out = dojo(module="dojo.grading.proof.check_katas")
+    assert (
+        "VIOLATION toy: mutant renamed.py survives: no test fails on it (Renames a local.)" in out.stdout
+    ), out.stdout
 
 
 def test_mutant_edits_apply_exactly_once_and_diff_reads_back():
-    """dojo.grading.mutant: each old text must occur once; a no-op edit is refused; EDITS must be literal pairs"""
-    from dojo.grading import mutant
+    """dojo.grading.proof.mutant: each old text must occur once; a no-op edit is refused; EDITS must be literal pairs"""
+    from dojo.grading.proof import mutant
 
     assert mutant.apply("a = 1\nb = 2\n", [("a = 1", "a = 0"), ("a = 0\nb", "a = 0\nc")]) == "a = 0\nc = 2\n"
     with pytest.raises(ValueError, match="edit 1 .* occurs 2 times"):
@@ -92,7 +112,7 @@ def test_mutant_edits_apply_exactly_once_and_diff_reads_back():
 
 
 def test_edits_must_be_literal_pairs(tmp_path):
-    from dojo.grading import mutant
+    from dojo.grading.proof import mutant
 
     bad = tmp_path / "bad.py"
     for body in ("EDITS = [make()]", "EDITS = []", "EDITS = [('a', 'b', 'c')]", "EDITS = 'ab'"):
@@ -107,7 +127,10 @@ def test_catalog_parses_hints_and_questions(dojo, monkeypatch):
     """HINTS.md splits at '## Hint N'; QUESTIONS.md gives question, model answer and rubric bullets"""
     monkeypatch.setenv("DOJO_KATAS_DIR", dojo.env["DOJO_KATAS_DIR"])
     kata = catalog.get("toy")
-    assert kata.hints() == ["Addition is built in.", "`str.split()` with no argument splits on any whitespace."]
+    assert kata.hints() == [
+        "Addition is built in.",
+        "`str.split()` with no argument splits on any whitespace.",
+    ]
     (q,) = kata.questions()
     assert q.question == "What does count_words do with punctuation?"
     assert q.answer.startswith("It keeps it")
@@ -124,7 +147,9 @@ def test_real_manifest_is_well_formed():
     for kata in katas:
         assert 1 <= kata.difficulty <= 5 and kata.minutes > 0
         for pre in kata.prerequisites:
-            assert pre in slugs[: slugs.index(kata.slug)], f"{kata.slug} needs {pre}, which is not listed before it"
+            assert pre in slugs[: slugs.index(kata.slug)], (
+                f"{kata.slug} needs {pre}, which is not listed before it"
+            )
 
 
 def test_plugins_load_and_missing_ones_are_skipped(monkeypatch, tmp_path):
@@ -151,18 +176,29 @@ def test_commands_names_each_plugins_commands():
         sub = argparse.ArgumentParser().add_subparsers()
         importlib.import_module(name).register(sub)
         registered = set(sub.choices)
-        assert registered == {c for c, m in cli.COMMANDS.items() if m == name}, f"{name} registers {registered}"
+        assert registered == {c for c, m in cli.COMMANDS.items() if m == name}, (
+            f"{name} registers {registered}"
+        )
     assert set(cli.COMMANDS.values()) <= set(cli.PLUGINS) and not set(cli.COMMANDS) & set(cli.BUILTIN)
 
 
 def test_a_plugin_command_imports_only_its_plugin():
     """`dojo demo` builds its parser without the practice loop, the grader or pytest (start-up time)"""
-    code = ("import sys; from dojo import cli\ntry: cli.main(['demo', '--help'])\n"
-            "except SystemExit: print('MODULES', *sorted(sys.modules))")
+    code = (
+        "import sys; from dojo import cli\ntry: cli.main(['demo', '--help'])\n"
+        "except SystemExit: print('MODULES', *sorted(sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "usage: dojo demo" in out.stdout, out.stderr[-2000:]
     imported = set(out.stdout.split("MODULES")[-1].split())
-    for heavy in ("pytest", "dojo.grading.grade", "dojo.practice.commands", "dojo.tools.serve", "rich.progress", "torch"):
+    for heavy in (
+        "pytest",
+        "dojo.grading.grade",
+        "dojo.practice.commands",
+        "dojo.tools.serve",
+        "rich.progress",
+        "torch",
+    ):
         assert heavy not in imported, f"`dojo demo --help` imported {heavy}"
     assert "dojo.tools.demo" in imported
 
@@ -172,3 +208,15 @@ def test_console_script_is_installed():
     from pathlib import Path
 
     assert (Path(sys.executable).parent / "dojo").exists()
+
+
+def test_the_suite_cache_digests_runner_files_that_exist():
+    """check_katas's cache key covers the plugin, the judge's files and the audit hook, at their paths:
+    a listed file that does not exist would be digested as missing, and its edits would go unseen."""
+    from dojo.grading.proof import suite_runs
+
+    files = suite_runs.runner_files()
+    missing = [str(p) for p in files if not p.is_file()]
+    assert not missing, f"the cache key names files that do not exist: {missing}"
+    names = {p.name for p in files}
+    assert {"plugin.py", "judge.py", "worker.py", "wire.py", "remote.py", "audit.py"} <= names, sorted(names)

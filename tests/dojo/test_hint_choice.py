@@ -31,8 +31,18 @@ def test_without_failures_the_order_of_hints_md():
 
 def test_failing_tests_in_suite_order_without_parameters(tmp_path):
     path = tmp_path / "toy.json"
-    path.write_text(json.dumps({"tests": [{"name": "test_a[1]", "status": "pass"}, {"name": "test_b[x]", "status": "fail"},
-                                          {"name": "test_a[2]", "status": "fail"}, {"name": "test_b[y]", "status": "fail"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "tests": [
+                    {"name": "test_a[1]", "status": "pass"},
+                    {"name": "test_b[x]", "status": "fail"},
+                    {"name": "test_a[2]", "status": "fail"},
+                    {"name": "test_b[y]", "status": "fail"},
+                ]
+            }
+        )
+    )
     assert hints.failures(path) == [("test_b", "test_b[x]"), ("test_a", "test_a[2]")]  # no property: the name
     assert hints.failures(tmp_path / "missing.json") == []
 

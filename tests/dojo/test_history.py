@@ -13,8 +13,17 @@ from dojo.practice import history
 def attempt(db, kata="toy", *, passed=True, points=6, total=6, mode="check", ended=None):
     ended = time.time() if ended is None else ended
     return history.record_attempt(
-        kata, mode=mode, target="workspace", started=ended - 1, ended=ended, points=points, total=total,
-        passed=passed, tests=4, failed=0 if passed else 4, path=db,
+        kata,
+        mode=mode,
+        target="workspace",
+        started=ended - 1,
+        ended=ended,
+        points=points,
+        total=total,
+        passed=passed,
+        tests=4,
+        failed=0 if passed else 4,
+        path=db,
     )
 
 
@@ -44,7 +53,9 @@ def test_hints_are_recorded_once(tmp_path):
         history.record_hint("toy", n, path=db)
     assert history.hints_seen("toy", path=db) == [1, 2]
     history.record_reveal("toy", forced=True, path=db)
-    assert [(k, kind, d) for k, kind, _, d in history.events("toy", "reveal", path=db)] == [("toy", "reveal", "forced")]
+    assert [(k, kind, d) for k, kind, _, d in history.events("toy", "reveal", path=db)] == [
+        ("toy", "reveal", "forced")
+    ]
 
 
 def test_schema_version_and_wal(tmp_path):

@@ -6,16 +6,28 @@ from __future__ import annotations
 import pytest
 
 from dojo import catalog
-from dojo.grading import integrity
+from dojo.grading.scan import integrity
 
 CHEATS = {  # name: (kata, source, line the finding must name)
     "plain import": ("bpe", "from solutions.bpe import *\n", 1),
     "import of the package": ("bpe", "import solutions\nBPETokenizer = solutions.bpe.BPETokenizer\n", 1),
-    "a twin": ("attention", "x = 1\nfrom solutions.attention_fast import attention\n", 2),
-    "importlib, computed name": ("bpe", "import importlib\nm = importlib.import_module('sol' + 'utions.bpe')\n", 2),
-    "importlib, constant name": ("bpe", "import importlib\nm = importlib.import_module('solutions.bpe')\n", 2),
+    "a twin": ("attention", "x = 1\nfrom solutions.system.kernels.attention_fast import attention\n", 2),
+    "importlib, computed name": (
+        "bpe",
+        "import importlib\nm = importlib.import_module('sol' + 'utions.bpe')\n",
+        2,
+    ),
+    "importlib, constant name": (
+        "bpe",
+        "import importlib\nm = importlib.import_module('solutions.bpe')\n",
+        2,
+    ),
     "__import__, computed": ("bpe", "name = 'solutions'\nm = __import__(name + '.bpe')\n", 2),
-    "import_module aliased": ("bpe", "from importlib import import_module as im\nm = im(''.join(['solutions', '.bpe']))\n", 2),
+    "import_module aliased": (
+        "bpe",
+        "from importlib import import_module as im\nm = im(''.join(['solutions', '.bpe']))\n",
+        2,
+    ),
     "spec from a path": ("bpe", "import importlib.util as u\ns = u.spec_from_file_location('x', p)\n", 2),
     "exec via sys.path": ("bpe", "import sys\nfor p in sys.path:\n    exec(open(p + '/x.py').read())\n", 3),
     "eval": ("int4", "x = eval(open('f').read())\n", 1),
@@ -32,13 +44,21 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "frames": ("generate", "import inspect\nf = inspect.currentframe().f_back.f_globals\n", 2),
     "sys._getframe": ("generate", "import sys\ng = sys._getframe(1).f_globals\n", 2),
     "logging.currentframe": ("kv_cache", "import logging\nfr = logging.currentframe()\n", 2),
-    "traceback.walk_stack": ("kv_cache", "import traceback\nfor fr, _ in traceback.walk_stack(None):\n    pass\n", 2),
+    "traceback.walk_stack": (
+        "kv_cache",
+        "import traceback\nfor fr, _ in traceback.walk_stack(None):\n    pass\n",
+        2,
+    ),
     "atexit": ("bpe", "import atexit\natexit.register(print)\n", 1),
     "os._exit": ("bpe", "import os\ndef encode(t):\n    os._exit(0)\n", 3),
     "from os import _exit": ("bpe", "from os import _exit\n", 1),
     "ctypes": ("bpe", "import ctypes\n", 1),
     "pytest": ("bpe", "import pytest\n", 1),
-    "_pytest patch": ("bpe", "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n", 1),
+    "_pytest patch": (
+        "bpe",
+        "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n",
+        1,
+    ),
     "setsid daemon": ("bpe", "import os\nif os.fork() == 0:\n    os.setsid()\n", 2),
     "signal": ("bpe", "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n", 1),
     "a recursive glob": ("bpe", "import glob\nhits = glob.glob('/**/bpe.py', recursive=True)\n", 2),
@@ -47,11 +67,27 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "argv": ("bpe", "import sys\npath = sys.argv[-1]\n", 2),
     "a recursive search": ("bpe", "from pathlib import Path\nhits = list(Path('/').rglob('bpe.py'))\n", 2),
     "dunder escape": ("bpe", "classes = ().__class__.__base__.__subclasses__()\n", 1),
-    "another kata's reference, not allowed": ("mixed_precision", "from solutions.roofline import phase_cost\n", 1),
+    "another kata's reference, not allowed": (
+        "mixed_precision",
+        "from solutions.roofline import phase_cost\n",
+        1,
+    ),
     "the roofline reference in the roofline kata": ("roofline", "from solutions.roofline import *\n", 1),
-    "patching a library the suite compares with": ("attention", "import torch\ntorch.allclose = lambda *a, **k: True\n", 2),
-    "patching through setattr": ("attention", "import torch.testing as tt\nsetattr(tt, 'assert_close', print)\n", 2),
-    "patching a reference the suite uses": ("generate", "import solutions.model\nsolutions.model.Llama.prefill = None\n", 2),
+    "patching a library the suite compares with": (
+        "attention",
+        "import torch\ntorch.allclose = lambda *a, **k: True\n",
+        2,
+    ),
+    "patching through setattr": (
+        "attention",
+        "import torch.testing as tt\nsetattr(tt, 'assert_close', print)\n",
+        2,
+    ),
+    "patching a reference the suite uses": (
+        "generate",
+        "import solutions.model\nsolutions.model.Llama.prefill = None\n",
+        2,
+    ),
     "a module's __dict__": ("bpe", "import importlib\nf = importlib.__dict__['import_module']\n", 2),
     "site packages": ("bpe", "import site\nfolders = site.getsitepackages()\n", 1),
     "package file lists": ("bpe", "from importlib.metadata import files\n", 1),
@@ -65,16 +101,44 @@ CHEATS = {  # name: (kata, source, line the finding must name)
     "exec built from pieces": ("int4", "f = getattr(__builtins__, 'ex' + 'ec')\nx = 1\n", 1),
     "exec from an f-string of pieces": ("int4", "a = 'ex'\nname = f'{a}ec'\n", 2),
     "getattr of os with a folded name": ("bpe", "import os\nrun = getattr(os, 'sys' + 'tem')\n", 2),
-    "a joined import name": ("bpe", "import importlib\nm = importlib.import_module('.'.join(['solutions', 'bpe']))\n", 2),
+    "a joined import name": (
+        "bpe",
+        "import importlib\nm = importlib.import_module('.'.join(['solutions', 'bpe']))\n",
+        2,
+    ),
     "vars of a module written": ("attention", "import torch\nvars(torch)['allclose'] = print\n", 2),
-    "a module's __dict__ updated": ("attention", "import torch.testing as tt\ntt.__dict__.update(assert_close=print)\n", 2),
-    "object.__setattr__ on an imported class": ("attention", "import torch\nobject.__setattr__(torch.Tensor, 'x', 1)\n", 2),
-    "setattr on an imported class": ("attention", "from torch import Tensor\nsetattr(Tensor, 'allclose', print)\n", 2),
-    "pickle of a reference": ("bpe", "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n", 2),
+    "a module's __dict__ updated": (
+        "attention",
+        "import torch.testing as tt\ntt.__dict__.update(assert_close=print)\n",
+        2,
+    ),
+    "object.__setattr__ on an imported class": (
+        "attention",
+        "import torch\nobject.__setattr__(torch.Tensor, 'x', 1)\n",
+        2,
+    ),
+    "setattr on an imported class": (
+        "attention",
+        "from torch import Tensor\nsetattr(Tensor, 'allclose', print)\n",
+        2,
+    ),
+    "pickle of a reference": (
+        "bpe",
+        "import pickle\nm = pickle.loads(b'csolutions.bpe\\nBPETokenizer\\n.')\n",
+        2,
+    ),
     "exec from a %-format of pieces": ("int4", "name = '%sec' % 'ex'\n", 1),
-    "a reference's name %-formatted from a tuple": ("bpe", "x = 1\nname = '%s.%s' % ('solutions', 'bpe')\n", 2),
+    "a reference's name %-formatted from a tuple": (
+        "bpe",
+        "x = 1\nname = '%s.%s' % ('solutions', 'bpe')\n",
+        2,
+    ),
     "exec from str.format of pieces": ("int4", "a = 'ex'\nname = '{}ec'.format(a)\n", 2),
-    "a module's name from str.format with a keyword": ("bpe", "name = '{s}.{m}'.format(s='solutions', m='bpe')\n", 1),
+    "a module's name from str.format with a keyword": (
+        "bpe",
+        "name = '{s}.{m}'.format(s='solutions', m='bpe')\n",
+        1,
+    ),
 }
 
 
@@ -89,36 +153,73 @@ def test_a_cheat_is_flagged_on_its_line(tmp_path, name):
 
 
 HONEST = {  # name: (kata, source)
-    "gc.disable around a timing": ("latency", (
-        "import gc, time\ndef timed(fn):\n    gc.disable()\n    try:\n        t = time.perf_counter()\n"
-        "        fn()\n        return time.perf_counter() - t\n    finally:\n        gc.enable()\n")),
-    "open() in save and load": ("bpe", (
-        "import json\nfrom pathlib import Path\nclass BPETokenizer:\n    def save(self, path):\n"
-        "        with open(path, 'w') as f:\n            f.write('bpe v1\\n' + json.dumps(self.pattern))\n"
-        "    @classmethod\n    def load(cls, path):\n        lines = Path(path).read_text().splitlines()\n")),
-    "reading /sys for the cache size": ("roofline", (
-        "from pathlib import Path\nimport glob\ndef last_level_cache_bytes():\n"
-        "    sizes = [Path(p).read_text() for p in glob.glob('/sys/devices/system/cpu/cpu0/cache/index*/size')]\n"
-        "    for index in Path('/sys/devices/system/cpu/cpu0/cache').glob('index*'):\n        pass\n")),
-    "the roofline reference where the README says so": ("latency", "from solutions.roofline import phase_cost\n"),
-    "and in batching": ("batching", "from solutions.roofline import arithmetic_intensity, bound, phase_cost\n"),
+    "gc.disable around a timing": (
+        "latency",
+        (
+            "import gc, time\ndef timed(fn):\n    gc.disable()\n    try:\n        t = time.perf_counter()\n"
+            "        fn()\n        return time.perf_counter() - t\n    finally:\n        gc.enable()\n"
+        ),
+    ),
+    "open() in save and load": (
+        "bpe",
+        (
+            "import json\nfrom pathlib import Path\nclass BPETokenizer:\n    def save(self, path):\n"
+            "        with open(path, 'w') as f:\n            f.write('bpe v1\\n' + json.dumps(self.pattern))\n"
+            "    @classmethod\n    def load(cls, path):\n        lines = Path(path).read_text().splitlines()\n"
+        ),
+    ),
+    "reading /sys for the cache size": (
+        "roofline",
+        (
+            "from pathlib import Path\nimport glob\ndef last_level_cache_bytes():\n"
+            "    sizes = [Path(p).read_text() for p in glob.glob('/sys/devices/system/cpu/cpu0/cache/index*/size')]\n"
+            "    for index in Path('/sys/devices/system/cpu/cpu0/cache').glob('index*'):\n        pass\n"
+        ),
+    ),
+    "the roofline reference where the README says so": (
+        "latency",
+        "from solutions.roofline import phase_cost\n",
+    ),
+    "and in batching": (
+        "batching",
+        "from solutions.roofline import arithmetic_intensity, bound, phase_cost\n",
+    ),
     "and in int4": ("int4", "import solutions.roofline\nfrom solutions.model import LlamaConfig\n"),
-    "the model in generate's docstring and code": ("generate", (
-        '"""Uses solutions.model.Llama."""\nfrom solutions.model import tiny_model\n'
-        "def f(model):\n    '''A model like solutions.model.Llama; see tests/ for nothing.'''\n    return model.eval()\n")),
-    "ordinary library use": ("int4", (
-        "import re, math, time, statistics\nimport numpy as np\nimport torch\nfrom dataclasses import dataclass\n"
-        "PAT = re.compile(r'x')\ndef f(dtype_name, x):\n    dtype = getattr(torch, dtype_name)\n"
-        "    return torch.compile(x).eval(), getattr(x, dtype_name)\n")),
-    "prose and /proc/cpuinfo": ("roofline", (
-        "def f():\n    text = open('/proc/cpuinfo').read()\n"
-        "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n")),
+    "the model in generate's docstring and code": (
+        "generate",
+        (
+            '"""Uses solutions.model.Llama."""\nfrom solutions.model import tiny_model\n'
+            "def f(model):\n    '''A model like solutions.model.Llama; see tests/ for nothing.'''\n    return model.eval()\n"
+        ),
+    ),
+    "ordinary library use": (
+        "int4",
+        (
+            "import re, math, time, statistics\nimport numpy as np\nimport torch\nfrom dataclasses import dataclass\n"
+            "PAT = re.compile(r'x')\ndef f(dtype_name, x):\n    dtype = getattr(torch, dtype_name)\n"
+            "    return torch.compile(x).eval(), getattr(x, dtype_name)\n"
+        ),
+    ),
+    "prose and /proc/cpuinfo": (
+        "roofline",
+        (
+            "def f():\n    text = open('/proc/cpuinfo').read()\n"
+            "    raise ValueError(f'x ** 2 is not {text[:3]}: see the dojo.')\n"
+        ),
+    ),
     "torch settings": ("roofline", "import torch\ntorch.backends.mkldnn.enabled = True\n"),
-    "own class patched through setattr and its __dict__": ("bpe", (
-        "class T:\n    pass\nsetattr(T, 'x', 1)\nt = T()\nt.__dict__['y'] = 2\nvars(t).update(z=3)\n")),
-    "os used for paths and a string naming eval mode": ("bpe", (
-        "import os\np = os.path.join('a', 'b')\nmode = 'eval'\nname = 'model' + '.pt'\n")),
-    "a method called compile": ("bpe", "class P:\n    def compile(self):\n        return 1\np = P().compile()\n"),
+    "own class patched through setattr and its __dict__": (
+        "bpe",
+        ("class T:\n    pass\nsetattr(T, 'x', 1)\nt = T()\nt.__dict__['y'] = 2\nvars(t).update(z=3)\n"),
+    ),
+    "os used for paths and a string naming eval mode": (
+        "bpe",
+        ("import os\np = os.path.join('a', 'b')\nmode = 'eval'\nname = 'model' + '.pt'\n"),
+    ),
+    "a method called compile": (
+        "bpe",
+        "class P:\n    def compile(self):\n        return 1\np = P().compile()\n",
+    ),
 }
 
 
@@ -146,7 +247,10 @@ def test_a_file_that_does_not_parse_gets_no_finding(tmp_path):
 
 
 ENCODED = {  # name: (bytes, line of the finding)
-    "unicode_escape hides an import in a comment": (b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n", 1),
+    "unicode_escape hides an import in a comment": (
+        b"# coding: unicode_escape\nx = 1  # \\nimport solutions.bpe\n",
+        1,
+    ),
     "utf-7 hides one too": (b"# -*- coding: utf-7 -*-\nx = 1  #+AAo-import os\n", 1),
     "latin-1 on line 2": (b"#!/usr/bin/env python\n# coding: latin-1\ns = '\xe9'\n", 2),
     "an unknown codec": (b"# coding: rot-13-ish\nx = 1\n", 1),

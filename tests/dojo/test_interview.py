@@ -32,8 +32,15 @@ def dojo(dojo):
 def run(dojo, *args: str, at: float = T0, stdin: str = "") -> subprocess.CompletedProcess:
     """`dojo ARGS` at fake time `at`, with `stdin` as its input."""
     env = {**dojo.env, "DOJO_FAKE_NOW": str(at)}
-    return subprocess.run([sys.executable, "-m", "dojo", *args], env=env, input=stdin, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "dojo", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def rows(dojo, sql: str) -> list[tuple]:
@@ -66,26 +73,68 @@ def test_full_session(dojo):
     out = run(dojo, "status", at=T0 + 90)
     assert "Interview in progress: toy. Time left: 3:30 of 5 min. Check runs: 2, hints: 0" in out.stdout
 
-    out = run(dojo, "submit", at=T0 + 120, stdin="it keeps punctuation\n.\n1\nbytes, overlaps, a heap\n.\n1 2 4 5\n")
+    out = run(
+        dojo, "submit", at=T0 + 120, stdin="it keeps punctuation\n.\n1\nbytes, overlaps, a heap\n.\n1 2 4 5\n"
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "add works for negative numbers" in out.stdout and "Score 6/6 points" in out.stdout
     assert "Question 1 of 2 (kata)" in out.stdout and "Question 2 of 2 (bank: tokenization)" in out.stdout
-    assert "It keeps it:" in out.stdout and "1. says punctuation is kept" in out.stdout  # model answer, rubric
-    for line in ("Tests passed:    4/4", "Points:          6/6", "Time used:       2.0 min of 5", "Check runs:      2",
-                 "Hints:           0", "Rubric coverage: 5/8", "Score:           89%", "Verdict:         strong hire"):
+    assert (
+        "It keeps it:" in out.stdout and "1. says punctuation is kept" in out.stdout
+    )  # model answer, rubric
+    for line in (
+        "Tests passed:    4/4",
+        "Points:          6/6",
+        "Time used:       2.0 min of 5",
+        "Check runs:      2",
+        "Hints:           0",
+        "Rubric coverage: 5/8",
+        "Score:           89%",
+        "Verdict:         strong hire",
+    ):
         assert line in out.stdout, f"scorecard lacks {line!r}:\n{out.stdout}"
-    assert ("toy", "examples") in {a[:2] for a in dojo.attempts()} and dojo.attempts()[-1][:2] == ("toy", "interview")
+    assert ("toy", "examples") in {a[:2] for a in dojo.attempts()} and dojo.attempts()[-1][:2] == (
+        "toy",
+        "interview",
+    )
     assert rows(dojo, "SELECT verdict FROM scorecards") == [("strong hire",)]
 
     out = run(dojo, "history")
     assert out.returncode == 0, out.stderr
     header, row = out.stdout.splitlines()[:2]
-    assert header.split() == ["#", "when", "kata", "points", "time", "checks", "hints", "rubric", "score", "verdict",
-                              "integrity"]
-    assert row.split()[:1] + row.split()[3:] == ["1", "toy", "6/6", "2.0", "min", "2", "0", "5/8", "89%", "strong",
-                                                  "hire", "-"]
+    assert header.split() == [
+        "#",
+        "when",
+        "kata",
+        "points",
+        "time",
+        "checks",
+        "hints",
+        "rubric",
+        "score",
+        "verdict",
+        "integrity",
+    ]
+    assert row.split()[:1] + row.split()[3:] == [
+        "1",
+        "toy",
+        "6/6",
+        "2.0",
+        "min",
+        "2",
+        "0",
+        "5/8",
+        "89%",
+        "strong",
+        "hire",
+        "-",
+    ]
     out = run(dojo, "stats")
-    assert out.returncode == 0 and "interviews: 89% (last: strong hire)" in out.stdout and "best check 6/6" in out.stdout
+    assert (
+        out.returncode == 0
+        and "interviews: 89% (last: strong hire)" in out.stdout
+        and "best check 6/6" in out.stdout
+    )
 
 
 def test_resume_after_the_process_is_killed(dojo):
@@ -97,8 +146,14 @@ def test_resume_after_the_process_is_killed(dojo):
     out = run(dojo, "interview", "toy", at=T0 + 601)
     assert out.returncode == 2 and "in progress" in out.stdout  # one session at a time
     solve(dojo)
-    proc = subprocess.Popen([sys.executable, "-m", "dojo", "submit"], env={**dojo.env, "DOJO_FAKE_NOW": str(T0 + 700)},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dojo", "submit"],
+        env={**dojo.env, "DOJO_FAKE_NOW": str(T0 + 700)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     watchdog = threading.Timer(60, proc.kill)
     watchdog.start()
     try:
@@ -127,13 +182,17 @@ def test_submission_at_time_out(dojo):
     dojo.write("def add(a, b):\n    return a + b\n\ndef count_words(text):\n    return {}\n")
     out = run(dojo, "check", at=T0 + 301)
     assert out.returncode == 1 and "Time is up (5 min)" in out.stdout
-    assert "add works for negative numbers" in out.stdout and "Score 3/6 points" in out.stdout  # the full suite
+    assert (
+        "add works for negative numbers" in out.stdout and "Score 3/6 points" in out.stdout
+    )  # the full suite
     assert "dojo interview --resume" in out.stdout
     out = run(dojo, "check", at=T0 + 302)  # submitted already: an ordinary check now
     assert "Time is up" not in out.stdout
     out = run(dojo, "interview", "--resume", at=T0 + 900, stdin="a\n.\nall\nb\n.\nall\n")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Time used:       5.0 min of 5 (time ran out)" in out.stdout and "Points:          3/6" in out.stdout
+    assert (
+        "Time used:       5.0 min of 5 (time ran out)" in out.stdout and "Points:          3/6" in out.stdout
+    )
     assert "Score:           65%" in out.stdout and "Verdict:         lean no" in out.stdout
     assert rows(dojo, "SELECT submitted_by FROM sessions") == [("time",)]
 
@@ -149,13 +208,18 @@ def test_hints_cost_points(dojo):
     """each hint in a session is shown in order, recorded, and costs 10% of the code score"""
     run(dojo, "interview", "toy")
     out = run(dojo, "hint")
-    assert "Hint 1 of 2 (costs 10% of your code score; 1 used)" in out.stdout and "Addition is built in." in out.stdout
+    assert (
+        "Hint 1 of 2 (costs 10% of your code score; 1 used)" in out.stdout
+        and "Addition is built in." in out.stdout
+    )
     assert "Hint 2 of 2" in run(dojo, "hint").stdout
     assert "All 2 hints used" in run(dojo, "hint").stdout
     solve(dojo)
     out = run(dojo, "submit", at=T0 + 60, stdin="a\n.\nall\nb\n.\nall\n")
     assert "Hints:           2 (-20% of the code score)" in out.stdout
-    assert "Score:           86%" in out.stdout and "Verdict:         strong hire" in out.stdout  # 0.7 x 0.8 + 0.3 x 1
+    assert (
+        "Score:           86%" in out.stdout and "Verdict:         strong hire" in out.stdout
+    )  # 0.7 x 0.8 + 0.3 x 1
     assert rows(dojo, "SELECT hints FROM sessions") == [("[1, 2]",)]
 
 
@@ -169,8 +233,10 @@ def test_scorecard_written_exactly_once(dojo):
     assert run(dojo, "submit").returncode == 1
     assert rows(dojo, "SELECT COUNT(*) FROM scorecards") == [(1,)]
     with sqlite3.connect(dojo.db) as conn, pytest.raises(sqlite3.IntegrityError):
-        conn.execute("INSERT INTO scorecards (session, kata, written, score, verdict, card) SELECT session, kata,"
-                     " written, score, verdict, card FROM scorecards")
+        conn.execute(
+            "INSERT INTO scorecards (session, kata, written, score, verdict, card) SELECT session, kata,"
+            " written, score, verdict, card FROM scorecards"
+        )
 
 
 def test_schema_migration_keeps_practice_history(dojo):
@@ -179,8 +245,10 @@ def test_schema_migration_keeps_practice_history(dojo):
     with sqlite3.connect(dojo.db) as conn:
         for statement in history.MIGRATIONS[0]:
             conn.execute(statement)
-        conn.execute("INSERT INTO attempts (kata, mode, target, started, ended, points, total, passed, tests, failed)"
-                     " VALUES ('toy', 'check', 'workspace', 1, 2, 6, 6, 1, 4, 0)")
+        conn.execute(
+            "INSERT INTO attempts (kata, mode, target, started, ended, points, total, passed, tests, failed)"
+            " VALUES ('toy', 'check', 'workspace', 1, 2, 6, 6, 1, 4, 0)"
+        )
         conn.execute("PRAGMA user_version = 1")
     assert run(dojo, "history").stdout.startswith("No interviews yet")
     assert rows(dojo, "PRAGMA user_version") == [(history.SCHEMA_VERSION,)]
@@ -190,11 +258,23 @@ def test_schema_migration_keeps_practice_history(dojo):
 def test_interviewer_packet_for_bpe():
     """`dojo interviewer bpe`: prompt, approach, hints with timing, follow-ups with rubric, and every
     mutant's mistake"""
-    out = subprocess.run([sys.executable, "-m", "dojo", "interviewer", "bpe"], capture_output=True, text=True,
-                         timeout=60, env={**_env(), "NO_COLOR": "1"}, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "interviewer", "bpe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), "NO_COLOR": "1"},
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
-    for heading in ("Prompt", "Expected approach", "Hints to give, and when", "Follow-up questions", "Common mistakes",
-                    "Scoring"):
+    for heading in (
+        "Prompt",
+        "Expected approach",
+        "Hints to give, and when",
+        "Follow-up questions",
+        "Common mistakes",
+        "Scoring",
+    ):
         assert f"== {heading}" in out.stdout
     assert "Hint 1 (around minute" in out.stdout and "Rubric:" in out.stdout
     mutants = sorted((ROOT / "tests" / "katas" / "mutants" / "bpe").glob("*.py"))
@@ -212,7 +292,9 @@ def test_ask_drills_the_bank(dojo):
     assert "Bank question (roofline)" in out.stdout and "Model answer." in out.stdout
     assert "Covered 2 of 5 rubric points" in out.stdout
     first = out.stdout.splitlines()[1]
-    second = run(dojo, "ask", "roofline").stdout.splitlines()[1]  # no input: answer and rubric shown, nothing marked
+    second = run(dojo, "ask", "roofline").stdout.splitlines()[
+        1
+    ]  # no input: answer and rubric shown, nothing marked
     assert first != second and second.startswith("How would you show")
     out = run(dojo, "ask", "astrology")
     assert out.returncode != 0 and "topics are" in out.stderr and "tokenization" in out.stderr

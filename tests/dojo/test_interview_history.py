@@ -9,10 +9,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_interview import T0, run, solve
 
 from dojo import KATAS_DIR
-
-from test_interview import T0, run, solve
 
 
 @pytest.fixture
@@ -36,8 +35,18 @@ def test_history_n_shows_a_scorecard_in_full(dojo):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     card = [line for line in lines if line.startswith("  ") and ":" in line and not line.startswith("  Q")]
-    names = ("Tests passed", "Points", "Time used", "Check runs", "Hints", "Rubric coverage", "Score", "Verdict",
-             "Integrity", "Sandboxed")
+    names = (
+        "Tests passed",
+        "Points",
+        "Time used",
+        "Check runs",
+        "Hints",
+        "Rubric coverage",
+        "Score",
+        "Verdict",
+        "Integrity",
+        "Sandboxed",
+    )
     assert [line.split(":")[0].strip() for line in card] == list(names)
     assert len({line.index(line.split(":", 1)[1].strip()) for line in card}) == 1, "values not in one column"
     assert "Rubric coverage: 2/8 (1 blank answer(s): no points, whatever was marked)" in out.stdout
@@ -69,7 +78,9 @@ def test_the_reference_stays_closed_until_the_scorecard(dojo):
     solve(dojo)
     run(dojo, "submit", at=T0 + 60, stdin="")  # graded; the questions wait
     out = run(dojo, "check", "toy", at=T0 + 70)
-    assert out.returncode == 0 and "All tests pass" in out.stdout and "dojo solution" not in out.stdout, out.stdout
+    assert out.returncode == 0 and "All tests pass" in out.stdout and "dojo solution" not in out.stdout, (
+        out.stdout
+    )
     out = run(dojo, "solution", "toy", at=T0 + 80)
     assert out.returncode == 2 and "follow-up questions come first" in out.stdout
     run(dojo, "interview", "--resume", at=T0 + 90, stdin="a\n.\n1\nb\n.\n1\n")

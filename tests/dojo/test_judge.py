@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from dojo import catalog
-from dojo.grading import grade, remote, wire
+from dojo.grading import grade
+from dojo.grading.judging import remote, wire
 
 
 def submit(toy, source: str) -> grade.GradeResult:
@@ -45,20 +46,26 @@ def test_the_reference_is_judged_with_full_marks_and_no_finding(toy):
 
 def test_patching_the_runner_from_the_candidate_does_nothing(toy):
     """reaching pytest or the plugin through sys.modules under an alias: they are not in the worker"""
-    result = submit(toy, (
-        "import sys\nm = sys.modules\nfor name in [n for n in m if 'pytest' in n or n.startswith('dojo')]:\n"
-        "    try:\n        vars(m[name])['runtest'] = lambda *a, **k: None\n    except Exception:\n        pass\n"
-        "def add(a, b):\n    raise NotImplementedError\n"
-        "def count_words(text):\n    raise NotImplementedError\n"
-    ))
+    result = submit(
+        toy,
+        (
+            "import sys\nm = sys.modules\nfor name in [n for n in m if 'pytest' in n or n.startswith('dojo')]:\n"
+            "    try:\n        vars(m[name])['runtest'] = lambda *a, **k: None\n    except Exception:\n        pass\n"
+            "def add(a, b):\n    raise NotImplementedError\n"
+            "def count_words(text):\n    raise NotImplementedError\n"
+        ),
+    )
     assert result.points == 0 and all(t.outcome == "failed" for t in result.tests), result.to_json()
 
 
-@pytest.mark.parametrize("raise_it", [
-    "import unittest\n    raise unittest.SkipTest('later')",
-    "raise next(c for c in BaseException.__subclasses__() if c.__name__ == 'BaseException')('x')",
-    "import pytest\n    pytest.skip('later')",
-])
+@pytest.mark.parametrize(
+    "raise_it",
+    [
+        "import unittest\n    raise unittest.SkipTest('later')",
+        "raise next(c for c in BaseException.__subclasses__() if c.__name__ == 'BaseException')('x')",
+        "import pytest\n    pytest.skip('later')",
+    ],
+)
 def test_skips_and_outcomes_raised_by_the_candidate_fail(toy, raise_it):
     """SkipTest, pytest.skip or any BaseException from the candidate's code: a failure naming it"""
     result = submit(toy, f"def add(a, b):\n    {raise_it}\ndef count_words(text):\n    {raise_it}\n")
@@ -69,55 +76,69 @@ def test_skips_and_outcomes_raised_by_the_candidate_fail(toy, raise_it):
 
 def test_values_with_their_own_equality_are_rebuilt_as_plain_data(toy):
     """a dict whose __eq__ is always True, an int subclass equal to anything: compared as plain values"""
-    result = submit(toy, (
-        "class Yes(dict):\n    def __eq__(self, other):\n        return True\n"
-        "class Five(int):\n    def __eq__(self, other):\n        return True\n"
-        "def add(a, b):\n    return Five(0)\n"
-        "def count_words(text):\n    return Yes()\n"
-    ))
+    result = submit(
+        toy,
+        (
+            "class Yes(dict):\n    def __eq__(self, other):\n        return True\n"
+            "class Five(int):\n    def __eq__(self, other):\n        return True\n"
+            "def add(a, b):\n    return Five(0)\n"
+            "def count_words(text):\n    return Yes()\n"
+        ),
+    )
     assert outcome(result, ADD)[0] == "failed" and outcome(result, COUNT)[0] == "failed", result.to_json()
 
 
 def test_patching_comparisons_in_the_candidate_process_does_not_reach_the_judge(toy):
     """builtins and operator patched in the worker: the judge's own comparisons are untouched"""
-    result = submit(toy, (
-        "import builtins, operator\nbuiltins.isinstance = lambda *a: True\noperator.eq = lambda *a: True\n"
-        "def add(a, b):\n    return 0\n"
-        "def count_words(text):\n    return {}\n"
-    ))
+    result = submit(
+        toy,
+        (
+            "import builtins, operator\nbuiltins.isinstance = lambda *a: True\noperator.eq = lambda *a: True\n"
+            "def add(a, b):\n    return 0\n"
+            "def count_words(text):\n    return {}\n"
+        ),
+    )
     assert result.points == 0, result.to_json()
 
 
 def test_hidden_code_run_by_exec_is_refused_and_flagged(toy):
     """the reference as zlib+base85 run through getattr(len.__self__, 'ex' + 'ec'): refused, and a finding"""
     payload = base64.b85encode(zlib.compress(toy.reference.read_bytes())).decode()
-    result = submit(toy, (
-        "import base64, zlib\n"
-        f"getattr(len.__self__, 'ex' + 'ec')(zlib.decompress(base64.b85decode({payload!r})))\n"
-    ))
+    result = submit(
+        toy,
+        (
+            "import base64, zlib\n"
+            f"getattr(len.__self__, 'ex' + 'ec')(zlib.decompress(base64.b85decode({payload!r})))\n"
+        ),
+    )
     assert result.points == 0, result.to_json()
     assert result.integrity, "exec of a hidden reference left no integrity finding"
 
 
 def test_walking_frames_for_the_oracle_is_refused_and_flagged(toy):
     """sys._getframe / a traceback's tb_frame from the candidate's code: refused in the worker, a finding"""
-    result = submit(toy, (
-        "import sys\n"
-        "def add(a, b):\n    return sys._getframe(1).f_globals.get('want', 0)\n"
-        "def count_words(text):\n    try:\n        raise ValueError\n    except ValueError as e:\n"
-        "        return getattr(e.__traceback__, 'tb_frame').f_locals\n"
-    ))
+    result = submit(
+        toy,
+        (
+            "import sys\n"
+            "def add(a, b):\n    return sys._getframe(1).f_globals.get('want', 0)\n"
+            "def count_words(text):\n    try:\n        raise ValueError\n    except ValueError as e:\n"
+            "        return getattr(e.__traceback__, 'tb_frame').f_locals\n"
+        ),
+    )
     assert result.points == 0, result.to_json()
     assert any("frame" in f for f in result.integrity), result.integrity
 
 
 def test_imports_a_readme_names_work_in_the_worker(tmp_path):
     """a reference module the README names (batching: solutions.model) imports in the worker, with the
-    modules it imports in turn (solutions.packed_gemm), and the audit hook records nothing"""
+    modules it imports in turn (solutions.system.kernels.packed_gemm), and the audit hook records nothing"""
     from dojo.grading import view
 
-    assert "model" in view.allowed("batching") and "packed_gemm" in view.importable("batching")
-    assert "batching" not in view.importable("batching")
+    assert "model" in view.allowed(
+        catalog.get("batching")
+    ) and "system.kernels.packed_gemm" in view.importable(catalog.get("batching"))
+    assert "batching" not in view.importable(catalog.get("batching"))
 
 
 def test_a_coding_cookie_hiding_code_is_a_finding(toy):
@@ -140,7 +161,12 @@ def roundtrip(value):
 
 def test_plain_data_and_tensors_cross_exactly():
     """None, numbers, text, bytes, containers, dtypes and tensors of every dtype come back equal"""
-    value = {"a": [1, 2.5, float("inf"), None, True], (1, "x"): b"\x00\xff", "s": {3}, "t": torch.arange(6.0).view(2, 3)}
+    value = {
+        "a": [1, 2.5, float("inf"), None, True],
+        (1, "x"): b"\x00\xff",
+        "s": {3},
+        "t": torch.arange(6.0).view(2, 3),
+    }
     back = roundtrip(value)
     assert back["a"][:2] == [1, 2.5] and back["a"][2] == float("inf") and back[(1, "x")] == b"\x00\xff"
     for dtype in wire.TORCH_DTYPES.values():
@@ -151,6 +177,7 @@ def test_plain_data_and_tensors_cross_exactly():
 
 def test_subclasses_cross_as_their_plain_type():
     """a list subclass, a Parameter and a namedtuple arrive as list, Tensor and tuple"""
+
     class Sneaky(list):
         def __eq__(self, other):
             return True
@@ -161,6 +188,7 @@ def test_subclasses_cross_as_their_plain_type():
 
 def test_a_named_tuple_keeps_its_field_names_not_its_methods():
     """an honest NamedTuple result reads by field name; its own __eq__ does not come along"""
+
     class Step(NamedTuple):
         loss: float
         skipped: bool
@@ -172,14 +200,17 @@ def test_a_named_tuple_keeps_its_field_names_not_its_methods():
     assert (back.loss, back.skipped) == (0.5, False) and back != (1.0, True) and back == (0.5, False)
 
 
-@pytest.mark.parametrize("text, why", [
-    ('{"x": 1}', "unknown tag"),
-    ('{"t": {"dtype": "float32", "shape": [4], "b": 0}}', "bytes"),
-    ('{"L": 5}', "malformed"),
-    ('[1, 2]', "bare"),
-    ('{"dt": "object"}', "dtype"),
-    ('{"R": ["judge", "1", "x"]}', "reference"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"x": 1}', "unknown tag"),
+        ('{"t": {"dtype": "float32", "shape": [4], "b": 0}}', "bytes"),
+        ('{"L": 5}', "malformed"),
+        ("[1, 2]", "bare"),
+        ('{"dt": "object"}', "dtype"),
+        ('{"R": ["judge", "1", "x"]}', "reference"),
+    ],
+)
 def test_malformed_messages_are_refused(text, why):
     """a message the format does not name is a WireError, never a value"""
     with pytest.raises(wire.WireError, match=why):
@@ -253,8 +284,21 @@ def test_a_lent_model_offers_its_own_api_and_torchs_weights_api_only():
     for name in ("compile", "register_module", "share_memory", "register_full_backward_hook", "type"):
         with pytest.raises(AttributeError, match=f"may not use Llama.{name}"):
             judge._do("getattr", model, [name])
-    for name in ("prefill", "decode_step", "new_cache", "config", "layers", "parameters", "state_dict",
-                 "load_state_dict", "train", "eval", "to", "zero_grad", "named_parameters"):
+    for name in (
+        "prefill",
+        "decode_step",
+        "new_cache",
+        "config",
+        "layers",
+        "parameters",
+        "state_dict",
+        "load_state_dict",
+        "train",
+        "eval",
+        "to",
+        "zero_grad",
+        "named_parameters",
+    ):
         judge._do("getattr", model, [name])
     a.close()
     b.close()
@@ -315,7 +359,7 @@ def test_a_candidates_stopiteration_ends_only_an_iteration():
 def test_a_lent_module_is_a_copy_the_candidate_cannot_change_for_the_suite():
     """load_state_dict on the model the judge lends changes a copy: the suite's own model (its oracle) is
     untouched, and each new call from the judge lends a fresh copy"""
-    from dojo.grading import judge
+    from dojo.grading.judging import judge
 
     a, b = socket.socketpair()
     endpoint = remote.Endpoint(a, "judge", trusted=True, lend=judge.lend)
@@ -335,24 +379,26 @@ def test_banned_names_built_from_pieces_are_found(tmp_path):
     from dojo.testing import banned_uses
 
     path = tmp_path / "k.py"
-    path.write_text('"""Checked against gguf.quants, not using it."""\nimport importlib\nimport torch\n'
-                    'f = getattr(torch.nn.functional, "scaled_dot_product" + "_attention")\n'
-                    'q = importlib.import_module(f"{\'gg\'}uf.quants")\n')
+    path.write_text(
+        '"""Checked against gguf.quants, not using it."""\nimport importlib\nimport torch\n'
+        'f = getattr(torch.nn.functional, "scaled_dot_product" + "_attention")\n'
+        "q = importlib.import_module(f\"{'gg'}uf.quants\")\n"
+    )
     found = banned_uses(path, {"scaled_dot_product_attention", "gguf"})
     assert found == ["line 4: scaled_dot_product_attention", "line 5: gguf.quants"], found
 
 
-ZEROS = '''
+ZEROS = """
 def generate(model, prompts, *, max_new_tokens, **kw):
     {escape}
     return GenerationResult([[0] * max_new_tokens for _ in prompts], [0.0] * len(prompts), 0.0, 0.0, 0)
-'''
-ESCAPE = '''if hasattr(model, "modules"):  # a lent torch model: its generator's frame holds the judge's exec
+"""
+ESCAPE = """if hasattr(model, "modules"):  # a lent torch model: its generator's frame holds the judge's exec
         b = model.modules().gi_frame.f_builtins
-        b["exec"]("import sys; p = sys.modules['dojo.grading.plugin']\\n"
+        b["exec"]("import sys; p = sys.modules['dojo.grading.suite.plugin']\\n"
                   "def _outcome(report, call, item):\\n"
                   "    report.outcome = 'passed'; report.longrepr = None; return 'passed'\\n"
-                  "p._outcome = _outcome\\n", {})'''
+                  "p._outcome = _outcome\\n", {})"""
 
 
 def test_a_lent_generators_frame_does_not_reach_the_judge(toy, monkeypatch):

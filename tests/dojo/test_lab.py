@@ -23,16 +23,27 @@ def test_allow_root_only_as_root(tmp_path):
     assert "--no-browser" in as_root and "--no-browser" not in as_user
     for argv in (as_root, as_user):
         assert argv[:3] == [sys.executable, "-m", "jupyterlab"], argv
-        assert {f"--ServerApp.root_dir={tmp_path}", "--ServerApp.ip=127.0.0.1", "--ServerApp.port=8123",
-                "--ServerApp.port_retries=0", "--IdentityProvider.token=abc"} <= set(argv), argv
+        assert {
+            f"--ServerApp.root_dir={tmp_path}",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port=8123",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=abc",
+        } <= set(argv), argv
 
 
 def test_dojo_lab_serves_the_workspace_at_the_printed_url(dojo):
     """`dojo lab` (as whoever runs the tests; as root here, which JupyterLab refuses without --allow-root)
     prints a URL at which JupyterLab answers, serving the workspace's notebooks"""
     assert dojo("notebook", "toy").returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "dojo", "lab", "--no-browser"], env=dojo.env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dojo", "lab", "--no-browser"],
+        env=dojo.env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     seen = []
     try:
         url = None
@@ -51,8 +62,10 @@ def test_dojo_lab_serves_the_workspace_at_the_printed_url(dojo):
                     listing = json.load(reply)
             except OSError:
                 time.sleep(0.5)
-        assert listing is not None, (f"JupyterLab did not answer at {url} (exit {proc.poll()}, root: "
-                                     f"{os.geteuid() == 0}):\n{''.join(seen)}")
+        assert listing is not None, (
+            f"JupyterLab did not answer at {url} (exit {proc.poll()}, root: "
+            f"{os.geteuid() == 0}):\n{''.join(seen)}"
+        )
         assert "toy.ipynb" in {item["name"] for item in listing["content"]}, listing
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -74,7 +87,9 @@ def test_kernel_problem_names_the_fix(monkeypatch):
     problem = lab.kernel_problem()
     assert problem and 'no Jupyter kernel "decode-dojo"' in problem, problem
     assert f"{sys.executable} -m ipykernel install --sys-prefix --name decode-dojo" in problem
-    other = KernelSpec(argv=["/elsewhere/bin/python", "-m", "ipykernel_launcher"], display_name="x", language="python")
+    other = KernelSpec(
+        argv=["/elsewhere/bin/python", "-m", "ipykernel_launcher"], display_name="x", language="python"
+    )
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", lambda self, name: other)
     problem = lab.kernel_problem()
     assert problem and "runs /elsewhere/bin/python, not this python" in problem, problem

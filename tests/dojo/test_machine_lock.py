@@ -52,8 +52,14 @@ def lock_path(tmp_path, monkeypatch) -> Path:
 
 def launch(grading: machine_lock.Grading, *args: str) -> subprocess.Popen:
     env = {**os.environ, **grading.env, "PYTHONPATH": str(Path(dojo.__file__).parent.parent)}
-    proc = subprocess.Popen([*grading.prefix, sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.PIPE,
-                            text=True, pass_fds=grading.pass_fds, start_new_session=True)
+    proc = subprocess.Popen(
+        [*grading.prefix, sys.executable, "-c", CHILD, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=grading.pass_fds,
+        start_new_session=True,
+    )
     grading.started(proc)
     return proc
 

@@ -20,13 +20,23 @@ STYLE_TAG = re.compile(r"\[/?(bold|dim|red|green|yellow|cyan|italic|underline)( 
 def _markup_prints():
     for path in sorted((ROOT / "dojo").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "print"
-                    and node.args):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "print"
+                and node.args
+            ):
                 continue
             if any(k.arg == "markup" and getattr(k.value, "value", True) is False for k in node.keywords):
                 continue
             arg = node.args[0]
-            parts = [arg] if isinstance(arg, ast.Constant) else arg.values if isinstance(arg, ast.JoinedStr) else []
+            parts = (
+                [arg]
+                if isinstance(arg, ast.Constant)
+                else arg.values
+                if isinstance(arg, ast.JoinedStr)
+                else []
+            )
             text = "".join(p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str))
             yield f"{path.relative_to(ROOT)}:{node.lineno}", text
 
@@ -62,5 +72,7 @@ def test_paths_with_brackets_print_whole(tmp_path, dojo):
 
 def test_help_of_every_command_parses():
     """`dojo --help` lists the commands (a smoke check that help text is printed verbatim by argparse)"""
-    out = subprocess.run([sys.executable, "-m", "dojo", "--help"], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0 and "interview" in out.stdout and "[-h]" in out.stdout

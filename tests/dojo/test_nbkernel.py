@@ -13,7 +13,8 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from dojo import catalog
-from dojo.notebook import build as nbbuild, kernel as nbkernel
+from dojo.notebook import build as nbbuild
+from dojo.notebook import kernel as nbkernel
 
 
 @pytest.fixture
@@ -29,7 +30,9 @@ def kernel(toy_env):
         f"kernel 'decode-dojo' runs {spec.argv[0]}, not this venv's python {sys.executable}: run `make setup`"
     )
     try:
-        manager, client = start_new_kernel(kernel_name="decode-dojo", env=toy_env.env, cwd=str(toy_env.workspace))
+        manager, client = start_new_kernel(
+            kernel_name="decode-dojo", env=toy_env.env, cwd=str(toy_env.workspace)
+        )
     except NoSuchKernel:
         pytest.fail("no Jupyter kernel 'decode-dojo': `make setup` installs it")
     yield client
@@ -59,10 +62,15 @@ def test_fresh_notebook_metadata_is_what_jupyterlab_would_write(kernel):
     has nothing to change on opening it (no unsaved-changes marker)"""
     nb = nbbuild.build(catalog.get("toy"), "x = 1")
     info = kernel.kernel_info(reply=True, timeout=60)["content"]["language_info"]
-    assert nb["metadata"]["language_info"] == info, f"written {nb['metadata']['language_info']}, kernel says {info}"
+    assert nb["metadata"]["language_info"] == info, (
+        f"written {nb['metadata']['language_info']}, kernel says {info}"
+    )
     spec = KernelSpecManager().get_kernel_spec(nb["metadata"]["kernelspec"]["name"])
-    assert nb["metadata"]["kernelspec"] == {"name": "decode-dojo", "display_name": spec.display_name,
-                                            "language": spec.language}
+    assert nb["metadata"]["kernelspec"] == {
+        "name": "decode-dojo",
+        "display_name": spec.display_name,
+        "language": spec.language,
+    }
 
 
 def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, kernel):
@@ -87,10 +95,17 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     assert edited != stub
     run(kernel, edited)  # edited and run, not saved
     text, warned = graded()
-    assert warned and "In [3]" in text and "Score 0/6" in text, f"no warning for a run edit not saved:\n{text}"
-    assert "unsaved edits: In [3]" in text and "Run cell" not in text, f"not the one case that applies:\n{text}"
+    assert warned and "In [3]" in text and "Score 0/6" in text, (
+        f"no warning for a run edit not saved:\n{text}"
+    )
+    assert "unsaved edits: In [3]" in text and "Run cell" not in text, (
+        f"not the one case that applies:\n{text}"
+    )
     nb = nbformat.read(path, as_version=4)
-    nb.cells[2].source, nb.cells[2].execution_count = edited, 3  # as JupyterLab saves it: the count of its last run
+    nb.cells[2].source, nb.cells[2].execution_count = (
+        edited,
+        3,
+    )  # as JupyterLab saves it: the count of its last run
     nbformat.write(nb, path)  # now saved
     text, warned = graded()
     assert not warned and "Score 3/6" in text, f"warned after saving what was run:\n{text}"
@@ -116,7 +131,9 @@ def test_stale_runs_compare_each_saved_cell_with_its_latest_run():
     assert stale([add_v1, words], ["", add_v1, words, add_v2]) == [3], "a scratch cell redefining add()"
     assert stale([add_v1, words], ["", add_v2 + "\n\n" + words]) == [1], "one run covering both cells"
     assert stale([add_v1], ["", add_v1, "def add(a, b):\n    return a +"]) == [2], "a run that did not parse"
-    assert stale([add_v1], ["", add_v2, "\n" + add_v1 + "\n\n"]) == [], "whitespace around a cell is not a change"
+    assert stale([add_v1], ["", add_v2, "\n" + add_v1 + "\n\n"]) == [], (
+        "whitespace around a cell is not a change"
+    )
     assert stale(["x = 1"], ["", "x = 2"]) == [], "a cell defining no function or class is not compared"
 
 
@@ -127,7 +144,10 @@ def test_why_stale_names_the_one_case_from_the_saved_file():
     add_v1, add_v2 = "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"
     cell = nbkernel.SavedCell
     why = nbkernel.why_stale
-    assert why(4, add_v2, [cell(3, add_v1, 2, True), cell(4, add_v2, 4, False)]) == ("scratch", cell(4, add_v2, 4, False))
+    assert why(4, add_v2, [cell(3, add_v1, 2, True), cell(4, add_v2, 4, False)]) == (
+        "scratch",
+        cell(4, add_v2, 4, False),
+    )
     assert why(4, add_v1, [cell(3, add_v2, 4, True)]) == ("not run", cell(3, add_v2, 4, True))
     assert why(4, add_v2, [cell(3, add_v1, 2, True)]) == ("unsaved", None)
     assert why(4, add_v2, [cell(3, add_v1, None, True)]) == ("unsaved", None), "never run before the save"

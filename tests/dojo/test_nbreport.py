@@ -11,22 +11,42 @@ from pathlib import Path
 import jupyterlab
 import pytest
 
-from dojo.notebook import display as nbreport
 from dojo.grading.result import GradeResult, TestResult
+from dojo.notebook import display as nbreport
 
 THEMES = Path(jupyterlab.__file__).parent / "themes" / "@jupyterlab"
-ROLES = {"failure (red)": nbreport.COLOURS[1], "pass (green)": nbreport.COLOURS[2],
-         "warning (yellow)": nbreport.COLOURS[3], "dim": nbreport.DIM}
+ROLES = {
+    "failure (red)": nbreport.COLOURS[1],
+    "pass (green)": nbreport.COLOURS[2],
+    "warning (yellow)": nbreport.COLOURS[3],
+    "dim": nbreport.DIM,
+}
 
 
 def a_result(message: str) -> GradeResult:
     tests = [
         TestResult("t::a", "test_a", "add(2, 3) is 5", 1, True, "passed"),
-        TestResult("t::b", "test_b", "count_words splits on any run of whitespace, tabs and newlines included", 2,
-                   False, "failed", message),
+        TestResult(
+            "t::b",
+            "test_b",
+            "count_words splits on any run of whitespace, tabs and newlines included",
+            2,
+            False,
+            "failed",
+            message,
+        ),
     ]
-    return GradeResult(slug="toy", target="x", path="/tmp/toy.ipynb", tests=tests, points=1, total=3, passed=False,
-                       duration=0.5, started=0.0)
+    return GradeResult(
+        slug="toy",
+        target="x",
+        path="/tmp/toy.ipynb",
+        tests=tests,
+        points=1,
+        total=3,
+        passed=False,
+        duration=0.5,
+        started=0.0,
+    )
 
 
 class Lines(HTMLParser):
@@ -63,7 +83,9 @@ def test_saved_line_says_when_the_graded_version_was_saved():
     assert nbreport.saved_line("toy.ipynb", t, t + 2 * 3600 + 60).endswith("2 h 1 min ago")
     assert "saved at 2026-12-01 10:42:07" in nbreport.saved_line("toy.ipynb", t, t + 86400 * 2)
     assert nbreport.saved_line("toy.ipynb", t, t - 5).endswith("0 s ago"), "a clock behind the file's mtime"
-    shown = nbreport.NotebookReport(a_result("boom"), saved="Graded toy.ipynb as saved at 10:42:07, 3 min ago")
+    shown = nbreport.NotebookReport(
+        a_result("boom"), saved="Graded toy.ipynb as saved at 10:42:07, 3 min ago"
+    )
     assert repr(shown).splitlines()[0] == "Graded toy.ipynb as saved at 10:42:07, 3 min ago"
 
 
@@ -78,7 +100,9 @@ def test_html_lines_keep_their_indent_when_wrapped():
     assert len(parser.lines) == len(text_lines), "not one block per report line"
     for (style, text), line in zip(parser.lines, text_lines):
         indent = len(line) - len(line.lstrip(" "))
-        assert f"padding-left: {indent}ch" in style, f"{line!r}: indent {indent} not kept as padding ({style})"
+        assert f"padding-left: {indent}ch" in style, (
+            f"{line!r}: indent {indent} not kept as padding ({style})"
+        )
         assert text == line.lstrip(" "), f"block text {text!r} is not the line {line!r}"
         assert "white-space: pre-wrap" in style and "word-break: normal" in style and "break-all" not in style
     assert any("padding-left: 8ch" in s and t.startswith("AssertionError") for s, t in parser.lines)
@@ -121,17 +145,17 @@ def rgba(expr: str, theme: dict[str, str]) -> tuple[float, float, float, float]:
         name, *fallback = split_top(expr[4:-1])
         return rgba(theme[name] if name in theme else fallback[0], theme)
     if expr.startswith("color-mix("):
-        _, first, second = split_top(expr[len("color-mix("):-1])
+        _, first, second = split_top(expr[len("color-mix(") : -1])
         colour, pct = first.rsplit(" ", 1)
         w = float(pct.rstrip("%")) / 100
         a, b = rgba(colour, theme), rgba(second, theme)
         return tuple(w * x + (1 - w) * y for x, y in zip(a, b))
     if expr.startswith("rgb"):
-        r, g, b, *alpha = (float(x) for x in split_top(expr[expr.index("(") + 1:-1]))
+        r, g, b, *alpha = (float(x) for x in split_top(expr[expr.index("(") + 1 : -1]))
         return r, g, b, alpha[0] if alpha else 1.0
     if expr.startswith("#"):
         digits = expr[1:] if len(expr) == 7 else "".join(c * 2 for c in expr[1:])
-        return (*(int(digits[i:i + 2], 16) for i in (0, 2, 4)), 1.0)
+        return (*(int(digits[i : i + 2], 16) for i in (0, 2, 4)), 1.0)
     return {"white": (255, 255, 255, 1.0), "black": (0, 0, 0, 1.0)}[expr]
 
 

@@ -20,7 +20,9 @@ from nbclient import NotebookClient
 from nbformat import v4
 
 from dojo import catalog
-from dojo.notebook import build as nbbuild, extract as nbextract, grading as notebook
+from dojo.notebook import build as nbbuild
+from dojo.notebook import extract as nbextract
+from dojo.notebook import grading as notebook
 from dojo.notebook.extract import NotebookError
 
 ANSI = re.compile(r"\x1b\[")
@@ -35,7 +37,9 @@ def make_nb(*cells: tuple[str, str], slug: str | None = "toy") -> nbformat.Noteb
         if kind == "md":
             nb.cells.append(v4.new_markdown_cell(source))
         else:
-            nb.cells.append(v4.new_code_cell(source, metadata={"tags": ["solution"]} if kind == "solution" else {}))
+            nb.cells.append(
+                v4.new_code_cell(source, metadata={"tags": ["solution"]} if kind == "solution" else {})
+            )
     return nb
 
 
@@ -94,14 +98,20 @@ def test_reference_notebook_passes_in_a_kernel(tmp_path):
     done = run_in_kernel(nb, tmp_path, env)
 
     printed, _ = outputs(next(c for c in done.cells if c.get("id") == "scratch"))
-    assert printed.strip() == sys.prefix, f"the kernel runs python from {printed.strip()}, not this venv ({sys.prefix})"
+    assert printed.strip() == sys.prefix, (
+        f"the kernel runs python from {printed.strip()}, not this venv ({sys.prefix})"
+    )
     text, html = outputs(done.cells[-1])
     score = re.search(r"Score (\d+)/(\d+) points", text)
-    assert score and score.group(1) == score.group(2) and int(score.group(2)) > 0, f"no full score in:\n{text}"
+    assert score and score.group(1) == score.group(2) and int(score.group(2)) > 0, (
+        f"no full score in:\n{text}"
+    )
     assert "All tests pass" in text, text
     assert "dojo-report" in html and "Score" in html, "the grading cell shows no HTML report"
     for cell in done.cells:
-        assert not ANSI.search(json.dumps(cell.get("outputs", []))), f"raw terminal codes in cell {cell.get('id')}"
+        assert not ANSI.search(json.dumps(cell.get("outputs", []))), (
+            f"raw terminal codes in cell {cell.get('id')}"
+        )
     assert not (tmp_path / "workspace" / ".dojo").exists(), "the reference notebook recorded an attempt"
 
 
@@ -122,14 +132,18 @@ def test_blank_notebook_fails_in_a_kernel_like_the_py_path(toy_env):
     text, html = outputs(done.cells[-1])
 
     assert "Score 0/6 points" in text and "0/6 points" in html, text
-    assert "which is not tagged 'solution', and redefined add" in text, f"no warning about the scratch add():\n{text}"
+    assert "which is not tagged 'solution', and redefined add" in text, (
+        f"no warning about the scratch add():\n{text}"
+    )
     assert not ANSI.search(json.dumps([c.get("outputs", []) for c in done.cells]))
     assert dojo.attempts() == [("toy", "check", 0, 6, 0)], "the grading cell did not record the attempt"
     # the same suite on the stub as a .py file
     dojo("start", "toy")
     as_py = dojo("check", "toy")
     assert as_py.returncode == 1, as_py.stderr
-    want = [re.sub(r"\(at toy\.py:(\d+)", r"(at cell 3, line \1", line) for line in failure_lines(as_py.stdout)]
+    want = [
+        re.sub(r"\(at toy\.py:(\d+)", r"(at cell 3, line \1", line) for line in failure_lines(as_py.stdout)
+    ]
     assert failure_lines(text) == want, f"notebook report:\n{text}\n.py report:\n{as_py.stdout}"
 
 
@@ -150,12 +164,16 @@ def test_notebook_command_keeps_work_unless_forced(toy_env):
     save(nb, path)
     kept = dojo("notebook", "toy")
     assert kept.returncode == 0 and "kept it" in kept.stdout, kept.stdout
-    assert "return a + b" in nbformat.read(path, as_version=4).cells[2].source, "work was overwritten without --force"
+    assert "return a + b" in nbformat.read(path, as_version=4).cells[2].source, (
+        "work was overwritten without --force"
+    )
 
     forced = dojo("notebook", "toy", "--force")
     assert forced.returncode == 0, forced.stderr
     backups = list((dojo.workspace / ".dojo" / "backups").glob("toy-*.ipynb"))
-    assert len(backups) == 1 and "return a + b" in backups[0].read_text(), "the replaced notebook was not backed up"
+    assert len(backups) == 1 and "return a + b" in backups[0].read_text(), (
+        "the replaced notebook was not backed up"
+    )
     assert "NotImplementedError" in nbformat.read(path, as_version=4).cells[2].source
 
 
@@ -201,7 +219,9 @@ def test_grade_a_folder_of_notebooks(toy_env, tmp_path):
     assert graded.returncode == 1, graded.stdout + graded.stderr  # the stub fails
     by_path = {s["path"]: s for s in json.loads((tmp_path / "report.json").read_text())["submissions"]}
     assert by_path[str(notebooks)]["katas"]["toy"]["points"] == 6, "a folder's notebook was not graded"
-    assert by_path[str(both)]["katas"]["toy"]["points"] == 0, "with toy.py beside toy.ipynb, the .py is graded"
+    assert by_path[str(both)]["katas"]["toy"]["points"] == 0, (
+        "with toy.py beside toy.ipynb, the .py is graded"
+    )
 
 
 def test_syntax_error_names_the_cell(toy_env):
@@ -210,10 +230,15 @@ def test_syntax_error_names_the_cell(toy_env):
     dojo = toy_env
     missing = dojo("check", "toy", "--notebook")
     assert missing.returncode == 1 and "dojo notebook toy" in missing.stderr, missing.stderr
-    save(make_nb(("md", "# toy"), ("solution", "def add(a, b):\n    return a +\n")), dojo.workspace / "toy.ipynb")
+    save(
+        make_nb(("md", "# toy"), ("solution", "def add(a, b):\n    return a +\n")),
+        dojo.workspace / "toy.ipynb",
+    )
     checked = dojo("check", "toy", "--notebook")
     assert checked.returncode == 1
-    assert "cell 2, line 2" in checked.stdout and "SyntaxError" in checked.stdout, checked.stdout + checked.stderr
+    assert "cell 2, line 2" in checked.stdout and "SyntaxError" in checked.stdout, (
+        checked.stdout + checked.stderr
+    )
 
 
 # ---- extraction and grading in process -----------------------------------------------------------
@@ -221,7 +246,10 @@ def test_syntax_error_names_the_cell(toy_env):
 
 def test_no_solution_cell_is_a_clear_error(toy_env):
     """A notebook without a solution-tagged cell cannot be graded, and the grading cell says why"""
-    path = save(make_nb(("md", "# toy"), ("code", "def add(a, b):\n    return a + b")), toy_env.workspace / "toy.ipynb")
+    path = save(
+        make_nb(("md", "# toy"), ("code", "def add(a, b):\n    return a + b")),
+        toy_env.workspace / "toy.ipynb",
+    )
     with pytest.raises(NotebookError, match="no code cell tagged 'solution'"):
         nbextract.extract(nbextract.read(path), path.name)
     shown = notebook.grade_here("toy", path)
@@ -272,16 +300,22 @@ def test_line_map_and_ipython_lines_in_solution_cells():
 def test_runtime_errors_name_the_cell(toy_env):
     """An exception raised in a solution cell is reported at its notebook cell and line, and a name defined
     only in an untagged cell is explained"""
-    path = save(make_nb(
-        ("md", "# toy"),
-        ("code", "BASE = 0"),
-        ("solution", "def add(a, b):\n    return BASE + a + b"),
-        ("solution", "def count_words(text):\n    counts = {}\n    raise ValueError('boom')"),
-    ), toy_env.workspace / "toy.ipynb")
+    path = save(
+        make_nb(
+            ("md", "# toy"),
+            ("code", "BASE = 0"),
+            ("solution", "def add(a, b):\n    return BASE + a + b"),
+            ("solution", "def count_words(text):\n    counts = {}\n    raise ValueError('boom')"),
+        ),
+        toy_env.workspace / "toy.ipynb",
+    )
     result = notebook.grade_notebook(path)
     messages = {t.name: t.message for t in result.tests}
     assert "(at cell 4, line 3, in count_words)" in messages["test_count_words_example"], messages
-    assert "NameError" in messages["test_add_example"] and "(at cell 3, line 2, in add)" in messages["test_add_example"]
+    assert (
+        "NameError" in messages["test_add_example"]
+        and "(at cell 3, line 2, in add)" in messages["test_add_example"]
+    )
     assert "only cells tagged 'solution' are graded" in messages["test_add_example"]
     assert result.path == str(path.resolve()) and "toy_ipynb" not in json.dumps(result.to_json())
 
@@ -322,7 +356,9 @@ def test_instructions_say_what_is_graded_and_how_to_show_line_numbers(toy_env):
     how = next(c["source"] for c in nb["cells"] if c["id"] == "how")
     assert "View > Show Line Numbers" in how and "*as saved*" in how, how
     grading = next(c["source"] for c in nb["cells"] if c["id"] == "grade")
-    assert "SAVED" in grading and max(len(line) for line in grading.splitlines()) <= 80, "the grading cell scrolls"
+    assert "SAVED" in grading and max(len(line) for line in grading.splitlines()) <= 80, (
+        "the grading cell scrolls"
+    )
 
 
 # ---- notebook mode as a way in: check, welcome, status, list, the prompt ------------------------------
@@ -336,7 +372,9 @@ def test_check_grades_the_notebook_when_the_kata_is_only_in_one(toy_env):
     for args in (("check", "toy"), ("check",)):
         out = dojo(*args)
         assert out.returncode == 1, out.stderr
-        assert out.stdout.startswith("Graded toy.ipynb as saved at ") and "Score 0/6 points" in out.stdout, out.stdout
+        assert out.stdout.startswith("Graded toy.ipynb as saved at ") and "Score 0/6 points" in out.stdout, (
+            out.stdout
+        )
         assert "dojo start" not in out.stdout + out.stderr
     how = "save toy.ipynb and run its last cell (JupyterLab: dojo lab), or: dojo check toy"
     assert how in dojo().stdout
@@ -353,7 +391,10 @@ def test_check_says_which_command_grades_a_newer_notebook(toy_env):
     os.utime(dojo.file(), (1, 1))  # the .py saved long ago
     assert dojo("notebook", "toy").returncode == 0
     out = dojo("check", "toy")
-    assert str(dojo.file()) in out.stdout and "toy.ipynb, saved since, is graded by: dojo check toy --notebook" in out.stdout
+    assert (
+        str(dojo.file()) in out.stdout
+        and "toy.ipynb, saved since, is graded by: dojo check toy --notebook" in out.stdout
+    )
     assert "dojo check toy --notebook" in dojo("status").stdout
 
 

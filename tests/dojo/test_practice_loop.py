@@ -31,14 +31,25 @@ def test_list_shows_a_katas_note_before_its_title(dojo):
     """A manifest entry's optional `note` comes first in its title column; the real manifest marks
     mixed_precision as the training warm-up it is, and no other kata"""
     manifest = dojo.toy / "katas" / "katas.toml"
-    manifest.write_text(manifest.read_text().replace('slug = "later"\n', 'slug = "later"\nnote = "a preview"\n'))
+    manifest.write_text(
+        manifest.read_text().replace('slug = "later"\n', 'slug = "later"\nnote = "a preview"\n')
+    )
     lines = dojo("list").stdout.splitlines()
     assert "(a preview) A kata whose suite" in next(line for line in lines if " later " in line)
-    assert "(" not in next(line for line in lines if " toy " in line).split("Toy:")[0], "a note where none was set"
+    assert "(" not in next(line for line in lines if " toy " in line).split("Toy:")[0], (
+        "a note where none was set"
+    )
 
     real = {k: v for k, v in dojo.env.items() if k != "DOJO_KATAS_DIR"}
-    out = subprocess.run([sys.executable, "-m", "dojo", "list"], env=real | {"COLUMNS": "200"}, capture_output=True,
-                         text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "list"],
+        env=real | {"COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     noted = [line.split()[1] for line in out.stdout.splitlines() if "(training warm-up)" in line]
     assert noted == ["mixed_precision"], f"the training warm-up note is on {noted}:\n{out.stdout}"
@@ -64,7 +75,9 @@ def test_start_check_fail_then_pass(dojo):
     out = dojo("check", "toy")
     assert out.returncode == 0, out.stdout
     assert "Score 6/6 points" in out.stdout and "FAIL" not in out.stdout
-    assert "pristine copies" not in out.stdout, "the note is news only when the learner's code changed something"
+    assert "pristine copies" not in out.stdout, (
+        "the note is news only when the learner's code changed something"
+    )
     doc = json.loads(dojo.results().read_text())
     assert doc["status"] == "pass" and any("pristine copies" in note for note in doc["notes"])
     assert dojo.attempts() == [("toy", "check", 0, 6, 0), ("toy", "check", 6, 6, 1)]
@@ -119,8 +132,17 @@ def test_kata_without_suite(dojo):
     assert out.returncode == 1 and "no tests yet" in out.stderr
 
 
-@pytest.mark.parametrize("args", [("start", "nope"), ("check", "nope"), ("hint", "nope"), ("reset", "nope", "--yes"),
-                                  ("solution", "nope"), ("watch", "nope")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("start", "nope"),
+        ("check", "nope"),
+        ("hint", "nope"),
+        ("reset", "nope", "--yes"),
+        ("solution", "nope"),
+        ("watch", "nope"),
+    ],
+)
 def test_unknown_slug_lists_valid_ones(dojo, args):
     """an unknown slug: one line naming the valid slugs, exit 2"""
     out = dojo(*args)
@@ -160,7 +182,9 @@ def test_solution_only_after_a_pass_or_forced(dojo):
     out = dojo("solution", "toy")
     assert out.returncode == 1 and "--force" in out.stdout and "def add" not in out.stdout
     out = dojo("solution", "toy", "--force")
-    assert out.returncode == 0 and "counts[word] = counts.get(word, 0) + 1" in out.stdout  # no markup mangling
+    assert (
+        out.returncode == 0 and "counts[word] = counts.get(word, 0) + 1" in out.stdout
+    )  # no markup mangling
     assert "recorded as a reveal" in out.stdout
     import sqlite3
 
@@ -215,8 +239,15 @@ def test_reset_asks_on_a_terminal(dojo, answer, code):
     dojo.write("def add(a, b):\n    return 0\n")
     primary, secondary = pty.openpty()
     os.write(primary, f"{answer}\n".encode())
-    proc = subprocess.run([sys.executable, "-m", "dojo", "reset", "toy"], env=dojo.env, stdin=secondary,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dojo", "reset", "toy"],
+        env=dojo.env,
+        stdin=secondary,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     os.close(primary)
     os.close(secondary)
     assert proc.returncode == code, proc.stdout + proc.stderr

@@ -27,8 +27,8 @@ def test_solution_has_a_header_naming_the_file(dojo):
     out = dojo("solution", "toy", "--force")
     assert out.returncode == 0, out.stderr
     first, rest = out.stdout.split("\n", 1)
-    assert first.startswith("Reference solution for toy: ") and first.endswith("toy.py (%d lines)"
-                                                                             % dojo.reference.read_text().count("\n"))
+    lines = dojo.reference.read_text().count("\n")
+    assert first.startswith("Reference solution for toy: ") and first.endswith(f"toy.py ({lines} lines)")
     assert "def add(a: int, b: int)" in rest
 
 

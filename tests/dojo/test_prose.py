@@ -63,7 +63,9 @@ def test_every_kata_prompt_keeps_its_code_whole(slug):
     readme = catalog.get(slug).readme()
     lines = prose.render_plain(readme).splitlines()
     for code in code_lines(readme):
-        assert any(code in line for line in lines), f"{slug}: code line {code!r} broken in the plain rendering"
+        assert any(code in line for line in lines), (
+            f"{slug}: code line {code!r} broken in the plain rendering"
+        )
 
 
 def run_in_terminal(dojo, rows: int, pager_file: Path) -> str:
@@ -71,12 +73,20 @@ def run_in_terminal(dojo, rows: int, pager_file: Path) -> str:
     what the terminal showed."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, 100, 0, 0))
-    env = {k: v for k, v in dojo.env.items() if k != "NO_COLOR"} | {"TERM": "xterm-256color",
-                                                                   "PAGER": f"cat > {pager_file}"}
+    env = {k: v for k, v in dojo.env.items() if k != "NO_COLOR"} | {
+        "TERM": "xterm-256color",
+        "PAGER": f"cat > {pager_file}",
+    }
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
-    proc = subprocess.Popen([sys.executable, "-m", "dojo", "start", "toy"], env=env, stdin=follower,
-                            stdout=follower, stderr=follower, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dojo", "start", "toy"],
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
     os.close(follower)
     shown = b""
     while True:

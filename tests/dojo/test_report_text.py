@@ -13,25 +13,50 @@ from dojo.practice import report
 
 PROPERTY = "load raises ValueError naming the line of a malformed file"
 PRISTINE = "graded with pristine copies of the tests and reference solutions, made before your code ran"
-FILES = [("bpe v2\npattern null\n", 1), ("bpe v1\npatern null\n", 2), ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
-         ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4), ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
-         ('bpe v1\npattern "(unclosed"\n', 2), ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
-         ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6)]
+FILES = [
+    ("bpe v2\npattern null\n", 1),
+    ("bpe v1\npatern null\n", 2),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4),
+    ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
+    ('bpe v1\npattern "(unclosed"\n', 2),
+    ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
+    ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),
+]
 
 
 def malformed(content: str, line: int, message: str | None = None) -> TestResult:
     raw = f"test_malformed_file[{content.encode('unicode_escape').decode()}-{line}]"  # pytest's id
-    message = message or (f"load of a file with a bad line {line}: {content!r}: not written yet "
-                          "(NotImplementedError), want ValueError")
-    return TestResult(f"tests/katas/test_bpe.py::{raw}", raw, PROPERTY, 2, False, "failed", message,
-                      case=f"content={repr(content)[:31]}…, line={line}")
+    message = message or (
+        f"load of a file with a bad line {line}: {content!r}: not written yet "
+        "(NotImplementedError), want ValueError"
+    )
+    return TestResult(
+        f"tests/katas/test_bpe.py::{raw}",
+        raw,
+        PROPERTY,
+        2,
+        False,
+        "failed",
+        message,
+        case=f"content={repr(content)[:31]}…, line={line}",
+    )
 
 
 def a_result(tests: list[TestResult], notes: list[str] | None = None) -> GradeResult:
     earned = sum(t.points for t in tests if t.outcome == "passed")
-    return GradeResult(slug="bpe", target="workspace", path="/home/learner/decode-dojo/workspace/bpe.py", tests=tests,
-                       points=earned, total=sum(t.points for t in tests), passed=False, duration=2.5, started=0.0,
-                       notes=[PRISTINE] if notes is None else notes)
+    return GradeResult(
+        slug="bpe",
+        target="workspace",
+        path="/home/learner/decode-dojo/workspace/bpe.py",
+        tests=tests,
+        points=earned,
+        total=sum(t.points for t in tests),
+        passed=False,
+        duration=2.5,
+        started=0.0,
+        notes=[PRISTINE] if notes is None else notes,
+    )
 
 
 def shown(result: GradeResult, width: int | None = None) -> str:
@@ -54,11 +79,15 @@ def test_cases_failing_alike_fold_into_one_block():
 def test_different_causes_stay_apart_and_name_their_cases():
     """cases failing for different reasons each show their message, led by their readable case"""
     tests = [malformed(c, n) for c, n in FILES[:3]]
-    tests[1] = malformed(*FILES[1], message="load of 'bpe v1\\npatern null\\n': the error should name line 2, got 'bad'")
+    tests[1] = malformed(
+        *FILES[1], message="load of 'bpe v1\\npatern null\\n': the error should name line 2, got 'bad'"
+    )
     tests.append(TestResult("t::x", "test_malformed_file[ok-1]", PROPERTY, 2, False, "passed", case="ok"))
     out = shown(a_result(tests))
     assert f"FAIL  2/8 pt  {PROPERTY}  (4 cases, 3 failing)" in out
-    assert "2 of 4 cases (content='bpe v2\\npattern null\\n'…, line=1, content='bpe v1\\npattern null\\nm" in out
+    assert (
+        "2 of 4 cases (content='bpe v2\\npattern null\\n'…, line=1, content='bpe v1\\npattern null\\nm" in out
+    )
     assert "content='bpe v1\\npatern null\\n'…, line=2: load of 'bpe v1" in out
 
 
@@ -71,8 +100,18 @@ def test_raw_pytest_ids_are_never_shown():
 
 def test_passing_cases_fold_into_one_line():
     """every case passing: one line with the points of all of them"""
-    tests = [TestResult(f"t::s[{n}]", f"test_seed[{n}]", "update returns every position so far", 1, False, "passed",
-                        case=f"seed={n}") for n in range(3)]
+    tests = [
+        TestResult(
+            f"t::s[{n}]",
+            f"test_seed[{n}]",
+            "update returns every position so far",
+            1,
+            False,
+            "passed",
+            case=f"seed={n}",
+        )
+        for n in range(3)
+    ]
     out = shown(a_result(tests))
     assert "pass  3/3 pt  update returns every position so far  (3 cases)" in out and "seed=" not in out
 
@@ -90,22 +129,35 @@ def test_pristine_note_only_when_something_was_changed():
 def test_lines_wrap_inside_their_column(width):
     """at 60, 80 and 120 columns no line is wider than the terminal, and a wrapped line continues under its
     own column: a property under the property, a message under the message"""
-    long_message = ("encode('the quick brown fox jumps over the lazy dog'): got [256, 257, 32, 258], "
-                    "want [256, 257, 259] (the earliest-learned pair merges first)")
-    tests = [malformed(*FILES[0], message=long_message),
-             TestResult("t::b", "test_b", "encode merges the earliest-learned pair first, not the longest vocabulary "
-                        "match, at every step of every chunk", 3, False, "failed", long_message)]
+    long_message = (
+        "encode('the quick brown fox jumps over the lazy dog'): got [256, 257, 32, 258], "
+        "want [256, 257, 259] (the earliest-learned pair merges first)"
+    )
+    tests = [
+        malformed(*FILES[0], message=long_message),
+        TestResult(
+            "t::b",
+            "test_b",
+            "encode merges the earliest-learned pair first, not the longest vocabulary "
+            "match, at every step of every chunk",
+            3,
+            False,
+            "failed",
+            long_message,
+        ),
+    ]
     out = shown(a_result(tests, notes=[PRISTINE, "x changed while your code was being graded " * 3]), width)
     lines = out.splitlines()
     assert all(len(line) <= width for line in lines), [line for line in lines if len(line) > width]
     block = lines.index(next(line for line in lines if "encode merges the earliest" in line))
     column = lines[block].index("encode merges")
     assert lines[block + 1].startswith(" " * column) and lines[block + 1][column] != " "
-    message = [line for line in lines[block + 1:] if line.startswith("        encode('the quick")][0]
+    message = [line for line in lines[block + 1 :] if line.startswith("        encode('the quick")][0]
     after = lines[lines.index(message) + 1]
     assert after.startswith(" " * 8) and after[8] != " " and after.strip() in long_message
     assert [line for line in lines if line.startswith("Note: ")] and all(
-        line.startswith(("Note: ", "Score ", "      ", "  ", "bpe")) for line in lines)
+        line.startswith(("Note: ", "Score ", "      ", "  ", "bpe")) for line in lines
+    )
 
 
 def test_plain_output_never_wraps():

@@ -15,13 +15,38 @@ from solutions.roofline import Measurement, phase_cost
 def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
     """dojo roofline --random-weights: ceilings, both phases with verdicts, and a PNG under the workspace"""
     env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
-    cmd = [sys.executable, "-m", "dojo", "roofline", "--random-weights", "--prompt-tokens", "8",
-           "--copy-mib", "8", "--matmul-n", "128", "--repeats", "1", "--threads", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dojo",
+        "roofline",
+        "--random-weights",
+        "--prompt-tokens",
+        "8",
+        "--copy-mib",
+        "8",
+        "--matmul-n",
+        "128",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+    ]
     done = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     out = done.stdout
-    for want in ("bandwidth", "peak", "ridge", "prefill 8 tokens, fp32", "decode after 8, fp32", "memory-bound",
-                 "cpu (1 thread)", "copy of 8 MiB", "n = 128", "tokens/s"):
+    for want in (
+        "bandwidth",
+        "peak",
+        "ridge",
+        "prefill 8 tokens, fp32",
+        "decode after 8, fp32",
+        "memory-bound",
+        "cpu (1 thread)",
+        "copy of 8 MiB",
+        "n = 128",
+        "tokens/s",
+    ):
         assert want in out, f"{want!r} missing from:\n{out}"
     plot = tmp_path / "roofline" / "roofline-cpu.png"
     assert f"plot: {plot}" in out, out
@@ -31,13 +56,17 @@ def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
 def test_table_shares_and_verdicts():
     """The table divides achieved by attainable FLOP/s and names the bound side of the ridge"""
     smol = LlamaConfig.smollm2_135m()
-    ceilings = Ceilings("cpu", "cpu (2 threads)", bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048)
+    ceilings = Ceilings(
+        "cpu", "cpu (2 threads)", bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048
+    )
     prefill_cost = phase_cost(smol, "prefill", 1, 512, 0)
     decode_cost = phase_cost(smol, "decode", 1, 1, 512)
     prefill = Measurement("prefill", prefill_cost.flops / 5e10, prefill_cost)  # half the peak
     decode = Measurement("decode", decode_cost.bytes / 5e9, decode_cost)  # half the bandwidth
     lines = table(ceilings, [prefill, decode], ["prefill 512", "decode after 512"], batch=1)
-    rows = {" ".join(line.split()[:2]): line for line in lines if line.startswith(("  prefill", "  decode after"))}
+    rows = {
+        " ".join(line.split()[:2]): line for line in lines if line.startswith(("  prefill", "  decode after"))
+    }
     assert "50%" in rows["prefill 512"] and rows["prefill 512"].endswith("compute-bound"), rows
     assert "50%" in rows["decode after"] and rows["decode after"].endswith("memory-bound"), rows
     assert "ridge" in lines[3] and "10 FLOP/byte" in lines[3], lines[3]
@@ -47,8 +76,12 @@ def test_table_shares_and_verdicts():
 
 def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
     """Two measurements of the ceilings: keep the higher of each; warn only if they differ by over 20%"""
-    before = Ceilings("cpu", "cpu (1 thread)", bandwidth=4e9, peak_flops=1e11, copy_bytes=1 << 20, matmul_n=64)
-    after = Ceilings("cpu", "cpu (1 thread)", bandwidth=1e10, peak_flops=0.9e11, copy_bytes=1 << 20, matmul_n=64)
+    before = Ceilings(
+        "cpu", "cpu (1 thread)", bandwidth=4e9, peak_flops=1e11, copy_bytes=1 << 20, matmul_n=64
+    )
+    after = Ceilings(
+        "cpu", "cpu (1 thread)", bandwidth=1e10, peak_flops=0.9e11, copy_bytes=1 << 20, matmul_n=64
+    )
     best, note = best_of(before, after)
     assert (best.bandwidth, best.peak_flops) == (1e10, 1e11), best
     assert "busy" in note and "bandwidth 4 GB/s then 10 GB/s" in note and "peak" not in note, note
@@ -57,9 +90,8 @@ def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
 
 def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
     """Each packed mode's line says how many times fewer bytes its decode moved and how much faster it ran"""
-    from solutions.roofline import Cost
-
     from dojo.tools.roofline import mode_lines
+    from solutions.roofline import Cost
 
     fp32 = Measurement("decode", 0.030, Cost(270_000_000, 540_000_000))
     int4 = Measurement("decode", 0.012, Cost(270_000_000, 125_000_000))
@@ -71,7 +103,7 @@ def test_mode_decode_credits_the_modes_own_weight_bytes():
     """A packed model's decode is credited with fp32's FLOPs and its own weight bytes, not fp32's"""
     from dojo.tools.roofline import mode_decode
     from solutions.model import tiny_model
-    from solutions.weight_modes import BF16Linear, weight_bytes
+    from solutions.system.kernels.weight_modes import BF16Linear, weight_bytes
 
     fp32 = tiny_model(0)
     packed = tiny_model(0)
@@ -92,8 +124,12 @@ def test_plot_labels_clear_the_markers_and_name_the_mode(tmp_path):
     from dojo.tools.labels import overlaps, place_labels
     from dojo.tools.roofline import plot
 
-    points = {"prefill 512 tokens, fp32": (250.0, 9e10), "decode after 512, fp32": (0.52, 7e9),
-              "decode after 512, bf16": (1.04, 6.5e9), "decode after 512, int4": (2.6, 1.6e10)}
+    points = {
+        "prefill 512 tokens, fp32": (250.0, 9e10),
+        "decode after 512, fp32": (0.52, 7e9),
+        "decode after 512, bf16": (1.04, 6.5e9),
+        "decode after 512, int4": (2.6, 1.6e10),
+    }
     from solutions.roofline import plot_roofline
 
     crowded = plot_roofline(points, 1.5e11, 2e10, tmp_path / "before.png")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import dojo as dojo_package
-from dojo.grading import grade, sandbox
+from dojo.grading import grade
+from dojo.grading.confine import sandbox
 
 
 def submit(toy, source: str, **kw) -> grade.GradeResult:
@@ -40,15 +41,15 @@ def got(result: grade.GradeResult, prop: str) -> str:
 ROUTES = {
     "plain import": "from solutions.toy import *\n",
     "importlib, computed name": "import importlib\nm = importlib.import_module('sol' + 'utions.toy')\n"
-                                "add, count_words = m.add, m.count_words\n",
+    "add, count_words = m.add, m.count_words\n",
     "exec through sys.path": "import os, sys\nfor p in sys.path:\n    f = os.path.join(p, 'solutions', 'toy.py')\n"
-                             "    if os.path.exists(f):\n        exec(open(f).read())\n",
+    "    if os.path.exists(f):\n        exec(open(f).read())\n",
     "exec through .pth files": "import glob, site\nfor sp in site.getsitepackages():\n"
-                               "    for pth in glob.glob(sp + '/*.pth'):\n        for line in open(pth):\n"
-                               "            f = line.strip() + '/solutions/toy.py'\n            try:\n"
-                               "                exec(open(f).read())\n            except OSError:\n                pass\n",
+    "    for pth in glob.glob(sp + '/*.pth'):\n        for line in open(pth):\n"
+    "            f = line.strip() + '/solutions/toy.py'\n            try:\n"
+    "                exec(open(f).read())\n            except OSError:\n                pass\n",
     "find in a shell": "import subprocess\nout = subprocess.run(['find', '/', '-name', 'toy.py', '-path', '*solutions*'],"
-                       " capture_output=True, text=True).stdout.split()\nexec(open(out[0]).read())\n",
+    " capture_output=True, text=True).stdout.split()\nexec(open(out[0]).read())\n",
 }
 
 
@@ -73,11 +74,14 @@ def test_patching_pytest_passes_but_is_flagged(toy):
 def test_a_setsid_daemon_dies_with_the_grading(toy):
     """a double-forked setsid daemon is gone when grading returns (it would outlive it unsandboxed)"""
     marker = f"{time.time() % 1000:.6f}"[:-1] + "7"  # a sleep length no other process uses
-    result = submit(toy, (
-        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\n"
-        "def add(a, b):\n    return a + b\n" + STUBS
-    ))
+    result = submit(
+        toy,
+        (
+            "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\n"
+            "def add(a, b):\n    return a + b\n" + STUBS
+        ),
+    )
     assert result.sandboxed and result.tests
     time.sleep(0.2)
     alive = [p for p in Path("/proc").glob("[0-9]*") if marker.encode() in _cmdline(p)]
@@ -100,7 +104,9 @@ def test_a_fork_loop_stops_at_the_cap(toy):
         "def add(a, b):\n    return -forked\n" + STUBS
     )
     forked = -int(got(submit(toy, source, judged=False), "add(2, 3) is 5"))
-    assert 0 < forked < min(300, sandbox.process_limit()), f"forked {forked} of 300 (cap {sandbox.process_limit()})"
+    assert 0 < forked < min(300, sandbox.process_limit()), (
+        f"forked {forked} of 300 (cap {sandbox.process_limit()})"
+    )
     judged = submit(toy, source)
     assert judged.points == 0 and any("os.fork" in f for f in judged.integrity), judged.integrity
 
@@ -110,12 +116,15 @@ def test_no_network_repository_or_home(toy, tmp_path):
     home = Path.home() / f".dojo-sandbox-test-{os.getpid()}"
     home.write_text("secret")
     try:
-        result = submit(toy, (
-            "import os\n"
-            "def add(a, b):\n    return len(open('/proc/net/dev').read().splitlines()) - 2\n"
-            f"def count_words(text):\n    return [os.path.exists(p) for p in ({str(dojo_package.ROOT / 'README.md')!r}, "
-            f"{str(home)!r}, {str(tmp_path)!r})]\n"
-        ))
+        result = submit(
+            toy,
+            (
+                "import os\n"
+                "def add(a, b):\n    return len(open('/proc/net/dev').read().splitlines()) - 2\n"
+                f"def count_words(text):\n    return [os.path.exists(p) for p in ({str(dojo_package.ROOT / 'README.md')!r}, "
+                f"{str(home)!r}, {str(tmp_path)!r})]\n"
+            ),
+        )
     finally:
         home.unlink()
     assert got(result, "add(2, 3) is 5") == "1", "interfaces other than loopback"
@@ -131,13 +140,17 @@ def test_ending_early_or_forging_results_is_an_error(toy):
     assert "exited with code 0" in failed.message, failed.message
     early = submit(toy, "import os\ndef add(a, b):\n    os._exit(0)\n" + STUBS, judged=False)
     assert early.status != "pass" and early.error, early.to_json()
-    forged = submit(toy, judged=False, source=(
-        "import atexit, json, os\nenv = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
-        "fd = int(next(e for e in env if e.startswith(b'DOJO_CHANNEL=')).split(b'=')[1].split(b':')[0])\n"
-        "def forge():\n    for seq, rec in enumerate([{'end': {'exitstatus': 0, 'examples_only': False}}]):\n"
-        "        os.write(fd, json.dumps({'seq': 99, 'record': rec, 'mac': '0' * 64}).encode() + b'\\n')\n"
-        "atexit.register(forge)\n" + "def add(a, b):\n    return a + b\n" + STUBS
-    ))
+    forged = submit(
+        toy,
+        judged=False,
+        source=(
+            "import atexit, json, os\nenv = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+            "fd = int(next(e for e in env if e.startswith(b'DOJO_CHANNEL=')).split(b'=')[1].split(b':')[0])\n"
+            "def forge():\n    for seq, rec in enumerate([{'end': {'exitstatus': 0, 'examples_only': False}}]):\n"
+            "        os.write(fd, json.dumps({'seq': 99, 'record': rec, 'mac': '0' * 64}).encode() + b'\\n')\n"
+            "atexit.register(forge)\n" + "def add(a, b):\n    return a + b\n" + STUBS
+        ),
+    )
     assert forged.status == "error" and "tampered" in forged.error and forged.points == 0, forged.to_json()
 
 
@@ -168,11 +181,13 @@ def test_real_katas_hide_their_reference_and_its_twin(toy, monkeypatch):
     folder = toy.toy.parent / "real"
     folder.mkdir()
     (folder / "bpe.py").write_text("from solutions.bpe import *\n")
-    (folder / "attention.py").write_text("from solutions.attention_fast import *\n")
+    (folder / "attention.py").write_text("from solutions.system.kernels.attention_fast import *\n")
     for slug in ("bpe", "attention"):
         result = grade.grade(slug, str(folder), sandboxed=True)
         assert result.sandboxed and result.points == 0, f"{slug}: {result.points}/{result.total}"
-        message = result.tests[0].message  # judge mode refuses the import; without the audit hook it is not found
+        message = result.tests[
+            0
+        ].message  # judge mode refuses the import; without the audit hook it is not found
         assert ("ModuleNotFoundError" in message or "refused" in message) and result.integrity, message
 
 
@@ -181,10 +196,14 @@ def test_the_timing_lock_is_not_in_the_sandbox(toy, monkeypatch, tmp_path):
     lock = tmp_path / "timing.lock"
     monkeypatch.setenv("DOJO_TIMING_LOCK", str(lock))
     lock.touch()
-    result = submit(toy, (
-        "import os\n"
-        "def add(a, b):\n    return 'visible' if os.path.exists(os.environ['DOJO_TIMING_LOCK']) else 'hidden'\n" + STUBS
-    ))
+    result = submit(
+        toy,
+        (
+            "import os\n"
+            "def add(a, b):\n    return 'visible' if os.path.exists(os.environ['DOJO_TIMING_LOCK']) else 'hidden'\n"
+            + STUBS
+        ),
+    )
     assert got(result, "add(2, 3) is 5") == "hidden", result.tests[0].message
 
 
@@ -209,5 +228,7 @@ def test_a_crash_inside_reads_as_it_does_outside(toy):
     result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS)
     failed = next(t for t in result.tests if t.property == "add(2, 3) is 5")  # judge mode's audit hook
     assert "ctypes.string_at" in failed.message and "refused" in failed.message, failed.message
-    result = submit(toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS, judged=False)
+    result = submit(
+        toy, "import ctypes\ndef add(a, b):\n    return ctypes.string_at(0)\n" + STUBS, judged=False
+    )
     assert result.status == "fail" and "segmentation fault" in result.error, result.error

@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from dojo.tools import serve_bench
-from solutions.server import running
+from solutions.system.serving.server import running
 
 TOKENS, FIRST_S, GAP_S = 5, 0.05, 0.02
 
@@ -36,13 +36,22 @@ def fake_app() -> Starlette:
             if body.get("stream_options", {}).get("include_usage"):
                 yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
+
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
-@pytest.mark.parametrize("values, q, want", [([3.0], 99, 3.0), ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
-                                             ([4.0, 1.0, 3.0, 2.0], 100, 4.0), ([1.0, 2.0], 0, 1.0), ([], 50, None)])
+@pytest.mark.parametrize(
+    "values, q, want",
+    [
+        ([3.0], 99, 3.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([4.0, 1.0, 3.0, 2.0], 100, 4.0),
+        ([1.0, 2.0], 0, 1.0),
+        ([], 50, None),
+    ],
+)
 def test_percentile_interpolates_between_ranks(values, q, want):
     """The q-th percentile interpolates linearly between the sorted values' ranks; None for none."""
     assert serve_bench.percentile(values, q) == want

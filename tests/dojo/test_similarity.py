@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dojo import catalog
-from dojo.grading import similarity
+from dojo.grading.scan import similarity
 
 
 def disguise(source: str) -> str:
@@ -37,7 +37,12 @@ def test_unrelated_code_and_the_stub_are_not():
         assert similarity.similarity(refs[a], refs[b]) < similarity.THRESHOLD / 2
     for kata in (k for k in catalog.load() if k.has_suite):
         stub = kata.stub.read_text()
-        assert similarity.similarity(similarity.stream(stub, stub), similarity.stream(kata.reference.read_text(), stub)) is None
+        assert (
+            similarity.similarity(
+                similarity.stream(stub, stub), similarity.stream(kata.reference.read_text(), stub)
+            )
+            is None
+        )
 
 
 def pad(source: str) -> str:
@@ -45,8 +50,17 @@ def pad(source: str) -> str:
     top-level functions in reverse order, every local name renamed."""
     tree = ast.parse(source)
     top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    local = {n.id for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-             for n in ast.walk(f) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - top - set(dir(builtins))
+    local = (
+        {
+            n.id
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef)
+            for n in ast.walk(f)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        - top
+        - set(dir(builtins))
+    )
     for n in ast.walk(tree):
         if isinstance(n, ast.Name) and n.id in local:
             n.id = f"my_{n.id}"
@@ -90,13 +104,19 @@ def test_independent_solutions_are_not_flagged():
     assert set(honest) == graded and all(len(files) >= 2 for files in honest.values()), sorted(honest)
     for slug, files in honest.items():
         kata = catalog.get(slug)
-        doc = similarity.find({slug: {**files, "ref": kata.reference.read_text()}},
-                              {slug: kata.reference.read_text()}, {slug: kata.stub.read_text()})
-        assert [c["submission"] for c in doc["reference"]] == ["ref"], (slug, doc)  # only the reference itself
+        doc = similarity.find(
+            {slug: {**files, "ref": kata.reference.read_text()}},
+            {slug: kata.reference.read_text()},
+            {slug: kata.stub.read_text()},
+        )
+        assert [c["submission"] for c in doc["reference"]] == ["ref"], (
+            slug,
+            doc,
+        )  # only the reference itself
         assert not [p for p in doc["pairs"] if "ref" not in (p["a"], p["b"])], (slug, doc["pairs"])
 
 
-LONG = '''
+LONG = """
 def add(a, b):
     total = a
     for _ in range(abs(b)):
@@ -115,7 +135,7 @@ def count_words(text):
         else:
             word += ch
     return counts
-'''
+"""
 
 
 OWN = """
@@ -153,7 +173,9 @@ def test_grade_reports_pairs_and_reference_copies(dojo, tmp_path):
     for folder in folders.values():
         folder.mkdir()
     (folders["A"] / "toy.py").write_text(LONG)
-    (folders["B"] / "toy.py").write_text(re.sub(r"\bcounts\b", "tally", re.sub(r"\bword\b", "w", LONG)) + "# B\n")
+    (folders["B"] / "toy.py").write_text(
+        re.sub(r"\bcounts\b", "tally", re.sub(r"\bword\b", "w", LONG)) + "# B\n"
+    )
     (folders["C"] / "toy.py").write_text(OWN)
     (dojo.toy / "solutions" / "toy.py").write_text(REFERENCE)
     (folders["D"] / "toy.py").write_text(disguise(REFERENCE))
@@ -184,5 +206,7 @@ def test_names_wrapped_in_a_pass_through_function_do_not_hide_a_copy():
         tree = Wrap().visit(ast.parse(kata.reference.read_text()))
         wrapped = "def _i(v):\n    return v\n\n" + ast.unparse(ast.fix_missing_locations(tree))
         stub = kata.stub.read_text()
-        score = similarity.similarity(similarity.stream(wrapped, stub), similarity.stream(kata.reference.read_text(), stub))
+        score = similarity.similarity(
+            similarity.stream(wrapped, stub), similarity.stream(kata.reference.read_text(), stub)
+        )
         assert score is not None and score >= similarity.THRESHOLD, (slug, score)

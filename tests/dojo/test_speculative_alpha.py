@@ -57,7 +57,9 @@ def test_rejections_are_counted_from_the_target_passes():
     p = [0.2, 0.2, 0.2, 0.2, 0.2]
     q = [0.4, 0.2, 0.2, 0.2, 0.0]  # min(p, q) sums to 0.8
     target = Watched(BigramModel([p] * 5))
-    r = speculative_generate(target, BigramModel([q] * 5), [0], max_new_tokens=3000, k=K, temperature=1.0, seed=3)
+    r = speculative_generate(
+        target, BigramModel([q] * 5), [0], max_new_tokens=3000, k=K, temperature=1.0, seed=3
+    )
     assert len(target.passes) == r.rounds, "one target pass a round"
     rejected = rejections(target.passes, 1, r.accepted)
     assert rejected <= r.rounds
@@ -68,8 +70,8 @@ def test_rejections_are_counted_from_the_target_passes():
 def test_rejections_of_the_kata_readme_example():
     """The kata README's greedy example (k = 3, 7 tokens): two rounds stop at a rejected draft, the last drafts
     nothing; 4 accepted of 6 tested"""
-    target_probs = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.5, .1, .1, .3], [.2, .2, .2, .4]]
-    draft_probs = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.3, .1, .1, .5], [.2, .2, .2, .4]]
+    target_probs = [[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.5, 0.1, 0.1, 0.3], [0.2, 0.2, 0.2, 0.4]]
+    draft_probs = [[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.3, 0.1, 0.1, 0.5], [0.2, 0.2, 0.2, 0.4]]
     target = Watched(BigramModel(target_probs))
     r = speculative_generate(target, BigramModel(draft_probs), [0], max_new_tokens=7, k=3)
     assert (r.tokens, r.drafted, r.accepted, r.rounds) == ([1, 2, 0, 1, 2, 0, 1], 6, 4, 3)
@@ -79,7 +81,7 @@ def test_rejections_of_the_kata_readme_example():
 
 def test_all_accepted_is_alpha_one_and_nothing_tested_is_an_error():
     """A draft equal to the target is never rejected: alpha 1; with no tested draft there is no estimate"""
-    probs = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.5, .1, .1, .3], [.2, .2, .2, .4]]
+    probs = [[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.5, 0.1, 0.1, 0.3], [0.2, 0.2, 0.2, 0.4]]
     target = Watched(BigramModel(probs))
     r = speculative_generate(target, BigramModel(probs), [0], max_new_tokens=11, k=4)
     assert rejections(target.passes, 1, r.accepted) == 0 and estimate_alpha(r.accepted, 0) == 1.0
@@ -89,7 +91,7 @@ def test_all_accepted_is_alpha_one_and_nothing_tested_is_an_error():
 
 def test_watched_passes_the_protocol_through():
     """Watched logs (cache length before, tokens fed) per prefill and returns the model's own logits"""
-    model = BigramModel([[.5, .5], [.5, .5]])
+    model = BigramModel([[0.5, 0.5], [0.5, 0.5]])
     watched = Watched(model)
     cache = watched.new_cache(1, 8)
     logits = watched.prefill(torch.tensor([[0, 1, 0]]), cache)

@@ -1,7 +1,7 @@
 """A grading run that nothing in a submission can break: inputs checked and never followed, every step
 guarded and bounded, copies private, report.json always whole.
 
-Most tests read submissions through dojo.grading.inputs (no grading: milliseconds). Two grade the toy kata
+Most tests read submissions through dojo.interview.intake (no grading: milliseconds). Two grade the toy kata
 (fast): one `dojo grade` run holding every bad input beside honest ones, and one in-process run that watches
 the private copies and makes steps fail on purpose.
 """
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo.grading import bounded, grade, inputs
+from dojo.grading import grade
+from dojo.grading.confine import bounded
 from dojo.interview import intake, takehome
 
 HONEST = (Path(__file__).parent / "toy" / "solutions" / "toy.py").read_text()
@@ -29,10 +30,21 @@ def deep_line(terms: int) -> str:
 
 def notebook(source: str, kata: str | None = None) -> str:
     """A version-4 notebook with one solution cell holding `source` (and `kata` in its metadata)."""
-    cell = {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": source, "outputs": [],
-            "execution_count": None}
-    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
-                       "metadata": {"dojo": {"kata": kata}} if kata else {}})
+    cell = {
+        "cell_type": "code",
+        "metadata": {"tags": ["solution"]},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
+    return json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "cells": [cell],
+            "metadata": {"dojo": {"kata": kata}} if kata else {},
+        }
+    )
 
 
 def folder(root: Path, name: str, files: dict[str, str | bytes] | None = None) -> Path:
@@ -44,7 +56,7 @@ def folder(root: Path, name: str, files: dict[str, str | bytes] | None = None) -
 
 
 def refusal(path: Path, slug: str = "toy") -> str:
-    sub = inputs.read_submission(path, [slug])
+    sub = intake.read_submission(path, [slug])
     assert slug not in sub.files, f"{path}: read although it should be refused"
     return sub.errors[slug]
 
@@ -91,14 +103,14 @@ def test_a_link_to_a_file_beside_it_is_read(tmp_path):
     """toy.py -> mine.py in the same folder: the one link accepted, read as mine.py's bytes"""
     sub = folder(tmp_path, "sub", {"mine.py": HONEST})
     (sub / "toy.py").symlink_to("mine.py")
-    read = inputs.read_submission(sub, ["toy"])
+    read = intake.read_submission(sub, ["toy"])
     assert read.files["toy"].data == HONEST.encode() and read.files["toy"].name == "toy.py"
 
 
 def test_a_linked_submission_folder_is_refused(tmp_path):
     real = folder(tmp_path, "real", {"toy.py": HONEST})
     (tmp_path / "alias").symlink_to(real)
-    sub = inputs.read_submission(tmp_path / "alias", ["toy"])
+    sub = intake.read_submission(tmp_path / "alias", ["toy"])
     assert not sub.files and "is a symbolic link" in sub.errors[""]
 
 
@@ -128,7 +140,7 @@ def test_an_unreadable_file_is_refused(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied")
         return real_open(path, flags, *args, **kw)
 
-    monkeypatch.setattr(inputs.os, "open", denied)
+    monkeypatch.setattr(intake.os, "open", denied)
     assert refusal(sub) == "toy.py cannot be read: Permission denied"
 
 
@@ -142,23 +154,23 @@ def test_invalid_utf8_is_refused_and_a_coding_cookie_is_honoured(tmp_path):
     bad = folder(tmp_path, "bad", {"toy.py": b"# caf\xe9\n" + HONEST.encode()})
     assert refusal(bad) == "toy.py is not valid utf-8 text: byte 0xe9 at line 1 (save it as UTF-8)"
     cookie = b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + HONEST.encode()
-    assert "café" in inputs.python_source("toy.py", cookie)
-    assert "toy" in inputs.read_submission(folder(tmp_path, "cookie", {"toy.py": cookie}), ["toy"]).files
+    assert "café" in intake.python_source("toy.py", cookie)
+    assert "toy" in intake.read_submission(folder(tmp_path, "cookie", {"toy.py": cookie}), ["toy"]).files
 
 
 def test_a_file_over_the_limit_is_refused_unread(tmp_path):
     """a .py over MAX_SOURCE_BYTES (1 MiB) is refused by its size; at the limit it is read"""
-    big = folder(tmp_path, "big", {"toy.py": b"#" * (inputs.MAX_SOURCE_BYTES + 1)})
+    big = folder(tmp_path, "big", {"toy.py": b"#" * (intake.MAX_SOURCE_BYTES + 1)})
     assert "toy.py is 1.0 MiB: kata files over 1 MiB are refused, unread" == refusal(big)
-    at = folder(tmp_path, "at", {"toy.py": b"#" * inputs.MAX_SOURCE_BYTES})
-    assert "toy" in inputs.read_submission(at, ["toy"]).files
+    at = folder(tmp_path, "at", {"toy.py": b"#" * intake.MAX_SOURCE_BYTES})
+    assert "toy" in intake.read_submission(at, ["toy"]).files
 
 
 def test_names_are_exact_and_odd_folder_names_work(tmp_path):
     """a folder named with spaces and accents is read; Toy.py is not toy.py, and the submission says so"""
     odd = folder(tmp_path, "Ana María — take home 1", {"toy.py": HONEST})
-    assert inputs.read_submission(odd, ["toy"]).files["toy"].data == HONEST.encode()
-    near = inputs.read_submission(folder(tmp_path, "near", {"Toy.py": HONEST}), ["toy"])
+    assert intake.read_submission(odd, ["toy"]).files["toy"].data == HONEST.encode()
+    near = intake.read_submission(folder(tmp_path, "near", {"Toy.py": HONEST}), ["toy"])
     assert not near.files and "'Toy.py' (not 'toy.py')" in near.errors[""]
 
 
@@ -174,18 +186,20 @@ def test_a_notebook_that_is_not_json_or_names_no_kata_is_its_error(toy_env, tmp_
     answer = tmp_path / "answer.ipynb"
     answer.write_text(notebook(HONEST))
     prepared = intake.prepare(answer, ["toy"], tmp_path / "private")
-    assert prepared.errors == ["cannot tell which kata answer.ipynb is for: name it <kata>.ipynb (one of toy)"]
+    assert prepared.errors == [
+        "cannot tell which kata answer.ipynb is for: name it <kata>.ipynb (one of toy)"
+    ]
     answer.write_text(notebook(HONEST, kata="toy"))
     assert [r.slug for r in intake.prepare(answer, ["toy"], tmp_path / "private").ready] == ["toy"]
 
 
 def test_private_copy_is_this_users_alone(tmp_path):
     """a 0700 folder, a 0600 file, never written through a link or over a file"""
-    copy = inputs.private_copy(tmp_path / "private" / "0", "toy.py", b"x = 1\n")
+    copy = intake.private_copy(tmp_path / "private" / "0", "toy.py", b"x = 1\n")
     assert stat.S_IMODE(copy.parent.stat().st_mode) == 0o700 and stat.S_IMODE(copy.stat().st_mode) == 0o600
     (copy.parent / "link.py").symlink_to(tmp_path / "elsewhere.py")
     with pytest.raises(OSError):
-        inputs.private_copy(copy.parent, "link.py", b"x")
+        intake.private_copy(copy.parent, "link.py", b"x")
     assert not (tmp_path / "elsewhere.py").exists()
 
 
@@ -198,9 +212,9 @@ def test_the_scan_reads_deep_lines_and_a_failing_scan_is_a_finding(toy_env, tmp_
     dense = tmp_path / "toy.py"
     dense.write_text("x = [" + "a," * 500_000 + "]\n")
     with pytest.raises(bounded.BoundedError, match=r"ran out of memory \(limit 0.25 GiB\)"):
-        bounded.call("dojo.grading.integrity:scan", {"path": str(dense), "slug": "toy"}, memory=1 << 28)
+        bounded.call("dojo.grading.scan.integrity:scan", {"path": str(dense), "slug": "toy"}, memory=1 << 28)
     with pytest.raises(bounded.BoundedError, match="took longer than 0.3 s"):
-        bounded.call("dojo.grading.integrity:scan", {"path": str(dense), "slug": "toy"}, timeout=0.3)
+        bounded.call("dojo.grading.scan.integrity:scan", {"path": str(dense), "slug": "toy"}, timeout=0.3)
 
 
 def test_a_similarity_check_that_cannot_finish_is_listed(toy_env, monkeypatch):
@@ -226,7 +240,9 @@ def test_bad_inputs_beside_honest_ones_each_get_their_error(dojo, tmp_path):
     odd = folder(tmp_path, "Ana María — 2", {"toy.py": HONEST})
     deep = folder(tmp_path, "deep600", {"toy.py": HONEST + deep_line(600)})
     deeper = folder(tmp_path, "deep3000", {"toy.py": HONEST + deep_line(3000)})
-    shadow, stolen, loop, dangling, dir_ = (folder(tmp_path, n) for n in ("shadow-link", "stolen", "loop", "dangling", "dir"))
+    shadow, stolen, loop, dangling, dir_ = (
+        folder(tmp_path, n) for n in ("shadow-link", "stolen", "loop", "dangling", "dir")
+    )
     (shadow / "toy.py").symlink_to(secret)
     (stolen / "toy.py").symlink_to(honest / "toy.py")
     (loop / "toy.py").symlink_to("toy.py")
@@ -254,7 +270,9 @@ def test_bad_inputs_beside_honest_ones_each_get_their_error(dojo, tmp_path):
     for path in bad:
         result = by_path[str(path)]["katas"]["toy"]
         assert result["status"] == "error" and result["points"] == 0, path.name
-        assert by_path[str(path)]["sandboxed"] is None, f"{path.name}: a refused file said something of the sandbox"
+        assert by_path[str(path)]["sandboxed"] is None, (
+            f"{path.name}: a refused file said something of the sandbox"
+        )
         assert result["message"].startswith("toy."), f"{path.name}: the message does not name the file"
     assert out.stdout.count("error: ") == len(bad) + 1, out.stdout
     assert "could not be graded" not in report.read_text() and "SECRET" not in report.read_text()
@@ -295,7 +313,10 @@ def test_steps_that_fail_are_their_submissions_errors_and_copies_are_private(toy
     doc = takehome.grade_submissions([honest, boom, broken], jobs=1, timeout=60)
     by_path = {s["path"]: s for s in doc["submissions"]}
     assert by_path[str(honest)]["points"] == 6
-    assert by_path[str(boom)]["katas"]["toy"]["message"] == "toy.py could not be graded: RuntimeError: a bug in grading"
+    assert (
+        by_path[str(boom)]["katas"]["toy"]["message"]
+        == "toy.py could not be graded: RuntimeError: a bug in grading"
+    )
     assert "a bug in reading" in by_path[str(broken)]["errors"][0]
     assert seen["copy"] == [0o600, 0o700, 0o700] and seen["grading folder"] == 0o700
     assert seen["copy unreadable"] and seen["grading unreadable"]
@@ -305,5 +326,7 @@ def _unreadable_by_others(path: Path) -> bool:
     """Whether a uid other than ours (nobody) fails to read `path`; True when not root (it cannot try)."""
     if os.geteuid() != 0:
         return True
-    done = subprocess.run(["cat", str(path)], user=65534, group=65534, capture_output=True, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        ["cat", str(path)], user=65534, group=65534, capture_output=True, stdin=subprocess.DEVNULL
+    )
     return done.returncode != 0 and b"Permission denied" in done.stderr

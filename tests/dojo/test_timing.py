@@ -90,7 +90,11 @@ def test_grade_summary_shows_inconclusive(noisy, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "6/6 (1 inconclusive)" in out.stdout and "timing tests the machine was too noisy" in out.stdout
     sub = json.loads((tmp_path / "report.json").read_text())["submissions"][0]
-    assert sub["inconclusive"] == 1 and sub["passed"] and sub["katas"]["toy"]["tests"][-1]["status"] == "inconclusive"
+    assert (
+        sub["inconclusive"] == 1
+        and sub["passed"]
+        and sub["katas"]["toy"]["tests"][-1]["status"] == "inconclusive"
+    )
 
 
 def test_interview_scorecard_shows_inconclusive(noisy):
@@ -99,13 +103,25 @@ def test_interview_scorecard_shows_inconclusive(noisy):
 
     shutil.copy(KATAS_DIR / "BANK.md", noisy.toy / "katas" / "BANK.md")
     env = {**noisy.env, "DOJO_FAKE_NOW": "1800000000"}
-    started = subprocess.run([sys.executable, "-m", "dojo", "interview", "toy"], env=env, capture_output=True,
-                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+    started = subprocess.run(
+        [sys.executable, "-m", "dojo", "interview", "toy"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     noisy.write(noisy.reference.read_text())
     env["DOJO_FAKE_NOW"] = "1800000060"
-    out = subprocess.run([sys.executable, "-m", "dojo", "submit"], env=env, input="a\n.\n1\nb\n.\n1\n",
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "submit"],
+        env=env,
+        input="a\n.\n1\nb\n.\n1\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Tests passed:    4/4 (1 timing tests inconclusive on a busy machine: not counted)" in out.stdout
     assert "Points:          6/6" in out.stdout
@@ -113,7 +129,7 @@ def test_interview_scorecard_shows_inconclusive(noisy):
 
 # ---- the machine-wide lock ---------------------------------------------------------------------
 
-LOCKED_SUITE = '''
+LOCKED_SUITE = """
 import time
 import pytest
 
@@ -125,7 +141,7 @@ def test_timed(i):
     time.sleep(0.3)
     with open({log!r}, "a") as f:
         f.write(f"{{start}} {{time.time()}}\\n")
-'''
+"""
 
 
 def test_machine_tests_never_overlap_across_processes(tmp_path):
@@ -134,9 +150,21 @@ def test_machine_tests_never_overlap_across_processes(tmp_path):
     suite = tmp_path / "test_locked.py"
     suite.write_text(LOCKED_SUITE.format(log=str(log)))
     env = {**os.environ, "DOJO_TIMING_LOCK": str(tmp_path / "timing.lock")}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider", str(suite)]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for _ in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "dojo.grading.suite.plugin",
+        "-p",
+        "no:cacheprovider",
+        str(suite),
+    ]
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=60)[0].decode() for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     intervals = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
@@ -148,7 +176,8 @@ def test_machine_tests_never_overlap_across_processes(tmp_path):
 def test_lock_is_held_only_around_machine_tests(tmp_path):
     """The plugin takes the lock for a machine test (setup to teardown) and not for any other test"""
     suite = tmp_path / "test_which.py"
-    suite.write_text(textwrap.dedent('''
+    suite.write_text(
+        textwrap.dedent("""
         import fcntl, os, pytest
         from dojo.testing import TIMING_LOCK_PATH
 
@@ -168,10 +197,27 @@ def test_lock_is_held_only_around_machine_tests(tmp_path):
 
         def test_free():
             assert free()
-    '''))
+    """)
+    )
     env = {**os.environ, "DOJO_TIMING_LOCK": str(tmp_path / "timing.lock")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
-                          str(suite)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "dojo.grading.suite.plugin",
+            "-p",
+            "no:cacheprovider",
+            str(suite),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout + out.stderr
 
 
@@ -197,13 +243,30 @@ def test_machine_test_that_cannot_get_the_lock_is_inconclusive(tmp_path):
     """Through the plugin: a machine test whose lock stays held is recorded inconclusive, and never runs"""
     (tmp_path / "conftest.py").write_text("import dojo.testing\ndojo.testing.LOCK_WAIT_S = 0.3\n")
     (tmp_path / "test_waits.py").write_text(
-        "import pytest\n\n@pytest.mark.machine\ndef test_waits():\n    raise AssertionError('ran')\n")
+        "import pytest\n\n@pytest.mark.machine\ndef test_waits():\n    raise AssertionError('ran')\n"
+    )
     lock, results = tmp_path / "timing.lock", tmp_path / "results.json"
     holder = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dojo.grading.plugin", "-p", "no:cacheprovider",
-                          str(tmp_path / "test_waits.py"), f"--dojo-results={results}"], cwd=tmp_path,
-                         env={**os.environ, "DOJO_TIMING_LOCK": str(lock)}, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "dojo.grading.suite.plugin",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_waits.py"),
+            f"--dojo-results={results}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "DOJO_TIMING_LOCK": str(lock)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     os.close(holder)
     assert out.returncode == 0, out.stdout + out.stderr
     [row] = json.loads(results.read_text())["tests"]
@@ -222,20 +285,27 @@ def test_lock_path_that_cannot_be_opened_names_the_variable(tmp_path):
 
 def scripted(values: dict[str, list[float]]) -> machine.SideBySide:
     """A bench whose runs return the given seconds, round after round (the last value repeating)."""
+
     def run(seq: list[float]):
         rest, last = iter(seq), [seq[0]]
 
         def call() -> float:
             last[0] = next(rest, last[0])
             return last[0]
+
         return call
+
     return machine.SideBySide({name: run(seq) for name, seq in values.items()})
 
 
 def ratio_claim(bench: machine.SideBySide) -> machine.Claim:
     """The claim 'kata b / kata a <= 3', on both sides."""
-    return machine.Claim((bench.best("kata b") / bench.best("kata a"),), (bench.best("plain b") / bench.best("plain a"),),
-                         lambda q: q[0] <= 3, lambda q: f"b costs {q[0]:.2f}x a")
+    return machine.Claim(
+        (bench.best("kata b") / bench.best("kata a"),),
+        (bench.best("plain b") / bench.best("plain a"),),
+        lambda q: q[0] <= 3,
+        lambda q: f"b costs {q[0]:.2f}x a",
+    )
 
 
 def test_claim_that_holds_passes():
@@ -253,7 +323,9 @@ def test_machine_that_does_not_show_the_effect_is_inconclusive():
 
 def test_noisy_machine_is_inconclusive():
     """Timings whose median is far above their best: too noisy to call a miss a fail"""
-    bench = scripted({"kata a": [1.0, 2.0, 2.0], "kata b": [5.0, 9.0, 9.0], "plain a": [1.0], "plain b": [2.0]})
+    bench = scripted(
+        {"kata a": [1.0, 2.0, 2.0], "kata b": [5.0, 9.0, 9.0], "plain a": [1.0], "plain b": [2.0]}
+    )
     with pytest.raises(Inconclusive, match="too noisy"):
         machine.check_claim(bench, ratio_claim, budget_s=60)
 
@@ -290,12 +362,15 @@ def test_cache_bytes_copes_with_odd_reports(tmp_path):
     assert machine.cache_bytes(tmp_path / "nowhere") == 0
 
 
-@pytest.mark.parametrize("cache, usable, want", [
-    (32 << 20, 64 << 30, 128 << 20),  # 4x a 32 MiB L3
-    (480 << 20, 64 << 30, 512 << 20),  # an implausible report: the cap
-    (480 << 20, 1 << 30, 256 << 20),  # a quarter of what the process may still use (the grader's limit)
-    (0, 64 << 30, 64 << 20),  # nothing reported: the floor
-])
+@pytest.mark.parametrize(
+    "cache, usable, want",
+    [
+        (32 << 20, 64 << 30, 128 << 20),  # 4x a 32 MiB L3
+        (480 << 20, 64 << 30, 512 << 20),  # an implausible report: the cap
+        (480 << 20, 1 << 30, 256 << 20),  # a quarter of what the process may still use (the grader's limit)
+        (0, 64 << 30, 64 << 20),  # nothing reported: the floor
+    ],
+)
 def test_streaming_copy_bytes(monkeypatch, cache, usable, want):
     """4x the largest cache, at least 64 MiB, at most 512 MiB and a quarter of the usable memory"""
     monkeypatch.setattr(machine, "cache_bytes", lambda: cache)
@@ -305,8 +380,10 @@ def test_streaming_copy_bytes(monkeypatch, cache, usable, want):
 
 def test_usable_memory_respects_the_address_space_limit():
     """Under RLIMIT_AS the headroom left by what is mapped already is what the process may use"""
-    code = ("import resource; from dojo import machine; "
-            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); print(machine.usable_memory())")
+    code = (
+        "import resource; from dojo import machine; "
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); print(machine.usable_memory())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert 0 < int(out.stdout) < 3 << 30
 
@@ -329,11 +406,14 @@ def test_fake_clock_replaces_and_restores_perf_counter():
 
 def test_budget_bounds_the_rounds():
     """A slow machine: rounds stop when the next would end past the budget, so per-test limits hold"""
+
     def slow() -> float:
         time.sleep(0.05)
         return 1.0
 
-    bench = machine.SideBySide({"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0})
+    bench = machine.SideBySide(
+        {"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0}
+    )
     started = time.monotonic()
     with pytest.raises(Inconclusive, match=r"only 2 complete round\(s\) fitted in 0.12 s .* at least 3"):
         machine.check_claim(bench, ratio_claim, rounds=3, budget_s=0.12)
@@ -342,11 +422,14 @@ def test_budget_bounds_the_rounds():
 
 def test_one_round_is_never_a_fail():
     """The budget allowed one round (a loaded machine): a clear miss in it is inconclusive, and says why"""
+
     def slow() -> float:
         time.sleep(0.05)
         return 1.0
 
-    bench = machine.SideBySide({"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0})
+    bench = machine.SideBySide(
+        {"kata a": slow, "kata b": lambda: 5.0, "plain a": lambda: 1.0, "plain b": lambda: 2.0}
+    )
     with pytest.raises(Inconclusive, match=r"only 1 complete round\(s\)"):
         machine.check_claim(bench, ratio_claim, rounds=3, budget_s=0.01)
     assert bench.rounds == 1

@@ -49,6 +49,10 @@ def test_the_tour_walks_the_loop_in_order_on_a_real_kata(tmp_path):
     assert commands[1:4] == [["dojo", "start"], ["dojo", "check"], ["dojo", "hint"]]
     assert ["dojo", "submit"] in commands and commands[-1] == ["dojo", "history"]
     assert steps[2].status == 1  # the untouched stub fails
-    assert any("chosen for your first failing property" in e for e in steps[3].expect)  # why this hint, not hint 1
+    assert any(
+        "chosen for your first failing property" in e for e in steps[3].expect
+    )  # why this hint, not hint 1
     interview = next(s for s in steps if s.command.startswith("dojo interview"))
-    assert any("starts from the stub" in e for e in interview.expect) and any("backed up" in e for e in interview.expect)
+    assert any("starts from the stub" in e for e in interview.expect) and any(
+        "backed up" in e for e in interview.expect
+    )

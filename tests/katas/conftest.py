@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dojo.grading.judge import KataFolder
+from dojo.grading.judging.judge import KataFolder
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,16 @@ from torch import nn
 from dojo.testing import banned_uses
 
 KATA = "attention"
-BANNED = {"scaled_dot_product_attention", "MultiheadAttention", "flash_attn", "xformers",
-          "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-          "_scaled_dot_product_attention_math", "multi_head_attention_forward"}
+BANNED = {
+    "scaled_dot_product_attention",
+    "MultiheadAttention",
+    "flash_attn",
+    "xformers",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_attention_math",
+    "multi_head_attention_forward",
+}
 
 
 def oracle(q, k, v, *, causal=False, key_padding_mask=None, attn_mask=None, scale=None):
@@ -60,7 +67,11 @@ def rand(*shape, seed=0, dtype=torch.float32):
 
 
 def qkv(b=2, hq=4, hkv=2, tq=3, tk=5, d=8, seed=0):
-    return rand(b, hq, tq, d, seed=seed), rand(b, hkv, tk, d, seed=seed + 1), rand(b, hkv, tk, d, seed=seed + 2)
+    return (
+        rand(b, hq, tq, d, seed=seed),
+        rand(b, hkv, tk, d, seed=seed + 1),
+        rand(b, hkv, tk, d, seed=seed + 2),
+    )
 
 
 AXES = {4: "(b, h, i, d)", 3: "(b, t, d_model)"}  # attention's output; the module's (B, T, d_model)
@@ -74,13 +85,18 @@ def close(got, want, what, atol=1e-5, rtol=1e-4):
     bad = ~torch.isclose(got, want, atol=atol, rtol=rtol)
     if bad.any():
         where = tuple(int(i) for i in bad.nonzero()[0])
-        worst = "NaN in the output" if got.isnan().any() else f"max error {float((got - want).abs().max()):.3g}"
+        worst = (
+            "NaN in the output" if got.isnan().any() else f"max error {float((got - want).abs().max()):.3g}"
+        )
         axes = AXES.get(got.dim(), "index")
-        raise AssertionError(f"{what}: at {axes} = {where} got {float(got[where]):.6g}, "
-                             f"want {float(want[where]):.6g} ({worst})")
+        raise AssertionError(
+            f"{what}: at {axes} = {where} got {float(got[where]):.6g}, "
+            f"want {float(want[where]):.6g} ({worst})"
+        )
 
 
 # ---------------------------------------------------------------- worked examples (README)
+
 
 @pytest.mark.example
 @pytest.mark.points(1)
@@ -100,7 +116,9 @@ def test_example_causal_mask_is_bottom_right_aligned(kata):
     """causal_mask(2, 4): the 2 queries are the last 2 of 4 positions."""
     got = kata.causal_mask(2, 4)
     want = torch.tensor([[True, True, True, False], [True, True, True, True]])
-    assert isinstance(got, torch.Tensor) and got.dtype == torch.bool, f"causal_mask should return a bool tensor, got {got!r}"
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bool, (
+        f"causal_mask should return a bool tensor, got {got!r}"
+    )
     assert torch.equal(got, want), f"causal_mask(2, 4): got {got.tolist()}, want {want.tolist()}"
 
 
@@ -110,7 +128,9 @@ def test_example_query_that_sees_no_key_gets_zeros(kata):
     """A query whose keys are all padding gets zeros, not NaN."""
     q, k, v = torch.ones(1, 1, 1, 2), torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)
     got = kata.attention(q, k, v, key_padding_mask=torch.tensor([[False, False]]))
-    assert torch.equal(got, torch.zeros(1, 1, 1, 2)), f"all keys padded: got {got.flatten().tolist()}, want [0.0, 0.0]"
+    assert torch.equal(got, torch.zeros(1, 1, 1, 2)), (
+        f"all keys padded: got {got.flatten().tolist()}, want [0.0, 0.0]"
+    )
 
 
 @pytest.mark.example
@@ -120,17 +140,24 @@ def test_example_grouped_query_heads_share_kv_heads(kata):
     q, k = torch.zeros(1, 4, 1, 2), torch.zeros(1, 2, 1, 2)
     v = torch.tensor([10.0, 20.0]).view(1, 2, 1, 1).expand(1, 2, 1, 2).contiguous()
     got = kata.attention(q, k, v)[0, :, 0, 0]
-    assert got.tolist() == [10.0, 10.0, 20.0, 20.0], f"value read by query heads 0..3: got {got.tolist()}, want [10, 10, 20, 20]"
+    assert got.tolist() == [10.0, 10.0, 20.0, 20.0], (
+        f"value read by query heads 0..3: got {got.tolist()}, want [10, 10, 20, 20]"
+    )
 
 
 # ---------------------------------------------------------------- attention
+
 
 @pytest.mark.points(2)
 def test_grouped_query_head_mapping(kata):
     """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
     q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)  # only the mapping: the values themselves are the plain case's
     expanded = kata.attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
-    close(kata.attention(q, k, v), expanded, "Hkv=2 should equal Hkv=6 with each kv head copied to its 3 query heads")
+    close(
+        kata.attention(q, k, v),
+        expanded,
+        "Hkv=2 should equal Hkv=6 with each kv head copied to its 3 query heads",
+    )
 
 
 @pytest.mark.points(2)
@@ -157,8 +184,9 @@ def test_causal_mask_rule(kata):
     for tq, tk in [(1, 1), (1, 4), (3, 3), (2, 5), (4, 2)]:
         want = torch.tensor([[j <= i + (tk - tq) for j in range(tk)] for i in range(tq)])
         got = kata.causal_mask(tq, tk)
-        assert got.shape == want.shape and torch.equal(got, want), \
+        assert got.shape == want.shape and torch.equal(got, want), (
             f"causal_mask({tq}, {tk}): got {got.int().tolist()}, want {want.int().tolist()}"
+        )
 
 
 @pytest.mark.points(1)
@@ -170,12 +198,15 @@ def test_visible_weights_sum_to_one(kata):
     lo, hi = float(got.min()), float(got.max())
     assert abs(lo - 1) <= 1e-5 and abs(hi - 1) <= 1e-5, (
         f"causal, Tq=3, Tk=5, every value 1: outputs range {lo:.4g}..{hi:.4g}, want all 1: hide the masked keys "
-        "before the softmax, so the weights of the visible keys sum to 1")
+        "before the softmax, so the weights of the visible keys sum to 1"
+    )
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (2, 5), (1, 6)])
-@pytest.mark.builds_on("test_causal_mask_rule", "test_grouped_query_head_mapping", "test_visible_weights_sum_to_one")
+@pytest.mark.builds_on(
+    "test_causal_mask_rule", "test_grouped_query_head_mapping", "test_visible_weights_sum_to_one"
+)
 def test_causal_hides_exactly_the_future(kata, tq, tk):
     """Causal attention equals the oracle, also with Tq < Tk (the queries are the last Tq positions)."""
     q, k, v = qkv(2, 2, 1, tq, tk, 8, seed=tq * 10 + tk)
@@ -203,9 +234,11 @@ def test_padding_equals_oracle(kata):
     q, k, v = qkv(2, 4, 2, 3, 6, 8, seed=3)
     padding = torch.tensor([[True] * 6, [False, False, True, True, False, True]])
     for causal in (False, True):
-        close(kata.attention(q, k, v, causal=causal, key_padding_mask=padding),
-              oracle(q, k, v, causal=causal, key_padding_mask=padding),
-              f"key_padding_mask {padding.int().tolist()}, causal={causal}")
+        close(
+            kata.attention(q, k, v, causal=causal, key_padding_mask=padding),
+            oracle(q, k, v, causal=causal, key_padding_mask=padding),
+            f"key_padding_mask {padding.int().tolist()}, causal={causal}",
+        )
 
 
 @pytest.mark.points(1)
@@ -216,8 +249,11 @@ def test_appending_padded_keys_changes_nothing(kata):
     k_pad = torch.cat([k, rand(2, 2, 3, 8, seed=40) * 10], dim=2)  # (B, Hkv, 7, D)
     v_pad = torch.cat([v, rand(2, 2, 3, 8, seed=41) * 10], dim=2)
     padding = torch.tensor([[True] * 4 + [False] * 3] * 2)
-    close(kata.attention(q, k_pad, v_pad, key_padding_mask=padding), kata.attention(q, k, v),
-          "4 real keys + 3 padded keys vs the 4 real keys alone")
+    close(
+        kata.attention(q, k_pad, v_pad, key_padding_mask=padding),
+        kata.attention(q, k, v),
+        "4 real keys + 3 padded keys vs the 4 real keys alone",
+    )
 
 
 @pytest.mark.points(2)
@@ -228,8 +264,12 @@ def test_fully_masked_rows_give_zeros(kata):
     cases = {
         "all keys of batch row 0 padded": {"key_padding_mask": torch.tensor([[False, False], [True, True]])},
         "causal with Tq=3 > Tk=2 (query 0 sees nothing)": {"causal": True},
-        "bool attn_mask all False for query 1": {"attn_mask": torch.tensor([[True, True], [False, False], [True, False]])},
-        "float attn_mask -inf for query 2": {"attn_mask": torch.tensor([[0.0, 0.0], [0.0, 0.0], [-math.inf, -math.inf]])},
+        "bool attn_mask all False for query 1": {
+            "attn_mask": torch.tensor([[True, True], [False, False], [True, False]])
+        },
+        "float attn_mask -inf for query 2": {
+            "attn_mask": torch.tensor([[0.0, 0.0], [0.0, 0.0], [-math.inf, -math.inf]])
+        },
     }
     for what, kwargs in cases.items():
         got = kata.attention(q, k, v, **kwargs)
@@ -250,7 +290,9 @@ def test_stable_with_large_scores(kata):
     q, k, v = qkv(1, 2, 2, 2, 4, 16, seed=8)
     q[..., 0], k[..., 0] = 400.0, 100.0  # scores ~ 400 * 100 / 4 = 1e4, differing by O(1)
     got = kata.attention(q, k, v)
-    assert got.isfinite().all(), "scores near 1e4 gave inf or NaN: exp overflows without subtracting the row max"
+    assert got.isfinite().all(), (
+        "scores near 1e4 gave inf or NaN: exp overflows without subtracting the row max"
+    )
     close(got, oracle(q, k, v), "scores near 1e4", atol=1e-2, rtol=1e-2)
 
 
@@ -264,8 +306,13 @@ def test_half_precision_close_to_fp32(kata, dtype, tol):
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     got = kata.attention(q, k, v, causal=True)
     assert got.dtype == dtype, f"{dtype} inputs gave a {got.dtype} output"
-    close(got, oracle(q, k, v, causal=True), f"{dtype} with scores near 100 vs fp32 on the same inputs",
-          atol=tol, rtol=tol)
+    close(
+        got,
+        oracle(q, k, v, causal=True),
+        f"{dtype} with scores near 100 vs fp32 on the same inputs",
+        atol=tol,
+        rtol=tol,
+    )
 
 
 @pytest.mark.points(1)
@@ -282,7 +329,11 @@ def test_float_mask_is_added_to_scaled_scores(kata):
     """A float attn_mask with finite values is added to the scaled scores."""
     q, k, v = qkv(2, 4, 2, 3, 5, 8, seed=10)
     bias = rand(1, 4, 3, 5, seed=11) * 2  # broadcasts over the batch
-    close(kata.attention(q, k, v, attn_mask=bias), oracle(q, k, v, attn_mask=bias), "float attn_mask of shape (1, 4, 3, 5)")
+    close(
+        kata.attention(q, k, v, attn_mask=bias),
+        oracle(q, k, v, attn_mask=bias),
+        "float attn_mask of shape (1, 4, 3, 5)",
+    )
 
 
 @pytest.mark.points(1)
@@ -291,8 +342,11 @@ def test_bool_attn_mask(kata):
     """A bool attn_mask hides the keys where it is False, combined with causal."""
     q, k, v = qkv(1, 2, 2, 3, 3, 8, seed=12)
     mask = torch.tensor([[True, False, True], [True, True, False], [False, True, True]])
-    close(kata.attention(q, k, v, attn_mask=mask, causal=True), oracle(q, k, v, attn_mask=mask, causal=True),
-          f"bool attn_mask {mask.int().tolist()} with causal")
+    close(
+        kata.attention(q, k, v, attn_mask=mask, causal=True),
+        oracle(q, k, v, attn_mask=mask, causal=True),
+        f"bool attn_mask {mask.int().tolist()} with causal",
+    )
 
 
 @pytest.mark.points(1)
@@ -303,12 +357,24 @@ def test_equals_torch_sdpa(kata):
     padding = torch.tensor([[True] * 4, [True, False, True, False]])
     mask = padding[:, None, None, :] & torch.ones(4, 4, dtype=torch.bool).tril()  # every query sees key 0
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    close(kata.attention(q, k, v, causal=True, key_padding_mask=padding), want, "causal + padding vs torch SDPA")
+    close(
+        kata.attention(q, k, v, causal=True, key_padding_mask=padding), want, "causal + padding vs torch SDPA"
+    )
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("case", ["Hq not a multiple of Hkv", "k and v differ", "batch differs",
-                                  "head dim differs", "padding mask shape", "attn_mask shape", "3-D q"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "Hq not a multiple of Hkv",
+        "k and v differ",
+        "batch differs",
+        "head dim differs",
+        "padding mask shape",
+        "attn_mask shape",
+        "3-D q",
+    ],
+)
 def test_bad_shapes_raise_value_error(kata, case):
     """Mismatched shapes, Hq % Hkv != 0 or a wrong-shaped mask raise ValueError."""
     q, k, v = qkv(2, 4, 2, 3, 5, 8)
@@ -327,6 +393,7 @@ def test_bad_shapes_raise_value_error(kata, case):
 
 # ---------------------------------------------------------------- MultiHeadAttention
 
+
 def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
     """Load mha's weights into the kata's module by name (load_state_dict: the same call in judge mode,
     where `ours` lives in the candidate's process)."""
@@ -334,7 +401,12 @@ def copy_from_torch(mha: nn.MultiheadAttention, ours: nn.Module) -> None:
         wq, wk, wv = mha.in_proj_weight.chunk(3)
     else:
         wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
-    state = {"q_proj.weight": wq, "k_proj.weight": wk, "v_proj.weight": wv, "o_proj.weight": mha.out_proj.weight}
+    state = {
+        "q_proj.weight": wq,
+        "k_proj.weight": wk,
+        "v_proj.weight": wv,
+        "o_proj.weight": mha.out_proj.weight,
+    }
     if mha.in_proj_bias is not None:
         for name, bias in zip(("q_proj", "k_proj", "v_proj"), mha.in_proj_bias.chunk(3)):
             state[f"{name}.bias"] = bias
@@ -354,15 +426,21 @@ def test_module_keeps_positions_apart(kata):
     with torch.no_grad():
         a, b = ours(x, key_padding_mask=padding), ours(other, key_padding_mask=padding)
     changed = [t for t in (0, 1, 3, 4) if not torch.allclose(a[0, t], b[0, t], atol=1e-6)]
-    assert not changed, (f"d_model 16, 4 heads, position 2 padded: changing its input changed the outputs at positions "
-                         f"{changed}; each head holds Dh features of every position: (B, T, d) -> (B, T, H, Dh) -> "
-                         "(B, H, T, Dh), not (B, T, d) viewed as (B, H, T, Dh)")
+    assert not changed, (
+        f"d_model 16, 4 heads, position 2 padded: changing its input changed the outputs at positions "
+        f"{changed}; each head holds Dh features of every position: (B, T, d) -> (B, T, H, Dh) -> "
+        "(B, H, T, Dh), not (B, T, d) viewed as (B, H, T, Dh)"
+    )
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.builds_on("test_equals_oracle_on_random_shapes", "test_causal_hides_exactly_the_future", "test_padding_equals_oracle",
-                       "test_module_keeps_positions_apart")
+@pytest.mark.builds_on(
+    "test_equals_oracle_on_random_shapes",
+    "test_causal_hides_exactly_the_future",
+    "test_padding_equals_oracle",
+    "test_module_keeps_positions_apart",
+)
 def test_module_equals_torch_multihead_attention(kata, bias):
     """MultiHeadAttention equals nn.MultiheadAttention after copying weights (causal + padding)."""
     torch.manual_seed(14)
@@ -397,8 +475,9 @@ def test_module_grouped_query(kata):
     """With n_kv_heads < n_heads, k_proj and v_proj are narrower and the heads are shared."""
     torch.manual_seed(19)
     ours = kata.MultiHeadAttention(16, 4, n_kv_heads=2)
-    assert ours.k_proj.weight.shape == (8, 16) and ours.v_proj.weight.shape == (8, 16), \
+    assert ours.k_proj.weight.shape == (8, 16) and ours.v_proj.weight.shape == (8, 16), (
         f"k_proj/v_proj for 2 kv heads of dim 4 should be (8, 16), got {tuple(ours.k_proj.weight.shape)}"
+    )
     x = rand(1, 4, 16, seed=20)
     q = (x @ ours.q_proj.weight.T).view(1, 4, 4, 4).transpose(1, 2)
     k = (x @ ours.k_proj.weight.T).view(1, 4, 2, 4).transpose(1, 2)
@@ -416,6 +495,7 @@ def test_module_bad_config_raises_value_error(kata):
 
 
 # ---------------------------------------------------------------- rules
+
 
 @pytest.mark.points(1)
 def test_no_fused_attention_kernels(kata, kata_path):

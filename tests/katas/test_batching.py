@@ -46,14 +46,17 @@ MAX_BATCH_2GIB = 17
 
 # --------------------------------------------------------------------------- memory
 
+
 @pytest.mark.example
 @pytest.mark.points(2)
 def test_weight_and_kv_bytes_of_smollm2(kata):
     """SmolLM2 in fp32: 538,060,032 bytes of weights; 94,371,840 bytes of KV cache per 2048-token sequence"""
     got = (kata.weight_bytes(SMOL, torch.float32), kata.kv_bytes_per_sequence(SMOL, 2048, torch.float32))
     want = (WEIGHTS_FP32, KV_2048_FP32)
-    assert got == want, (f"(weight_bytes, kv_bytes_per_sequence(2048)) of SmolLM2 fp32 = {got}, want {want}: "
-                         "134,515,008 parameters (the tied embedding once); K and V x 30 layers x 3 KV heads x 64")
+    assert got == want, (
+        f"(weight_bytes, kv_bytes_per_sequence(2048)) of SmolLM2 fp32 = {got}, want {want}: "
+        "134,515,008 parameters (the tied embedding once); K and V x 30 layers x 3 KV heads x 64"
+    )
     got16 = (kata.weight_bytes(SMOL, torch.bfloat16), kata.kv_bytes_per_sequence(SMOL, 2048, torch.bfloat16))
     assert got16 == (WEIGHTS_FP32 // 2, KV_2048_FP32 // 2), f"bf16 halves both: got {got16}"
 
@@ -67,7 +70,8 @@ def test_max_batch_size_of_smollm2(kata):
     assert got == MAX_BATCH_2GIB, (
         f"max_batch_size(SmolLM2, 2048, 2 GiB, fp32) = {got}, want {MAX_BATCH_2GIB}: "
         f"(2,147,483,648 - {WEIGHTS_FP32:,} weight bytes) // {KV_2048_FP32:,} bytes per sequence: a sequence that "
-        "does not fit whole does not fit")
+        "does not fit whole does not fit"
+    )
 
 
 def oracle_max_batch(config: LlamaConfig, context_len: int, budget: int, dtype: torch.dtype) -> int:
@@ -104,7 +108,8 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
         assert got == want, (
             f"max_batch_size({overrides or 'tiny'}, context_len=100, budget={budget:,}, {dtype}) = {got}, want {want} "
             f"(weights {weights:,} bytes, {per_seq:,} KV bytes per sequence; a sequence that does not fit whole "
-            "does not fit)")
+            "does not fit)"
+        )
 
 
 @pytest.mark.points(2)
@@ -112,13 +117,19 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
 def test_budget_too_small_for_one_sequence(kata):
     """A budget that cannot hold the weights plus one sequence is a ValueError naming the numbers"""
     budget = WEIGHTS_FP32 + KV_2048_FP32 - 1
-    exc = expect_value_error(lambda: kata.max_batch_size(SMOL, 2048, budget, torch.float32),
-                             f"max_batch_size(SmolLM2, 2048, budget={budget:,})")
+    exc = expect_value_error(
+        lambda: kata.max_batch_size(SMOL, 2048, budget, torch.float32),
+        f"max_batch_size(SmolLM2, 2048, budget={budget:,})",
+    )
     digits = str(exc).replace(",", "").replace("_", "")
     missing = [f"{n:,}" for n in (budget, KV_2048_FP32) if str(n) not in digits]
-    assert not missing, f"the error {str(exc)!r} should name the budget and the bytes one sequence needs: {missing}"
-    expect_value_error(lambda: kata.max_batch_size(SMOL, 2048, GIB // 4, torch.float32),
-                       "max_batch_size with a budget smaller than the weights alone")
+    assert not missing, (
+        f"the error {str(exc)!r} should name the budget and the bytes one sequence needs: {missing}"
+    )
+    expect_value_error(
+        lambda: kata.max_batch_size(SMOL, 2048, GIB // 4, torch.float32),
+        "max_batch_size with a budget smaller than the weights alone",
+    )
 
 
 @pytest.mark.points(1)
@@ -135,13 +146,17 @@ def test_memory_rejects_bad_context(kata):
 
 # --------------------------------------------------------------------------- the crossover
 
-def compute_bound(config, batch: int, context_len: int, peak: float, bandwidth: float, dtype=torch.float32) -> bool:
+
+def compute_bound(
+    config, batch: int, context_len: int, peak: float, bandwidth: float, dtype=torch.float32
+) -> bool:
     cost = phase_cost(config, "decode", batch, 1, context_len, dtype)
     return bound(arithmetic_intensity(cost), peak, bandwidth) == "compute"
 
 
-def oracle_crossover(config, peak: float, bandwidth: float, context_len: int, dtype=torch.float32,
-                     limit: int = 5000) -> int | None:
+def oracle_crossover(
+    config, peak: float, bandwidth: float, context_len: int, dtype=torch.float32, limit: int = 5000
+) -> int | None:
     """Try every batch from 1 up; None if none up to `limit` is compute-bound."""
     for batch in range(1, limit + 1):
         if compute_bound(config, batch, context_len, peak, bandwidth, dtype):
@@ -154,8 +169,10 @@ def oracle_crossover(config, peak: float, bandwidth: float, context_len: int, dt
 def test_crossover_of_smollm2(kata):
     """On a 12.5 FLOP/byte ridge, SmolLM2 decode (empty cache) turns compute-bound at batch 26"""
     got = kata.crossover_batch(SMOL, PEAK, BANDWIDTH, 0)
-    assert got == 26, (f"crossover_batch(SmolLM2, 1.5e11, 1.2e10, context_len=0) = {got}, want 26: the smallest "
-                       "batch whose decode step has intensity >= the ridge (batch 25: 12.2 FLOP/byte, 26: 12.7)")
+    assert got == 26, (
+        f"crossover_batch(SmolLM2, 1.5e11, 1.2e10, context_len=0) = {got}, want 26: the smallest "
+        "batch whose decode step has intensity >= the ridge (batch 25: 12.2 FLOP/byte, 26: 12.7)"
+    )
 
 
 @pytest.mark.points(2)
@@ -164,25 +181,32 @@ def test_crossover_at_the_ridge_is_compute(kata):
     cost = phase_cost(SMOL, "decode", 10, 1, 0)
     peak = arithmetic_intensity(cost)  # bandwidth 1.0: the ridge is exactly batch 10's intensity
     got = kata.crossover_batch(SMOL, peak, 1.0, 0)
-    assert got == 10, f"with the ridge set to batch 10's intensity, crossover_batch = {got}, want 10 (at the ridge = compute)"
+    assert got == 10, (
+        f"with the ridge set to batch 10's intensity, crossover_batch = {got}, want 10 (at the ridge = compute)"
+    )
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("overrides, peak, bandwidth, context_len, dtype", [
-    ({}, PEAK, BANDWIDTH, 512, torch.float32),  # the KV cache drags it out to 808
-    ({}, 989e12, 3.35e12, 0, torch.bfloat16),  # an H100 in bf16: 312
-    ({}, 2e11, 4e10, 64, torch.float32),
-    (CONFIGS[1], 1e11, 2e10, 10, torch.float32),
-])
+@pytest.mark.parametrize(
+    "overrides, peak, bandwidth, context_len, dtype",
+    [
+        ({}, PEAK, BANDWIDTH, 512, torch.float32),  # the KV cache drags it out to 808
+        ({}, 989e12, 3.35e12, 0, torch.bfloat16),  # an H100 in bf16: 312
+        ({}, 2e11, 4e10, 64, torch.float32),
+        (CONFIGS[1], 1e11, 2e10, 10, torch.float32),
+    ],
+)
 @pytest.mark.builds_on("test_crossover_of_smollm2", "test_crossover_at_the_ridge_is_compute")
 def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, context_len, dtype):
     """crossover_batch is the first batch a roofline verdict calls compute-bound"""
     config = LlamaConfig.tiny(**overrides) if overrides else SMOL
     got = kata.crossover_batch(config, peak, bandwidth, context_len, dtype)
     want = oracle_crossover(config, peak, bandwidth, context_len, dtype)
-    assert got == want, (f"crossover_batch({overrides or 'SmolLM2'}, peak={peak:g}, bandwidth={bandwidth:g}, "
-                         f"context_len={context_len}, {dtype}) = {got}, want {want} (the KV cache each row reads "
-                         "counts as bytes)")
+    assert got == want, (
+        f"crossover_batch({overrides or 'SmolLM2'}, peak={peak:g}, bandwidth={bandwidth:g}, "
+        f"context_len={context_len}, {dtype}) = {got}, want {want} (the KV cache each row reads "
+        "counts as bytes)"
+    )
 
 
 @pytest.mark.points(2)
@@ -192,11 +216,14 @@ def test_long_context_never_crosses(kata):
     got = kata.crossover_batch(SMOL, PEAK, BANDWIDTH, 2048)
     for batch in (1, 10**3, 10**6):
         assert not compute_bound(SMOL, batch, 2048, PEAK, BANDWIDTH)
-    assert got is None, (f"crossover_batch(SmolLM2, ridge 12.5, context_len=2048) = {got}, want None: every row reads "
-                         "94 MB of KV cache for 0.41 GFLOP, so intensity never passes ~4.3 FLOP/byte")
+    assert got is None, (
+        f"crossover_batch(SmolLM2, ridge 12.5, context_len=2048) = {got}, want None: every row reads "
+        "94 MB of KV cache for 0.41 GFLOP, so intensity never passes ~4.3 FLOP/byte"
+    )
 
 
 # --------------------------------------------------------------------------- measuring (timing semantics)
+
 
 def charged(model, clock: FakeClock, decode_costs: list[float], prefill_s: float = 1.0):
     """The model with every prefill / decode_step call logged as (name, ids shape, cache length before)
@@ -235,11 +262,13 @@ def test_decode_step_time_times_one_batched_step(kata):
     steps = [(shape, length) for name, shape, length in calls if name == "decode_step"]
     assert steps == [((4,), 9)] * 4, (
         f"decode_step_time(batch 4, context 9, repeats=3) made decode steps of (ids shape, cached positions) "
-        f"{steps}: want 4 steps (one warm-up, 3 timed) of ids (4,) on a cache holding 9 positions")
+        f"{steps}: want 4 steps (one warm-up, 3 timed) of ids (4,) on a cache holding 9 positions"
+    )
     assert got == pytest.approx(0.02, rel=1e-6), (
         f"the warm-up step took 500 ms, the three timed steps 20, 10 and 30 ms, each prefill 1 s; "
         f"decode_step_time says {got * 1e3:.4g} ms: want the median of the timed steps, 20 ms (not their total, "
-        "not the prefill, not the warm-up)")
+        "not the prefill, not the warm-up)"
+    )
 
 
 @pytest.mark.points(2)
@@ -255,7 +284,8 @@ def test_throughput_counts_every_row(kata):
         want = batch / DECODE_S
         assert tokens_per_s == pytest.approx(want, rel=1e-6), (
             f"steps of {DECODE_S * 1e3:.0f} ms at batch {batch}: throughput {tokens_per_s:.4g} tokens/s, want "
-            f"{want:.0f} (a step yields one token per row)")
+            f"{want:.0f} (a step yields one token per row)"
+        )
 
 
 @pytest.mark.points(1)
@@ -278,7 +308,9 @@ def test_measuring_rejects_bad_input(kata):
 # timing loop's, best of several rounds, and inconclusive when this machine cannot decide
 # (dojo.machine). The thresholds are the README's; whether the machine shows them is measured.
 
-CONTEXT = 0  # an empty cache: at short contexts the KV cache is tiny beside the weights, and no prefill to wait for
+CONTEXT = (
+    0  # an empty cache: at short contexts the KV cache is tiny beside the weights, and no prefill to wait for
+)
 CURVE = (1, 4, 16)
 
 
@@ -312,20 +344,26 @@ def bench(kata, smollm2_layers):
     `bench.batches`: the batches of CURVE below the crossover of ceilings measured here and now."""
     nbytes = streaming_copy_bytes()
     bandwidth = measure_bandwidth(nbytes=nbytes, repeats=3)
-    peak = measure_peak_flops(n=compute_bound_n(lambda n: measure_peak_flops(n=n, repeats=2), bandwidth), repeats=3)
+    peak = measure_peak_flops(
+        n=compute_bound_n(lambda n: measure_peak_flops(n=n, repeats=2), bandwidth), repeats=3
+    )
     crossover = oracle_crossover(smollm2_layers.config, peak, bandwidth, CONTEXT)
     batches = [b for b in CURVE if crossover is None or b < crossover]
     model = smollm2_layers
 
     def kata_curve():
-        return {str(b): b / tps for b, tps in kata.throughput_curve(model, batches, CONTEXT, repeats=1).items()}
+        return {
+            str(b): b / tps for b, tps in kata.throughput_curve(model, batches, CONTEXT, repeats=1).items()
+        }
 
-    bench = SideBySide({
-        "kata step 1": lambda: kata.decode_step_time(model, 1, CONTEXT, repeats=1),
-        "kata step 8": lambda: kata.decode_step_time(model, 8, CONTEXT, repeats=1),
-        "kata curve": kata_curve,
-        **{f"plain step {b}": (lambda b=b: plain_step(model, b)) for b in sorted({8, *batches})},
-    })
+    bench = SideBySide(
+        {
+            "kata step 1": lambda: kata.decode_step_time(model, 1, CONTEXT, repeats=1),
+            "kata step 8": lambda: kata.decode_step_time(model, 8, CONTEXT, repeats=1),
+            "kata curve": kata_curve,
+            **{f"plain step {b}": (lambda b=b: plain_step(model, b)) for b in sorted({8, *batches})},
+        }
+    )
     bench.batches, bench.ceilings = batches, (crossover, peak, bandwidth)
     return bench
 
@@ -335,11 +373,17 @@ def bench(kata, smollm2_layers):
 @pytest.mark.builds_on("test_decode_step_time_times_one_batched_step")
 def test_batch_of_8_costs_at_most_3_steps(kata, bench):
     """Machine: a decode step at batch 8 costs at most 3x a step at batch 1 (the weights are read once)"""
+
     def claim_of(b):
-        return Claim((b.best("kata step 8") / b.best("kata step 1"),), (b.best("plain step 8") / b.best("plain step 1"),),
-                     lambda q: q[0] <= 3, lambda q: (
-            f"SmolLM2-shaped model: a decode step at batch 8 costs {q[0]:.2f}x a step at batch 1 (want <= 3x: 8 rows "
-            "share one read of the weights)"))
+        return Claim(
+            (b.best("kata step 8") / b.best("kata step 1"),),
+            (b.best("plain step 8") / b.best("plain step 1"),),
+            lambda q: q[0] <= 3,
+            lambda q: (
+                f"SmolLM2-shaped model: a decode step at batch 8 costs {q[0]:.2f}x a step at batch 1 (want <= 3x: 8 rows "
+                "share one read of the weights)"
+            ),
+        )
 
     check_claim(bench, claim_of)
 
@@ -351,18 +395,26 @@ def test_throughput_rises_until_the_crossover(kata, bench):
     """Machine: below the crossover, 4x the batch gives at least 1.5x the tokens/s"""
     crossover, peak, bandwidth = bench.ceilings
     if len(bench.batches) < 2:
-        inconclusive(f"measured ceilings ({peak / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s) put the crossover at "
-                     f"batch {crossover}: too early on this machine to see the curve rise")
+        inconclusive(
+            f"measured ceilings ({peak / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s) put the crossover at "
+            f"batch {crossover}: too early on this machine to see the curve rise"
+        )
     pairs = list(itertools.pairwise(bench.batches))
 
     def gains(step):  # tokens/s at the bigger batch over tokens/s at the smaller
         return tuple((big / step(big)) / (small / step(small)) for small, big in pairs)
 
     def claim_of(b):
-        return Claim(gains(lambda n: b.best(f"kata curve.{n}")), gains(lambda n: b.best(f"plain step {n}")),
-                     lambda q: all(g >= 1.5 for g in q), lambda q: (
-            f"SmolLM2-shaped model (crossover at batch {crossover} for {peak / 1e9:.3g} GFLOP/s, "
-            f"{bandwidth / 1e9:.3g} GB/s): tokens/s grew " + ", ".join(
-                f"{g:.2f}x from batch {s} to {t}" for g, (s, t) in zip(q, pairs)) + " (want >= 1.5x each)"))
+        return Claim(
+            gains(lambda n: b.best(f"kata curve.{n}")),
+            gains(lambda n: b.best(f"plain step {n}")),
+            lambda q: all(g >= 1.5 for g in q),
+            lambda q: (
+                f"SmolLM2-shaped model (crossover at batch {crossover} for {peak / 1e9:.3g} GFLOP/s, "
+                f"{bandwidth / 1e9:.3g} GB/s): tokens/s grew "
+                + ", ".join(f"{g:.2f}x from batch {s} to {t}" for g, (s, t) in zip(q, pairs))
+                + " (want >= 1.5x each)"
+            ),
+        )
 
     check_claim(bench, claim_of)

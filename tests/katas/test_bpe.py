@@ -26,8 +26,12 @@ GPT4 = (
     r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
 )
 EOT = "<|endoftext|>"
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # Small alphabets make repeated pairs (and so merges) likely; the unicode ones cover 2-4 byte UTF-8.
 texts = st.text(alphabet=st.sampled_from("aab ba\n1é漢😀'"), max_size=60)
@@ -35,6 +39,7 @@ any_text = st.text(max_size=40)  # any code point, surrogates excluded by hypoth
 
 
 # --------------------------------------------------------------------------- the oracle
+
 
 def oracle_merge(ids: list[int], pair: tuple[int, int], new: int) -> list[int]:
     """Replace each occurrence of pair, left to right, without overlap."""
@@ -54,8 +59,9 @@ def oracle_chunks(text: str, pattern: str | None) -> list[list[int]]:
     return [list(p.encode("utf-8")) for p in pieces]
 
 
-def oracle_train(text: str, threshold: int = 2, max_merges: int | None = None,
-                 pattern: str | None = None) -> dict[tuple[int, int], int]:
+def oracle_train(
+    text: str, threshold: int = 2, max_merges: int | None = None, pattern: str | None = None
+) -> dict[tuple[int, int], int]:
     """Recount every adjacent pair of every chunk before each merge (slow, obviously right)."""
     chunks = oracle_chunks(text, pattern)
     merges: dict[tuple[int, int], int] = {}
@@ -73,7 +79,9 @@ def oracle_train(text: str, threshold: int = 2, max_merges: int | None = None,
     return merges
 
 
-def oracle_encode(text: str, merges: dict, pattern: str | None = None, specials: dict | None = None) -> list[int]:
+def oracle_encode(
+    text: str, merges: dict, pattern: str | None = None, specials: dict | None = None
+) -> list[int]:
     """Cut out special tokens (longest first), split into chunks, replay the merges in order."""
     specials = specials or {}
     parts = [text]
@@ -101,6 +109,7 @@ def oracle_vocab(merges: dict) -> dict[int, bytes]:
 
 # --------------------------------------------------------------------------- helpers
 
+
 def trained(kata, text: str, threshold: int = 2, max_merges: int | None = None, pattern=None, specials=None):
     tok = kata.BPETokenizer(pattern=pattern, special_tokens=specials)
     tok.train(text, threshold=threshold, max_merges=max_merges)
@@ -110,7 +119,11 @@ def trained(kata, text: str, threshold: int = 2, max_merges: int | None = None, 
 def show(merges: dict) -> str:
     """Merges as readable byte strings: {(b'a', b'a'): 256, ...}."""
     vocab = oracle_vocab(merges) if all(v >= 256 for v in merges.values()) else {}
-    return "{" + ", ".join(f"({vocab.get(a, a)!r}, {vocab.get(b, b)!r}): {n}" for (a, b), n in merges.items()) + "}"
+    return (
+        "{"
+        + ", ".join(f"({vocab.get(a, a)!r}, {vocab.get(b, b)!r}): {n}" for (a, b), n in merges.items())
+        + "}"
+    )
 
 
 def raises(exc_type, fn, what: str) -> str:
@@ -119,6 +132,7 @@ def raises(exc_type, fn, what: str) -> str:
 
 
 # --------------------------------------------------------------------------- README examples (decode, special tokens)
+
 
 @pytest.mark.example
 def test_readme_decode_example(kata):
@@ -135,7 +149,9 @@ def test_readme_special_tokens_example(kata):
     """special tokens are kept whole and decode to their text"""
     tok = kata.BPETokenizer(special_tokens={EOT: 300})
     got = tok.encode(f"hi{EOT}")
-    assert got == [104, 105, 300], f"encode('hi<|endoftext|>') with <|endoftext|> = 300: got {got}, want [104, 105, 300]"
+    assert got == [104, 105, 300], (
+        f"encode('hi<|endoftext|>') with <|endoftext|> = 300: got {got}, want [104, 105, 300]"
+    )
     got = tok.decode([104, 105, 300])
     assert got == f"hi{EOT}", f"decode([104, 105, 300]): got {got!r}, want 'hi<|endoftext|>'"
 
@@ -146,20 +162,27 @@ def test_specials_cut_out_before_the_pattern_splits(kata):
     """special tokens are cut out of the text before the split pattern applies, so a pattern never breaks one"""
     tok = kata.BPETokenizer(pattern=GPT2, special_tokens={EOT: 300})
     got = tok.encode(f"a{EOT}b")
-    assert got == [97, 300, 98], (f"encode('a<|endoftext|>b') with the GPT-2 pattern and <|endoftext|> = 300: got {got}, "
-                                  "want [97, 300, 98] (the pattern alone would cut '<|', 'endoftext', '|>')")
+    assert got == [97, 300, 98], (
+        f"encode('a<|endoftext|>b') with the GPT-2 pattern and <|endoftext|> = 300: got {got}, "
+        "want [97, 300, 98] (the pattern alone would cut '<|', 'endoftext', '|>')"
+    )
 
 
 # --------------------------------------------------------------------------- training: one property at a time
+
 
 @pytest.mark.points(2)
 def test_threshold_is_inclusive(kata):
     """a pair whose count equals the threshold is merged; one below it is not"""
     text = "ab.ab.ab"  # (a, b) three times, everything else at most twice
     tok = trained(kata, text, threshold=3)
-    assert tok.merges == {(97, 98): 256}, f"train({text!r}, threshold=3): (a, b) occurs 3 times, got {show(tok.merges)}, want {{(b'a', b'b'): 256}}"
+    assert tok.merges == {(97, 98): 256}, (
+        f"train({text!r}, threshold=3): (a, b) occurs 3 times, got {show(tok.merges)}, want {{(b'a', b'b'): 256}}"
+    )
     tok = trained(kata, text, threshold=4)
-    assert tok.merges == {}, f"train({text!r}, threshold=4): no pair occurs 4 times, got {show(tok.merges)}, want {{}}"
+    assert tok.merges == {}, (
+        f"train({text!r}, threshold=4): no pair occurs 4 times, got {show(tok.merges)}, want {{}}"
+    )
 
 
 @pytest.mark.points(2)
@@ -167,7 +190,9 @@ def test_overlapping_pairs_counted(kata):
     """pair counts include overlaps: 'aaa' holds (a, a) twice"""
     for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
         tok = trained(kata, text, threshold=count)
-        assert (97, 97) in tok.merges, f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
+        assert (97, 97) in tok.merges, (
+            f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
+        )
 
 
 @pytest.mark.points(2)
@@ -176,7 +201,9 @@ def test_ties_go_to_smallest_pair(kata):
     for text, want in [("dcba", (98, 97)), ("abcd", (97, 98)), ("zyzy ayay", (97, 121))]:
         tok = trained(kata, text, threshold=1, max_merges=1)
         got = next(iter(tok.merges), None)
-        assert got == want, f"train({text!r}, threshold=1, max_merges=1): first merge {got}, want {want} (smallest pair wins a tie)"
+        assert got == want, (
+            f"train({text!r}, threshold=1, max_merges=1): first merge {got}, want {want} (smallest pair wins a tie)"
+        )
 
 
 @pytest.mark.points(1)
@@ -187,7 +214,9 @@ def test_max_merges(kata):
         got = len(trained(kata, text, threshold=1, max_merges=n).merges)
         assert got == n, f"train(..., threshold=1, max_merges={n}): made {got} merges, want {n}"
     got = len(trained(kata, "abc", threshold=1, max_merges=10).merges)
-    assert got == 2, f"train('abc', threshold=1, max_merges=10): made {got} merges, want 2 (then one token is left)"
+    assert got == 2, (
+        f"train('abc', threshold=1, max_merges=10): made {got} merges, want 2 (then one token is left)"
+    )
 
 
 @pytest.mark.points(2)
@@ -209,8 +238,12 @@ def test_vocab_holds_merged_bytes(kata):
     for i in (0, 65, 255):
         assert tok.vocab[i] == bytes([i]), f"vocab[{i}]: got {tok.vocab.get(i)!r}, want {bytes([i])!r}"
     for (a, b), new in tok.merges.items():
-        assert tok.vocab[new] == tok.vocab[a] + tok.vocab[b], f"vocab[{new}] should be vocab[{a}] + vocab[{b}]"
-    assert len(tok.vocab) == 256 + len(tok.merges), f"vocab size {len(tok.vocab)}, want 256 + {len(tok.merges)} merges"
+        assert tok.vocab[new] == tok.vocab[a] + tok.vocab[b], (
+            f"vocab[{new}] should be vocab[{a}] + vocab[{b}]"
+        )
+    assert len(tok.vocab) == 256 + len(tok.merges), (
+        f"vocab size {len(tok.vocab)}, want 256 + {len(tok.merges)} merges"
+    )
 
 
 @pytest.mark.points(1)
@@ -219,7 +252,9 @@ def test_training_is_deterministic_and_fresh(kata):
     tok = trained(kata, "low lower lowest", threshold=2)
     first = list(tok.merges.items())
     tok.train("zzzz", threshold=2)
-    assert tok.merges == {(122, 122): 256}, f"train('zzzz') after another training: got {show(tok.merges)}, want only (z, z) -> 256"
+    assert tok.merges == {(122, 122): 256}, (
+        f"train('zzzz') after another training: got {show(tok.merges)}, want only (z, z) -> 256"
+    )
     tok.train("low lower lowest", threshold=2)
     assert list(tok.merges.items()) == first, "training on the same text again gave different merges"
 
@@ -235,29 +270,44 @@ def test_bad_training_arguments(kata):
 
 # --------------------------------------------------------------------------- training as a whole (README examples, the oracle)
 
+
 @pytest.mark.example
 @pytest.mark.builds_on("test_overlapping_pairs_counted")
 def test_readme_overlap_example(kata):
     """'aaaaa' holds the pair (a, a) four times, and a merge (in training and encode) replaces it left to right"""
     tok = trained(kata, "aaaaa", threshold=4)
-    assert tok.merges == {(97, 97): 256}, f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
+    assert tok.merges == {(97, 97): 256}, (
+        f"train('aaaaa', threshold=4): got {show(tok.merges)}, want {{(b'a', b'a'): 256}} (4 overlapping pairs)"
+    )
     got = tok.encode("aaaaa")
-    assert got == [256, 256, 97], f"encode('aaaaa') with merge aa: got {got}, want [256, 256, 97] (left to right, no overlap)"
+    assert got == [256, 256, 97], (
+        f"encode('aaaaa') with merge aa: got {got}, want [256, 256, 97] (left to right, no overlap)"
+    )
 
 
 @pytest.mark.example
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_threshold_is_inclusive", "test_overlapping_pairs_counted", "test_ties_go_to_smallest_pair",
-                       "test_readme_overlap_example")
+@pytest.mark.builds_on(
+    "test_threshold_is_inclusive",
+    "test_overlapping_pairs_counted",
+    "test_ties_go_to_smallest_pair",
+    "test_readme_overlap_example",
+)
 def test_readme_training_example(kata):
     """training merges the most frequent pair, overlaps counted, ties to the smallest pair; encode replays the merges"""
     tok = trained(kata, "aaabdaaabac", threshold=2)
     want = {(97, 97): 256, (97, 98): 257, (256, 257): 258}
-    assert dict(tok.merges) == want, f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
+    assert dict(tok.merges) == want, (
+        f"train('aaabdaaabac', threshold=2): got {show(tok.merges)}, want {show(want)}"
+    )
     assert list(tok.merges) == list(want), f"merges must be in training order: got {list(tok.merges)}"
     got = tok.encode("aaabdaaabac")
-    assert got == [258, 100, 258, 97, 99], f"encode('aaabdaaabac') after training on it: got {got}, want [258, 100, 258, 97, 99]"
-    assert tok.vocab[258] == b"aaab", f"vocab[258] should be b'aaab' (b'aa' + b'ab'), got {tok.vocab.get(258)!r}"
+    assert got == [258, 100, 258, 97, 99], (
+        f"encode('aaabdaaabac') after training on it: got {got}, want [258, 100, 258, 97, 99]"
+    )
+    assert tok.vocab[258] == b"aaab", (
+        f"vocab[258] should be b'aaab' (b'aa' + b'ab'), got {tok.vocab.get(258)!r}"
+    )
 
 
 @pytest.mark.example
@@ -266,7 +316,9 @@ def test_readme_pattern_example(kata):
     """with a split pattern, pairs never cross a chunk boundary, in training and in encode"""
     tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
     want = {(97, 98): 256, (32, 256): 257}
-    assert tok.merges == want, f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"
+    assert tok.merges == want, (
+        f"train('ab ab ab', GPT-2 pattern): got {show(tok.merges)}, want {show(want)} (chunks 'ab', ' ab', ' ab')"
+    )
     got = tok.encode("ab ab")
     assert got == [256, 257], f"encode('ab ab'): got {got}, want [256, 257]"
 
@@ -274,8 +326,12 @@ def test_readme_pattern_example(kata):
 @pytest.mark.points(3)
 @SETTINGS
 @given(text=texts, threshold=st.integers(1, 3), use_pattern=st.booleans())
-@pytest.mark.builds_on("test_threshold_is_inclusive", "test_overlapping_pairs_counted", "test_ties_go_to_smallest_pair",
-                       "test_no_merges_across_chunks")
+@pytest.mark.builds_on(
+    "test_threshold_is_inclusive",
+    "test_overlapping_pairs_counted",
+    "test_ties_go_to_smallest_pair",
+    "test_no_merges_across_chunks",
+)
 def test_training_matches_oracle(kata, text, threshold, use_pattern):
     """training gives the same merges, in the same order, as recounting before every merge"""
     pattern = GPT2 if use_pattern else None
@@ -283,10 +339,12 @@ def test_training_matches_oracle(kata, text, threshold, use_pattern):
     want = oracle_train(text, threshold=threshold, pattern=pattern)
     assert list(got.items()) == list(want.items()), (
         f"train({text!r}, threshold={threshold}, pattern={'GPT-2' if use_pattern else None}): "
-        f"got {show(got)}, want {show(want)}")
+        f"got {show(got)}, want {show(want)}"
+    )
 
 
 # --------------------------------------------------------------------------- encoding and decoding
+
 
 @pytest.mark.points(3)
 @SETTINGS
@@ -298,7 +356,9 @@ def test_encode_replays_training(kata, train_text, text, use_pattern):
     merges = oracle_train(train_text, threshold=1, pattern=pattern)
     for sample in (train_text, text):
         got, want = tok.encode(sample), oracle_encode(sample, merges, pattern)
-        assert got == want, f"encode({sample!r}) after train({train_text!r}, threshold=1): got {got}, want {want}"
+        assert got == want, (
+            f"encode({sample!r}) after train({train_text!r}, threshold=1): got {got}, want {want}"
+        )
 
 
 @pytest.mark.points(1)
@@ -309,14 +369,18 @@ def test_encode_long_chunk(kata):
     merges = oracle_train(train_text, threshold=2)
     for text in (train_text, "aaaaaaaaaa" * 20, "abracadabra" * 9 + "aaaa bbbb abab abab" * 7):
         got, want = tok.encode(text), oracle_encode(text, merges)
-        assert got == want, f"encode of a {len(text)}-character chunk starting {text[:30]!r} disagrees with replaying the merges"
+        assert got == want, (
+            f"encode of a {len(text)}-character chunk starting {text[:30]!r} disagrees with replaying the merges"
+        )
 
 
 @pytest.mark.points(1)
 def test_encode_by_rank_not_longest_match(kata):
     """encode merges the earliest-learned pair first, not the longest vocabulary match"""
     tok = trained(kata, "bcbcbcxabxab", threshold=2, max_merges=2)  # learns bc (256), then ab (257)
-    assert tok.merges == {(98, 99): 256, (97, 98): 257}, f"train('bcbcbcxabxab', max_merges=2): got {show(tok.merges)}"
+    assert tok.merges == {(98, 99): 256, (97, 98): 257}, (
+        f"train('bcbcbcxabxab', max_merges=2): got {show(tok.merges)}"
+    )
     got = tok.encode("abc")
     assert got == [97, 256], f"encode('abc') after learning bc before ab: got {got}, want [97, 256] (a, bc)"
 
@@ -326,8 +390,12 @@ def test_encode_by_rank_not_longest_match(kata):
 @given(text=any_text, use_pattern=st.booleans())
 def test_round_trip_any_text(kata, text, use_pattern):
     """decode(encode(text)) == text for any unicode text"""
-    tok = trained(kata, "Hello wörld 漢字 😀 1234 \t\n" * 3 + "the theme then them", threshold=2,
-                  pattern=GPT4 if use_pattern else None)
+    tok = trained(
+        kata,
+        "Hello wörld 漢字 😀 1234 \t\n" * 3 + "the theme then them",
+        threshold=2,
+        pattern=GPT4 if use_pattern else None,
+    )
     got = tok.decode(tok.encode(text))
     assert got == text, f"decode(encode({text!r})) gave {got!r}"
 
@@ -359,21 +427,32 @@ def test_unknown_ids(kata):
     """decode raises ValueError naming an id that is neither a token nor a special token"""
     tok = trained(kata, "aaaa", threshold=2, specials={EOT: 1000})
     for bad in (257, 999, -1):
-        msg = raises(ValueError, lambda bad=bad: tok.decode([97, bad]), f"decode([97, {bad}]) with tokens 0..256 and special 1000")
+        msg = raises(
+            ValueError,
+            lambda bad=bad: tok.decode([97, bad]),
+            f"decode([97, {bad}]) with tokens 0..256 and special 1000",
+        )
         assert str(bad) in msg, f"the error for unknown id {bad} should name it, got {msg!r}"
 
 
 # --------------------------------------------------------------------------- special tokens
 
+
 @pytest.mark.points(2)
 @SETTINGS
-@given(pieces=st.lists(st.sampled_from(["a", "ab", " ", "<|", "|>", EOT, "<|im_start|>", "<|im_end|>", "é"]), max_size=12))
+@given(
+    pieces=st.lists(
+        st.sampled_from(["a", "ab", " ", "<|", "|>", EOT, "<|im_start|>", "<|im_end|>", "é"]), max_size=12
+    )
+)
 def test_special_tokens_never_broken(kata, pieces):
     """special tokens are matched before splitting and never broken, around any text"""
     specials = {EOT: 1000, "<|im_start|>": 1001, "<|im_end|>": 1002}
     tok = trained(kata, "ab ab <|ab|> <|<| |>|>", threshold=2, pattern=GPT2, specials=specials)
     text = "".join(pieces)
-    want = oracle_encode(text, oracle_train("ab ab <|ab|> <|<| |>|>", threshold=2, pattern=GPT2), GPT2, specials)
+    want = oracle_encode(
+        text, oracle_train("ab ab <|ab|> <|<| |>|>", threshold=2, pattern=GPT2), GPT2, specials
+    )
     got = tok.encode(text)
     assert got == want, f"encode({text!r}) with special tokens {list(specials)}: got {got}, want {want}"
     assert tok.decode(got) == text, f"decode(encode({text!r})) gave {tok.decode(got)!r}"
@@ -384,78 +463,121 @@ def test_longest_special_token_wins(kata):
     """when two special tokens start at the same place, the longer one is matched"""
     tok = kata.BPETokenizer(special_tokens={"<s>": 500, "<s>x": 501})
     got = tok.encode("a<s>x<s>")
-    assert got == [97, 501, 500], f"encode('a<s>x<s>') with <s> = 500 and <s>x = 501: got {got}, want [97, 501, 500]"
+    assert got == [97, 501, 500], (
+        f"encode('a<s>x<s>') with <s> = 500 and <s>x = 501: got {got}, want [97, 501, 500]"
+    )
 
 
 @pytest.mark.points(1)
 def test_special_id_collisions(kata):
     """a special token whose id is already a vocabulary id is a ValueError"""
-    raises(ValueError, lambda: kata.BPETokenizer(special_tokens={EOT: 65}), "special token with id 65 (the byte 'A')")
-    raises(ValueError, lambda: kata.BPETokenizer(special_tokens={EOT: 300, "<x>": 300}), "two special tokens with id 300")
+    raises(
+        ValueError,
+        lambda: kata.BPETokenizer(special_tokens={EOT: 65}),
+        "special token with id 65 (the byte 'A')",
+    )
+    raises(
+        ValueError,
+        lambda: kata.BPETokenizer(special_tokens={EOT: 300, "<x>": 300}),
+        "two special tokens with id 300",
+    )
     tok = kata.BPETokenizer(special_tokens={EOT: 257})
-    raises(ValueError, lambda: tok.train("aaaa bbbb cccc", threshold=2),
-           "training 3 merges (ids 256, 257, 258) with a special token at 257")
+    raises(
+        ValueError,
+        lambda: tok.train("aaaa bbbb cccc", threshold=2),
+        "training 3 merges (ids 256, 257, 258) with a special token at 257",
+    )
 
 
 # --------------------------------------------------------------------------- save and load
+
 
 @pytest.mark.points(2)
 def test_save_load_round_trip(kata, kata_dir):
     """load(save(t)) has the same pattern, special tokens, merges and vocab, and encodes alike"""
     pattern = GPT2 + r'|"quoted"|\n'
-    tok = trained(kata, "the cat sat on the mat 'quoted' 12 12 12 é é é", threshold=2,
-                  pattern=pattern, specials={EOT: 1000, "<|x y|>": 1001})
+    tok = trained(
+        kata,
+        "the cat sat on the mat 'quoted' 12 12 12 é é é",
+        threshold=2,
+        pattern=pattern,
+        specials={EOT: 1000, "<|x y|>": 1001},
+    )
     path = kata_dir.path("tok.bpe")
     tok.save(path)
     back = kata.BPETokenizer.load(path)
     assert back.pattern == pattern, f"pattern after save/load: got {back.pattern!r}, want {pattern!r}"
-    assert back.special_tokens == tok.special_tokens, f"special tokens after save/load: got {back.special_tokens}"
-    assert list(back.merges.items()) == list(tok.merges.items()), "merges (or their order) changed through save/load"
+    assert back.special_tokens == tok.special_tokens, (
+        f"special tokens after save/load: got {back.special_tokens}"
+    )
+    assert list(back.merges.items()) == list(tok.merges.items()), (
+        "merges (or their order) changed through save/load"
+    )
     assert back.vocab == tok.vocab, "vocab changed through save/load"
     text = f"the mat{EOT}sat 12 é<|x y|>"
     assert back.encode(text) == tok.encode(text), f"encode({text!r}) differs after save/load"
     plain = kata.BPETokenizer()
     plain.save(kata_dir.path("plain.bpe"))
     back = kata.BPETokenizer.load(kata_dir.path("plain.bpe"))
-    assert back.pattern is None and back.merges == {} and back.special_tokens == {}, "an untrained tokenizer without pattern did not round-trip"
+    assert back.pattern is None and back.merges == {} and back.special_tokens == {}, (
+        "an untrained tokenizer without pattern did not round-trip"
+    )
 
 
 @pytest.mark.example
 @pytest.mark.points(1)
 def test_readme_file_format_example(kata, kata_dir):
     """load reads the documented text format"""
-    kata_dir.write_text("hand.bpe", 'bpe v1\npattern null\nspecial 300 "<|endoftext|>"\nmerge 97 97\nmerge 256 98\n')
+    kata_dir.write_text(
+        "hand.bpe", 'bpe v1\npattern null\nspecial 300 "<|endoftext|>"\nmerge 97 97\nmerge 256 98\n'
+    )
     tok = kata.BPETokenizer.load(kata_dir.path("hand.bpe"))
-    assert tok.merges == {(97, 97): 256, (256, 98): 257}, f"merges read from the README's file: got {tok.merges}"
+    assert tok.merges == {(97, 97): 256, (256, 98): 257}, (
+        f"merges read from the README's file: got {tok.merges}"
+    )
     got = tok.encode("aabaa<|endoftext|>")
-    assert got == [257, 256, 300], f"encode('aabaa<|endoftext|>') with the README's file: got {got}, want [257, 256, 300]"
+    assert got == [257, 256, 300], (
+        f"encode('aabaa<|endoftext|>') with the README's file: got {got}, want [257, 256, 300]"
+    )
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("content, line", [
-    ("bpe v2\npattern null\n", 1),
-    ("bpe v1\npatern null\n", 2),
-    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
-    ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4),
-    ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
-    ('bpe v1\npattern "(unclosed"\n', 2),
-    ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
-    ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),  # blank lines count in the numbering
-])
+@pytest.mark.parametrize(
+    "content, line",
+    [
+        ("bpe v2\npattern null\n", 1),
+        ("bpe v1\npatern null\n", 2),
+        ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
+        ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4),
+        ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
+        ('bpe v1\npattern "(unclosed"\n', 2),
+        ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
+        ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),  # blank lines count in the numbering
+    ],
+)
 def test_malformed_file(kata, kata_dir, content, line):
     """load raises ValueError naming the line of a malformed file"""
     kata_dir.write_text("bad.bpe", content)
     path = kata_dir.path("bad.bpe")
-    msg = raises(ValueError, lambda: kata.BPETokenizer.load(path), f"load of a file with a bad line {line}: {content!r}")
-    assert re.search(rf"\bline {line}\b", msg), f"load of {content!r}: the error should name line {line}, got {msg!r}"
+    msg = raises(
+        ValueError,
+        lambda: kata.BPETokenizer.load(path),
+        f"load of a file with a bad line {line}: {content!r}",
+    )
+    assert re.search(rf"\bline {line}\b", msg), (
+        f"load of {content!r}: the error should name line {line}, got {msg!r}"
+    )
 
 
 # --------------------------------------------------------------------------- shortcuts
+
 
 @pytest.mark.points(1)
 def test_no_tokenizer_libraries(kata, kata_path):
     """works without tiktoken, tokenizers, sentencepiece or transformers"""
     tok = trained(kata, "aaab", threshold=2)
-    assert tok.encode("aaab") == [256, 97, 98], f"encode('aaab') after training on it: got {tok.encode('aaab')}"
+    assert tok.encode("aaab") == [256, 97, 98], (
+        f"encode('aaab') after training on it: got {tok.encode('aaab')}"
+    )
     found = banned_uses(kata_path, {"tiktoken", "tokenizers", "sentencepiece", "transformers"})
     assert not found, f"the tokenizer must be written by hand; found {found}"

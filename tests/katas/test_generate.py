@@ -27,6 +27,7 @@ EOS = 0
 # ---------------------------------------------------------------------------------------------
 # Models that follow the protocol of the kata README.
 
+
 class BigramModel:
     """Next-token probabilities depend only on the previous token: probs[prev][next]."""
 
@@ -46,10 +47,12 @@ class BigramModel:
         return self.table[ids]  # (B, V)
 
 
-BIGRAM = [[.25, .25, .25, .25],  # after 0 (EOS)
-          [.10, .05, .50, .35],  # after 1
-          [.20, .30, .10, .40],  # after 2
-          [.90, .04, .03, .03]]  # after 3
+BIGRAM = [
+    [0.25, 0.25, 0.25, 0.25],  # after 0 (EOS)
+    [0.10, 0.05, 0.50, 0.35],  # after 1
+    [0.20, 0.30, 0.10, 0.40],  # after 2
+    [0.90, 0.04, 0.03, 0.03],
+]  # after 3
 
 
 class EosBiased:
@@ -98,6 +101,7 @@ PROMPTS = [[3, 5, 7, 1], [9, 2], [11, 4, 6]]
 # ---------------------------------------------------------------------------------------------
 # Oracles: slow and plain, no cache.
 
+
 def next_logprobs(model, seqs: list[list[int]]) -> list[list[float]]:
     """log p(next | seq) for each sequence, from a full forward pass with no cache."""
     logits = model.forward(torch.tensor(seqs))[:, -1]  # sequences of one length: one batch
@@ -123,7 +127,7 @@ def beam_oracle(model, prompt, max_new_tokens, eos, num_beams, length_penalty, e
     for step in range(max_new_tokens):
         logps = next_logprobs(model, [prompt + toks for _, toks in running])
         cands = [(score + lp, b, v) for b, (score, _) in enumerate(running) for v, lp in enumerate(logps[b])]
-        cands = sorted(cands, key=lambda c: -c[0])[:max(2, 1 + len(eos)) * nb]
+        cands = sorted(cands, key=lambda c: -c[0])[: max(2, 1 + len(eos)) * nb]
         last = step == max_new_tokens - 1
         if not settled and not (early_stopping is True and len(finished) == nb):
             for score, b, v in cands[:nb]:  # only the top nb candidates may finish
@@ -134,7 +138,7 @@ def beam_oracle(model, prompt, max_new_tokens, eos, num_beams, length_penalty, e
             break
         running = [(score, running[b][1] + [v]) for score, b, v in cands if v not in eos][:nb]
         length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else step + 1
-        if len(finished) == nb and running[0][0] / length ** length_penalty <= finished[-1][0]:
+        if len(finished) == nb and running[0][0] / length**length_penalty <= finished[-1][0]:
             settled = True
         if settled or (early_stopping is True and len(finished) == nb):
             break
@@ -142,7 +146,7 @@ def beam_oracle(model, prompt, max_new_tokens, eos, num_beams, length_penalty, e
 
 
 def sequence_logprob(model, prompt, tokens) -> float:
-    logits = model.forward(torch.tensor([prompt + tokens]))[0, len(prompt) - 1:-1]
+    logits = model.forward(torch.tensor([prompt + tokens]))[0, len(prompt) - 1 : -1]
     logp = torch.log_softmax(logits.float(), -1)
     return float(logp[torch.arange(len(tokens)), torch.tensor(tokens)].sum())
 
@@ -168,18 +172,21 @@ def sampling_oracle(logits: list[float], temperature, top_k, top_p) -> list[floa
 # ---------------------------------------------------------------------------------------------
 # Worked examples (README): greedy here; the beam-search examples follow the beam basics.
 
+
 @pytest.mark.example
 @pytest.mark.points(1)
 def test_example_greedy_bigram(kata):
     """Greedy picks the most probable next token until EOS"""
     r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0)
     assert r.tokens == [[2, 3, 0]], f"greedy from [1] on the README bigram: got {r.tokens}, want [[2, 3, 0]]"
-    assert r.scores[0] == pytest.approx(math.log(.5 * .4 * .9) / 3, abs=1e-4), \
-        f"greedy score is sum(log p) / 3 tokens: got {r.scores[0]}, want {math.log(.18) / 3:.4f}"
+    assert r.scores[0] == pytest.approx(math.log(0.5 * 0.4 * 0.9) / 3, abs=1e-4), (
+        f"greedy score is sum(log p) / 3 tokens: got {r.scores[0]}, want {math.log(0.18) / 3:.4f}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Greedy and sampling.
+
 
 @pytest.mark.points(2)
 def test_greedy_equals_no_cache_loop(kata, plain_llama):
@@ -193,7 +200,7 @@ def test_greedy_equals_no_cache_loop(kata, plain_llama):
 @pytest.mark.points(1)
 def test_greedy_tie_takes_lowest_index(kata):
     """Greedy breaks a tie by taking the lowest token id"""
-    model = BigramModel([[.1, .3, .3, .3]] * 4)
+    model = BigramModel([[0.1, 0.3, 0.3, 0.3]] * 4)
     got = kata.generate(model, [[2]], max_new_tokens=2).tokens
     assert got == [[1, 1]], f"tokens 1, 2, 3 tie at p=0.3: got {got}, want [[1, 1]]"
 
@@ -204,10 +211,12 @@ def test_batched_equals_unbatched(kata, llama):
     batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS)
     solo = [kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS) for p in PROMPTS]
     solo_tokens, solo_scores = [t for r in solo for t in r.tokens], [s for r in solo for s in r.scores]
-    assert batched.tokens == solo_tokens, \
+    assert batched.tokens == solo_tokens, (
         f"greedy on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
-    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
+    )
+    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), (
         f"greedy: batched scores {batched.scores}, one by one {solo_scores}"
+    )
 
 
 def first_new_token(seq: list[int]) -> int:
@@ -223,7 +232,7 @@ def test_finished_rows_stop_growing(kata, llama):
     eos = free[0][k]
     assert all(eos not in row for row in free[1:]), f"test setup: pick another EOS than {eos} for {free}"
     got = kata.generate(llama, PROMPTS, max_new_tokens=8, eos_token_id=eos).tokens
-    want = [free[0][:k + 1]] + free[1:]
+    want = [free[0][: k + 1]] + free[1:]
     assert got == want, f"greedy gives {free}; with eos_token_id={eos} want {want}, got {got}"
 
 
@@ -234,8 +243,9 @@ def test_several_eos_ids(kata, llama):
     k = first_new_token(first)
     eos = [next(v for v in range(24) if v not in first), first[k]]
     got = kata.generate(llama, [[3, 5, 7, 1]], max_new_tokens=6, eos_token_id=eos).tokens[0]
-    assert got == first[:k + 1], \
-        f"greedy gives {first}; with eos_token_id={eos} want {first[:k + 1]}, got {got}"
+    assert got == first[: k + 1], (
+        f"greedy gives {first}; with eos_token_id={eos} want {first[: k + 1]}, got {got}"
+    )
 
 
 SAMPLE_LOGITS = [2.0, 1.6, 1.2, 1.2, 0.4, -0.3, -1.0, -2.5]
@@ -243,15 +253,24 @@ CHI2_CRITICAL_001 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32]  # df = 1.
 
 
 @pytest.mark.points(3)
-@pytest.mark.parametrize("temperature, top_k, top_p", [
-    (1.0, None, None), (0.5, None, None), (1.0, 3, None),
-    (1.0, None, 0.7), (2.0, None, 0.5), (0.7, 4, 0.9)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(1.0, None, None), (0.5, None, None), (1.0, 3, None), (1.0, None, 0.7), (2.0, None, 0.5), (0.7, 4, 0.9)],
+)
 def test_sampling_matches_filtered_distribution(kata, temperature, top_k, top_p):
     """Sampled tokens follow softmax(logits / temperature) after top-k then top-p"""
     model = BigramModel([torch.tensor(SAMPLE_LOGITS).softmax(-1).tolist()] * len(SAMPLE_LOGITS))
     n = 4000  # one batch of n identical prompts: n independent first tokens from one seeded call
-    r = kata.generate(model, [[0]] * n, max_new_tokens=1, strategy="sample", temperature=temperature,
-                      top_k=top_k, top_p=top_p, seed=1234)
+    r = kata.generate(
+        model,
+        [[0]] * n,
+        max_new_tokens=1,
+        strategy="sample",
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=1234,
+    )
     counts = [0] * len(SAMPLE_LOGITS)
     for toks in r.tokens:
         counts[toks[0]] += 1
@@ -262,8 +281,10 @@ def test_sampling_matches_filtered_distribution(kata, temperature, top_k, top_p)
     kept = [v for v, p in enumerate(want) if p > 0]
     chi2 = sum((counts[v] - n * want[v]) ** 2 / (n * want[v]) for v in kept)
     critical = CHI2_CRITICAL_001[len(kept) - 2] if len(kept) > 1 else 0.0
-    assert chi2 <= critical, (f"{where}: {n} draws give counts {counts}, expected "
-                              f"{[round(n * p) for p in want]} (chi-square {chi2:.1f} > {critical})")
+    assert chi2 <= critical, (
+        f"{where}: {n} draws give counts {counts}, expected "
+        f"{[round(n * p) for p in want]} (chi-square {chi2:.1f} > {critical})"
+    )
 
 
 @pytest.mark.points(1)
@@ -280,12 +301,20 @@ def test_sampling_reproducible_with_seed(kata, plain_llama):
 # ---------------------------------------------------------------------------------------------
 # Beam search: the basic properties, each checked on its own.
 
+
 @pytest.mark.points(1)
 def test_one_beam_equals_greedy(kata, llama):
     """strategy='beam' with num_beams=1 gives the greedy result"""
     for es in (True, False, "never"):
-        beam = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam",
-                             num_beams=1, early_stopping=es).tokens
+        beam = kata.generate(
+            llama,
+            PROMPTS,
+            max_new_tokens=6,
+            eos_token_id=EOS,
+            strategy="beam",
+            num_beams=1,
+            early_stopping=es,
+        ).tokens
         greedy = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS).tokens
         assert beam == greedy, f"num_beams=1, early_stopping={es}: got {beam}, greedy gives {greedy}"
 
@@ -293,39 +322,71 @@ def test_one_beam_equals_greedy(kata, llama):
 @pytest.mark.points(1)
 def test_first_step_expands_one_beam(kata):
     """Beam search starts from one live beam per prompt: the first step's beams are its best distinct tokens"""
-    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=1, eos_token_id=0, strategy="beam",
-                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
-    assert r.tokens == [[2], [3]], (f"one step of 2 beams from [1] (p = .5 for 2, .35 for 3): got {r.tokens}, want "
-                                    "[[2], [3]]; at the start only one beam is live (the others score -inf), else "
-                                    "every beam picks the same token")
+    r = kata.generate(
+        BigramModel(BIGRAM),
+        [[1]],
+        max_new_tokens=1,
+        eos_token_id=0,
+        strategy="beam",
+        num_beams=2,
+        length_penalty=0.0,
+        num_return_sequences=2,
+    )
+    assert r.tokens == [[2], [3]], (
+        f"one step of 2 beams from [1] (p = .5 for 2, .35 for 3): got {r.tokens}, want "
+        "[[2], [3]]; at the start only one beam is live (the others score -inf), else "
+        "every beam picks the same token"
+    )
 
 
 @pytest.mark.points(1)
 def test_eos_outside_top_beams_does_not_finish(kata):
     """An EOS ranked below the top num_beams candidates does not finish a hypothesis"""
-    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
-                      num_beams=2, length_penalty=-1.0, early_stopping="never", num_return_sequences=2)
-    assert [0] not in r.tokens, (f"from [1], EOS (p=0.1) ranks 3rd of the first 4 candidates and must not "
-                                 f"finish [0], yet the output holds it: {r.tokens}")
+    r = kata.generate(
+        BigramModel(BIGRAM),
+        [[1]],
+        max_new_tokens=4,
+        eos_token_id=0,
+        strategy="beam",
+        num_beams=2,
+        length_penalty=-1.0,
+        early_stopping="never",
+        num_return_sequences=2,
+    )
+    assert [0] not in r.tokens, (
+        f"from [1], EOS (p=0.1) ranks 3rd of the first 4 candidates and must not "
+        f"finish [0], yet the output holds it: {r.tokens}"
+    )
 
 
-REFILL_BIGRAM = [[.2, .2, .2, .2, .2],  # after 0 (EOS)
-                 [.005, .03, .5, .45, .015],  # after 1
-                 [.5, .04, .03, .03, .4],  # after 2
-                 [.1, .5, .05, .05, .3],  # after 3
-                 [.9, .025, .025, .025, .025]]  # after 4
+REFILL_BIGRAM = [
+    [0.2, 0.2, 0.2, 0.2, 0.2],  # after 0 (EOS)
+    [0.005, 0.03, 0.5, 0.45, 0.015],  # after 1
+    [0.5, 0.04, 0.03, 0.03, 0.4],  # after 2
+    [0.1, 0.5, 0.05, 0.05, 0.3],  # after 3
+    [0.9, 0.025, 0.025, 0.025, 0.025],
+]  # after 4
 
 
 @pytest.mark.points(1)
 def test_beam_that_ends_is_replaced(kata):
     """A beam whose best candidate is EOS is replaced: num_beams beams keep running (rank 2 * num_beams candidates)"""
-    r = kata.generate(BigramModel(REFILL_BIGRAM), [[1]], max_new_tokens=3, eos_token_id=0, strategy="beam",
-                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
+    r = kata.generate(
+        BigramModel(REFILL_BIGRAM),
+        [[1]],
+        max_new_tokens=3,
+        eos_token_id=0,
+        strategy="beam",
+        num_beams=2,
+        length_penalty=0.0,
+        num_return_sequences=2,
+    )
     want = [[2, 0], [2, 4, 0]]
     assert r.tokens == want, (
         f"2 beams from [1], 3 new tokens, length_penalty 0: got {r.tokens}, want {want}. At step 2 the candidates are "
         "[2, 0] (p .25), [3, 1] (.225), [2, 4] (.2): [2, 0] finishes, and [3, 1] and [2, 4] both run on "
-        "(num_beams beams without EOS remain); [2, 4, 0] (.18) then beats [3, 1, 2] (.1125)")
+        "(num_beams beams without EOS remain); [2, 4, 0] (.18) then beats [3, 1, 2] (.1125)"
+    )
 
 
 class Recorder:
@@ -341,6 +402,7 @@ class Recorder:
         def logged_reorder(index):
             self.events.append(("reorder", len(index)))
             reorder(index)
+
         cache.reorder = logged_reorder
         return cache
 
@@ -361,8 +423,9 @@ def test_one_batched_forward_per_step(kata, llama):
     rows = len(PROMPTS) * 3
     forwards = [e for e in events if e[0] in ("prefill", "decode")]
     decodes = [e for e in events if e[0] == "decode"]
-    assert forwards[0][0] == "prefill" and all(n == rows for _, n in forwards), \
+    assert forwards[0][0] == "prefill" and all(n == rows for _, n in forwards), (
         f"3 prompts x 3 beams should run as {rows} rows per forward; forwards were {forwards}"
+    )
     assert len(decodes) == 4, f"5 new tokens need 1 prefill + 4 decode steps, got {forwards}"
     between = [events[i + 1][0] for i, e in enumerate(events[:-1]) if e[0] in ("prefill", "decode")]
     assert between[:4] == ["reorder"] * 4, f"the cache must be reordered before every decode step: {events}"
@@ -370,8 +433,11 @@ def test_one_batched_forward_per_step(kata, llama):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_one_batched_forward_per_step", "test_first_step_expands_one_beam",
-                       "test_eos_outside_top_beams_does_not_finish")
+@pytest.mark.builds_on(
+    "test_one_batched_forward_per_step",
+    "test_first_step_expands_one_beam",
+    "test_eos_outside_top_beams_does_not_finish",
+)
 def test_beams_continue_from_their_parents_cache(kata):
     """Each beam continues from its own parent's keys and values (the cache follows the beams)"""
     kept = []
@@ -385,15 +451,27 @@ def test_beams_continue_from_their_parents_cache(kata):
     with torch.no_grad():
         model.model.norm.mul_(0.5)
     prompt = [11, 4, 6]
-    r = kata.generate(model, [prompt], max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3,
-                      length_penalty=0.0, early_stopping="never", num_return_sequences=3)
+    r = kata.generate(
+        model,
+        [prompt],
+        max_new_tokens=7,
+        eos_token_id=EOS,
+        strategy="beam",
+        num_beams=3,
+        length_penalty=0.0,
+        early_stopping="never",
+        num_return_sequences=3,
+    )
     want = beam_oracle(model, prompt, 7, (EOS,), 3, 0.0, "never")
     assert kept, "cache.reorder was never called: each beam must continue from its parent's keys and values"
     swaps = [ix for ix in kept if ix != sorted(ix)]
     assert r.tokens == [t for _, t in want], (
         f"prompt {prompt}, 3 beams: got {r.tokens}, want {[t for _, t in want]}; reorder indices were {kept}: "
-        "after a reorder, row i must hold the keys and values of its parent beam")
-    assert swaps, f"the beams never changed parents (reorder indices {kept}): this test needs a swap to check anything"
+        "after a reorder, row i must hold the keys and values of its parent beam"
+    )
+    assert swaps, (
+        f"the beams never changed parents (reorder indices {kept}): this test needs a swap to check anything"
+    )
 
 
 @pytest.mark.points(2)
@@ -401,12 +479,21 @@ def test_beams_continue_from_their_parents_cache(kata):
 def test_beam_scores_are_length_penalised_logprobs(kata, llama):
     """A beam's score is sum(log p) / (new tokens incl. EOS) ** length_penalty"""
     for lp in (0.0, 1.0, 2.0, -0.5):
-        r = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, strategy="beam", num_beams=3,
-                          length_penalty=lp, num_return_sequences=3)
+        r = kata.generate(
+            llama,
+            PROMPTS,
+            max_new_tokens=6,
+            eos_token_id=EOS,
+            strategy="beam",
+            num_beams=3,
+            length_penalty=lp,
+            num_return_sequences=3,
+        )
         for row, (toks, score) in enumerate(zip(r.tokens, r.scores)):
             want = sequence_logprob(llama, PROMPTS[row // 3], toks) / len(toks) ** lp
-            assert score == pytest.approx(want, abs=1e-4), \
+            assert score == pytest.approx(want, abs=1e-4), (
                 f"length_penalty={lp}, prompt {PROMPTS[row // 3]}, output {toks}: score {score}, want {want}"
+            )
         assert r.scores[:3] == sorted(r.scores[:3], reverse=True), f"returned best first: {r.scores[:3]}"
 
 
@@ -414,11 +501,18 @@ def test_beam_scores_are_length_penalised_logprobs(kata, llama):
 @pytest.mark.builds_on("test_first_step_expands_one_beam")
 def test_num_return_sequences(kata, llama):
     """num_return_sequences returns that many distinct hypotheses per prompt, best first"""
-    r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS, strategy="beam", num_beams=4,
-                      num_return_sequences=3)
+    r = kata.generate(
+        llama,
+        PROMPTS,
+        max_new_tokens=5,
+        eos_token_id=EOS,
+        strategy="beam",
+        num_beams=4,
+        num_return_sequences=3,
+    )
     assert len(r.tokens) == len(r.scores) == 9, f"3 prompts x 3 sequences: got {len(r.tokens)} rows"
     for i in range(3):
-        toks, scores = r.tokens[3 * i:3 * i + 3], r.scores[3 * i:3 * i + 3]
+        toks, scores = r.tokens[3 * i : 3 * i + 3], r.scores[3 * i : 3 * i + 3]
         assert len({tuple(t) for t in toks}) == 3, f"prompt {PROMPTS[i]}: repeated hypotheses {toks}"
         assert scores == sorted(scores, reverse=True), f"prompt {PROMPTS[i]}: not best first {scores}"
 
@@ -430,61 +524,100 @@ def test_negative_length_penalty_favours_short(kata, llama):
     kwargs = dict(max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3)
     short = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=-2.0, **kwargs).tokens]
     long = [len(t) for t in kata.generate(llama, PROMPTS, length_penalty=2.0, **kwargs).tokens]
-    assert all(s <= n for s, n in zip(short, long)) and sum(short) < sum(long), \
+    assert all(s <= n for s, n in zip(short, long)) and sum(short) < sum(long), (
         f"best output lengths: length_penalty=-2 gives {short}, +2 gives {long}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Beam search as a whole: the README's examples, then oracles (each failure here says which basic
 # property failed first).
 
+
 @pytest.mark.example
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_first_step_expands_one_beam", "test_eos_outside_top_beams_does_not_finish")
 def test_example_beam_finds_more_probable(kata):
     """Beam search finds a more probable sequence than greedy (length_penalty=0)"""
-    r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
-                      num_beams=2, length_penalty=0.0, num_return_sequences=2)
-    assert r.tokens == [[3, 0], [2, 3, 0]], \
+    r = kata.generate(
+        BigramModel(BIGRAM),
+        [[1]],
+        max_new_tokens=4,
+        eos_token_id=0,
+        strategy="beam",
+        num_beams=2,
+        length_penalty=0.0,
+        num_return_sequences=2,
+    )
+    assert r.tokens == [[3, 0], [2, 3, 0]], (
         f"beam search, 2 beams, length_penalty 0 from [1]: got {r.tokens}, want [[3, 0], [2, 3, 0]]"
-    want = [math.log(.35 * .9), math.log(.5 * .4 * .9)]
-    assert r.scores == pytest.approx(want, abs=1e-4), \
+    )
+    want = [math.log(0.35 * 0.9), math.log(0.5 * 0.4 * 0.9)]
+    assert r.scores == pytest.approx(want, abs=1e-4), (
         f"beam scores are raw sum(log p): got {r.scores}, want {want}"
+    )
 
 
 @pytest.mark.example
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+@pytest.mark.builds_on(
+    "test_first_step_expands_one_beam",
+    "test_beam_that_ends_is_replaced",
+    "test_beam_scores_are_length_penalised_logprobs",
+)
 def test_example_early_stopping_false_keeps_searching(kata):
     """early_stopping=False keeps searching after num_beams hypotheses finish"""
     got = {}
     for es in (True, False):
-        r = kata.generate(BigramModel(BIGRAM), [[1]], max_new_tokens=4, eos_token_id=0, strategy="beam",
-                          num_beams=2, length_penalty=2.0, early_stopping=es, num_return_sequences=2)
+        r = kata.generate(
+            BigramModel(BIGRAM),
+            [[1]],
+            max_new_tokens=4,
+            eos_token_id=0,
+            strategy="beam",
+            num_beams=2,
+            length_penalty=2.0,
+            early_stopping=es,
+            num_return_sequences=2,
+        )
         got[es] = r.tokens
     want = {True: [[2, 3, 0], [3, 0]], False: [[2, 3, 0], [2, 1, 3, 0]]}
     assert got == want, f"2 beams, length_penalty 2 from [1], by early_stopping: got {got}, want {want}"
 
 
-ES_BIGRAM = [[.03, .09, .25, .63],  # after 0 (EOS)
-             [.38, .14, .25, .23],  # after 1
-             [.10, .70, .03, .17],  # after 2
-             [.44, .42, .12, .02]]  # after 3 (no tie: the order among equal scores is not graded)
+ES_BIGRAM = [
+    [0.03, 0.09, 0.25, 0.63],  # after 0 (EOS)
+    [0.38, 0.14, 0.25, 0.23],  # after 1
+    [0.10, 0.70, 0.03, 0.17],  # after 2
+    [0.44, 0.42, 0.12, 0.02],
+]  # after 3 (no tie: the order among equal scores is not graded)
 
 
 @pytest.mark.example
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+@pytest.mark.builds_on(
+    "test_first_step_expands_one_beam",
+    "test_beam_that_ends_is_replaced",
+    "test_beam_scores_are_length_penalised_logprobs",
+)
 def test_example_early_stopping_modes(kata):
     """early_stopping True, False and "never" stop at different points"""
     got = {}
     for es in (True, False, "never"):
-        got[es] = kata.generate(BigramModel(ES_BIGRAM), [[1]], max_new_tokens=5, eos_token_id=0,
-                                strategy="beam", num_beams=2, length_penalty=1.0,
-                                early_stopping=es).tokens[0]
+        got[es] = kata.generate(
+            BigramModel(ES_BIGRAM),
+            [[1]],
+            max_new_tokens=5,
+            eos_token_id=0,
+            strategy="beam",
+            num_beams=2,
+            length_penalty=1.0,
+            early_stopping=es,
+        ).tokens[0]
     want = {True: [0], False: [2, 1, 0], "never": [2, 1, 2, 1, 0]}
-    assert got == want, \
+    assert got == want, (
         f"best output from [1] with 2 beams, length_penalty 1, by early_stopping: got {got}, want {want}"
+    )
 
 
 @pytest.mark.points(1)
@@ -495,98 +628,144 @@ def test_batched_beams_equal_unbatched(kata, llama):
     batched = kata.generate(llama, PROMPTS, max_new_tokens=6, eos_token_id=EOS, **kwargs)
     solo = [kata.generate(llama, [p], max_new_tokens=6, eos_token_id=EOS, **kwargs) for p in PROMPTS]
     solo_tokens, solo_scores = [t for r in solo for t in r.tokens], [s for r in solo for s in r.scores]
-    assert batched.tokens == solo_tokens, \
+    assert batched.tokens == solo_tokens, (
         f"{kwargs} on prompts {PROMPTS}: batched {batched.tokens}, one by one {solo_tokens}"
-    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), \
+    )
+    assert batched.scores == pytest.approx(solo_scores, abs=1e-4), (
         f"{kwargs}: batched scores {batched.scores}, one by one {solo_scores}"
+    )
 
 
 @pytest.mark.points(4)
 @pytest.mark.parametrize("num_beams", [2, 3])
 @pytest.mark.parametrize("early_stopping", [True, False, "never"])
-@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_eos_outside_top_beams_does_not_finish", "test_beams_continue_from_their_parents_cache", "test_beam_scores_are_length_penalised_logprobs")
+@pytest.mark.builds_on(
+    "test_first_step_expands_one_beam",
+    "test_beam_that_ends_is_replaced",
+    "test_eos_outside_top_beams_does_not_finish",
+    "test_beams_continue_from_their_parents_cache",
+    "test_beam_scores_are_length_penalised_logprobs",
+)
 def test_beam_search_equals_plain_implementation(kata, llama, num_beams, early_stopping):
     """Beam search equals a plain list-based beam search with the HuggingFace semantics"""
     for length_penalty in (0.0, 1.0, 2.0, -1.0):
-        r = kata.generate(llama, PROMPTS, max_new_tokens=7, eos_token_id=EOS, strategy="beam",
-                          num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-                          num_return_sequences=num_beams)
+        r = kata.generate(
+            llama,
+            PROMPTS,
+            max_new_tokens=7,
+            eos_token_id=EOS,
+            strategy="beam",
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            num_return_sequences=num_beams,
+        )
         for i, p in enumerate(PROMPTS):
             want = beam_oracle(llama, p, 7, (EOS,), num_beams, length_penalty, early_stopping)
             rows = slice(i * num_beams, (i + 1) * num_beams)
             got_toks, got_scores = r.tokens[rows], r.scores[rows]
-            where = (f"prompt {p}, num_beams={num_beams}, length_penalty={length_penalty}, "
-                     f"early_stopping={early_stopping!r}, EOS={EOS}")
+            where = (
+                f"prompt {p}, num_beams={num_beams}, length_penalty={length_penalty}, "
+                f"early_stopping={early_stopping!r}, EOS={EOS}"
+            )
             assert got_toks == [t for _, t in want], f"{where}: got {got_toks}, want {[t for _, t in want]}"
-            assert got_scores == pytest.approx([s for s, _ in want], abs=1e-4), \
+            assert got_scores == pytest.approx([s for s, _ in want], abs=1e-4), (
                 f"{where}: scores {got_scores}, want {[round(s, 5) for s, _ in want]}"
+            )
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
-@pytest.mark.builds_on("test_first_step_expands_one_beam", "test_beam_that_ends_is_replaced", "test_beam_scores_are_length_penalised_logprobs")
+@pytest.mark.builds_on(
+    "test_first_step_expands_one_beam",
+    "test_beam_that_ends_is_replaced",
+    "test_beam_scores_are_length_penalised_logprobs",
+)
 def test_beam_search_exhaustive_on_tiny_vocabulary(kata, length_penalty):
     """With enough beams and early_stopping='never', beam search finds the best of all outputs"""
     model = flat_llama(3, 4, 0.5, d_model=32, n_heads=2, n_kv_heads=1, d_ff=64)
     prompt, max_new, V = [1, 2], 3, 4
-    outputs = [list(s) for n in range(1, max_new + 1) for s in itertools.product(range(V), repeat=n)
-               if EOS not in s[:-1] and (n == max_new or s[-1] == EOS)]
+    outputs = [
+        list(s)
+        for n in range(1, max_new + 1)
+        for s in itertools.product(range(V), repeat=n)
+        if EOS not in s[:-1] and (n == max_new or s[-1] == EOS)
+    ]
     scored = [(sequence_logprob(model, prompt, s) / len(s) ** length_penalty, s) for s in outputs]
     best_score, best = max(scored)
-    r = kata.generate(model, [prompt], max_new_tokens=max_new, eos_token_id=EOS, strategy="beam",
-                      num_beams=36, length_penalty=length_penalty, early_stopping="never")
-    assert r.tokens[0] == best, (f"4-token vocabulary, prompt {prompt}, length_penalty={length_penalty}: "
-                                 f"got {r.tokens[0]}, the best of all {len(outputs)} outputs is {best}")
+    r = kata.generate(
+        model,
+        [prompt],
+        max_new_tokens=max_new,
+        eos_token_id=EOS,
+        strategy="beam",
+        num_beams=36,
+        length_penalty=length_penalty,
+        early_stopping="never",
+    )
+    assert r.tokens[0] == best, (
+        f"4-token vocabulary, prompt {prompt}, length_penalty={length_penalty}: "
+        f"got {r.tokens[0]}, the best of all {len(outputs)} outputs is {best}"
+    )
     assert r.scores[0] == pytest.approx(best_score, abs=1e-4), f"score {r.scores[0]}, want {best_score}"
 
 
 # ---------------------------------------------------------------------------------------------
 # Streaming, timings and arguments.
 
+
 @pytest.mark.points(1)
 def test_on_token_streams(kata, llama):
     """on_token(row, token) is called for each new token as it is produced"""
     events = []
     model = Recorder(llama, events)
-    r = kata.generate(model, PROMPTS, max_new_tokens=4,
-                      on_token=lambda row, tok: events.append(("token", row, tok)))
+    r = kata.generate(
+        model, PROMPTS, max_new_tokens=4, on_token=lambda row, tok: events.append(("token", row, tok))
+    )
     streamed = [[e[2] for e in events if e[0] == "token" and e[1] == row] for row in range(3)]
     assert streamed == r.tokens, f"streamed tokens {streamed} differ from the result {r.tokens}"
     kinds = [e[0] for e in events]
     first_decode = kinds.index("decode")
-    assert kinds[:first_decode].count("token") == 3, \
+    assert kinds[:first_decode].count("token") == 3, (
         f"each row's first token should be streamed before the first decode step; events {kinds}"
+    )
 
 
 @pytest.mark.points(1)
 def test_result_timings(kata, llama):
     """The result reports prefill and decode seconds and the number of tokens generated"""
     r = kata.generate(llama, PROMPTS, max_new_tokens=5, eos_token_id=EOS)
-    assert r.tokens_generated == sum(map(len, r.tokens)), \
+    assert r.tokens_generated == sum(map(len, r.tokens)), (
         f"tokens_generated {r.tokens_generated}, but the sequences hold {sum(map(len, r.tokens))}"
-    assert r.prefill_seconds > 0 and r.decode_seconds > 0, \
+    )
+    assert r.prefill_seconds > 0 and r.decode_seconds > 0, (
         f"timings must be positive: prefill {r.prefill_seconds}, decode {r.decode_seconds}"
+    )
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("bad, name", [
-    (dict(num_beams=0, strategy="beam"), "num_beams"),
-    (dict(num_beams=2, strategy="beam", num_return_sequences=3), "num_return_sequences"),
-    (dict(strategy="sample", temperature=0.0), "temperature"),
-    (dict(strategy="sample", top_p=0.0), "top_p"),
-    (dict(strategy="sample", top_p=1.5), "top_p"),
-    (dict(strategy="sample", top_k=0), "top_k"),
-    (dict(strategy="nucleus"), "strategy"),
-    (dict(strategy="beam", num_beams=2, early_stopping="sometimes"), "early_stopping"),
-    (dict(max_new_tokens=0), "max_new_tokens"),
-    (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
-    (dict(prompts=[[1, 2], []]), "prompts"),
-])
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        (dict(num_beams=0, strategy="beam"), "num_beams"),
+        (dict(num_beams=2, strategy="beam", num_return_sequences=3), "num_return_sequences"),
+        (dict(strategy="sample", temperature=0.0), "temperature"),
+        (dict(strategy="sample", top_p=0.0), "top_p"),
+        (dict(strategy="sample", top_p=1.5), "top_p"),
+        (dict(strategy="sample", top_k=0), "top_k"),
+        (dict(strategy="nucleus"), "strategy"),
+        (dict(strategy="beam", num_beams=2, early_stopping="sometimes"), "early_stopping"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
+        (dict(prompts=[[1, 2], []]), "prompts"),
+    ],
+)
 def test_invalid_arguments(kata, plain_llama, bad, name):
     """Invalid arguments raise ValueError naming the argument"""
     kwargs = dict(prompts=[[1, 2, 3]], max_new_tokens=4) | bad
     prompts = kwargs.pop("prompts")
     with pytest.raises(ValueError) as info:
         kata.generate(plain_llama, prompts, **kwargs)
-    assert name in str(info.value), \
+    assert name in str(info.value), (
         f"generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
+    )

@@ -23,6 +23,7 @@ KATA = "int4"
 
 # ---------------------------------------------------------------- oracles and inputs
 
+
 def oracle_dequantize_q4_1(raw: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """One block at a time: d, m as fp16; byte j holds element j (low nibble) and j + 16 (high)."""
     raw = raw.reshape(-1, 20)
@@ -74,10 +75,13 @@ def assert_bit_exact(got, want, what: str) -> None:
     got = np.asarray(got)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
     assert got.dtype == np.float32, f"{what}: dtype {got.dtype}, want float32"
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{what} is not bit-exact, {first_mismatch(got, want)}"
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (
+        f"{what} is not bit-exact, {first_mismatch(got, want)}"
+    )
 
 
 # ---------------------------------------------------------------- README worked examples
+
 
 @pytest.mark.example
 @pytest.mark.points(2)
@@ -86,7 +90,9 @@ def test_example_dequantize_one_block(kata):
     raw = np.array([0x00, 0x38, 0x00, 0xBC] + [j | ((15 - j) << 4) for j in range(16)], dtype=np.uint8)
     got = kata.dequantize_q4_1(raw, (1, 32))
     want = np.array([[0.5 * j - 1 for j in range(16)] + [0.5 * (15 - j) - 1 for j in range(16)]], np.float32)
-    assert np.array_equal(got, want), f"d = 0.5, m = -1, byte j = j | (15 - j) << 4: got {got.tolist()}, want {want.tolist()}"
+    assert np.array_equal(got, want), (
+        f"d = 0.5, m = -1, byte j = j | (15 - j) << 4: got {got.tolist()}, want {want.tolist()}"
+    )
 
 
 @pytest.mark.example
@@ -96,7 +102,9 @@ def test_example_quantize_one_block(kata):
     w = (np.arange(32) % 16 * 0.25).astype(np.float32)
     got = np.asarray(kata.quantize_q4_1(w))
     want = np.array([0x00, 0x34, 0x00, 0x00] + [j * 0x11 for j in range(16)], dtype=np.uint8)
-    assert got.dtype == np.uint8 and got.tolist() == want.tolist(), f"quantize_q4_1({w.tolist()}): got {got.tolist()}, want {want.tolist()}"
+    assert got.dtype == np.uint8 and got.tolist() == want.tolist(), (
+        f"quantize_q4_1({w.tolist()}): got {got.tolist()}, want {want.tolist()}"
+    )
 
 
 @pytest.mark.example
@@ -110,8 +118,11 @@ def test_example_bytes_per_weight(kata):
 def smollm2_decode_bytes(weight_bytes: float, batch: int, context_len: int, act_bytes: float) -> float:
     """The roofline's decode bytes: all 134,515,008 parameters once, each row's 576-wide embedding
     row, and per layer K and V (3 heads x 64) read at context_len + 1 positions and written at one."""
-    return (134_515_008 * weight_bytes + batch * 576 * act_bytes
-            + 30 * batch * (context_len + 2) * 2 * 3 * 64 * act_bytes)
+    return (
+        134_515_008 * weight_bytes
+        + batch * 576 * act_bytes
+        + 30 * batch * (context_len + 2) * 2 * 3 * 64 * act_bytes
+    )
 
 
 @pytest.mark.example
@@ -124,18 +135,23 @@ def test_example_smollm2_speedup(kata):
         got = kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, context_len)
         assert got == pytest.approx(want, rel=1e-9), (
             f"speed-up fp32 -> q4_1, batch 1, context {context_len}: got {got}, want {want:.4f}: only the weights change "
-            f"format; the embedding row and the KV cache ({30 * (context_len + 2) * 2 * 3 * 64 * 4:,} bytes here) stay fp32")
+            f"format; the embedding row and the KV cache ({30 * (context_len + 2) * 2 * 3 * 64 * 4:,} bytes here) stay fp32"
+        )
 
 
 # ---------------------------------------------------------------- dequantization
+
 
 @pytest.mark.points(3)
 def test_dequantize_q4_1_matches_loop_oracle(kata):
     """dequantize_q4_1 equals d * q + m for every weight of random blocks, bit for bit."""
     for rows, cols, seed in [(1, 32, 0), (3, 64, 1), (8, 96, 2)]:
         raw = random_q4_1(rows, cols, seed)
-        assert_bit_exact(kata.dequantize_q4_1(raw, (rows, cols)), oracle_dequantize_q4_1(raw, (rows, cols)),
-                         f"dequantize_q4_1 of a ({rows}, {cols}) tensor")
+        assert_bit_exact(
+            kata.dequantize_q4_1(raw, (rows, cols)),
+            oracle_dequantize_q4_1(raw, (rows, cols)),
+            f"dequantize_q4_1 of a ({rows}, {cols}) tensor",
+        )
 
 
 @pytest.mark.points(2)
@@ -144,7 +160,9 @@ def test_dequantize_q4_1_matches_gguf(kata, kata_path):
     found = banned_uses(kata_path, {"gguf", "GGUFReader"})
     assert not found, f"{kata_path.name} uses gguf, whose quants module does the whole kata: {found}"
     raw = random_q4_1(16, 256, 3)
-    assert_bit_exact(kata.dequantize_q4_1(raw, (16, 256)), gguf_dequantize(raw, QT.Q4_1), "dequantize_q4_1 vs gguf")
+    assert_bit_exact(
+        kata.dequantize_q4_1(raw, (16, 256)), gguf_dequantize(raw, QT.Q4_1), "dequantize_q4_1 vs gguf"
+    )
 
 
 @pytest.mark.points(2)
@@ -154,7 +172,9 @@ def test_dequantize_q8_0_matches_oracle_and_gguf(kata):
     got = kata.dequantize_q8_0(raw, (4, 64))
     assert_bit_exact(got, oracle_dequantize_q8_0(raw, (4, 64)), "dequantize_q8_0 (loop oracle)")
     raw = random_q8_0(16, 256, 5)
-    assert_bit_exact(kata.dequantize_q8_0(raw, (16, 256)), gguf_dequantize(raw, QT.Q8_0), "dequantize_q8_0 vs gguf")
+    assert_bit_exact(
+        kata.dequantize_q8_0(raw, (16, 256)), gguf_dequantize(raw, QT.Q8_0), "dequantize_q8_0 vs gguf"
+    )
 
 
 def test_dequantize_takes_bytes_of_any_shape(kata):
@@ -183,6 +203,7 @@ def test_bad_block_bytes_raise(kata):
 
 # ---------------------------------------------------------------- quantization
 
+
 def first_bad_block(got: np.ndarray, want: np.ndarray) -> int | None:
     """The first block (20 bytes) where two Q4_1 byte arrays differ, or None."""
     bad = np.argwhere((got.reshape(-1, 20) != want.reshape(-1, 20)).any(axis=1))
@@ -194,11 +215,15 @@ def test_quantize_ties_round_up(kata):
     """quantize_q4_1 rounds a code exactly halfway between two levels up, as llama.cpp does."""
     w = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5].astype(np.float32)  # d = 1, min 0: codes k + 0.5 exactly
     got = np.asarray(kata.quantize_q4_1(w))
-    assert got.shape == (20,) and got.dtype == np.uint8, f"quantize_q4_1 of 32 weights: {got.dtype} {got.shape}, want uint8 (20,)"
+    assert got.shape == (20,) and got.dtype == np.uint8, (
+        f"quantize_q4_1 of 32 weights: {got.dtype} {got.shape}, want uint8 (20,)"
+    )
     codes = [int(b) & 0x0F for b in got[4:]] + [int(b) >> 4 for b in got[4:]]
     want = [0, 15] + [k % 15 + 1 for k in range(30)]
-    assert codes == want, (f"quantize_q4_1 of w = [0, 15, 0.5, 1.5, ..., 14.5, 0.5, ..., 14.5] (d = 1, min 0: every weight "
-                           f"after the first two is a tie k + 0.5): codes {codes}, want {want} (a tie rounds up to k + 1)")
+    assert codes == want, (
+        f"quantize_q4_1 of w = [0, 15, 0.5, 1.5, ..., 14.5, 0.5, ..., 14.5] (d = 1, min 0: every weight "
+        f"after the first two is a tie k + 0.5): codes {codes}, want {want} (a tie rounds up to k + 1)"
+    )
 
 
 @pytest.mark.points(1)
@@ -210,13 +235,17 @@ def test_quantize_codes_use_fp32_scale(kata):
         got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
         assert got.shape == want.shape, f"quantize_q4_1 of (64, 128): shape {got.shape}, want {want.shape}"
         blk = first_bad_block(got, want)
-        assert blk is None, (f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: got "
-                             f"{got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()} (the codes "
-                             "use the fp32 min and d, not their fp16 roundings)")
+        assert blk is None, (
+            f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: got "
+            f"{got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()} (the codes "
+            "use the fp32 min and d, not their fp16 roundings)"
+        )
 
 
 @pytest.mark.points(3)
-@pytest.mark.builds_on("test_example_quantize_one_block", "test_quantize_ties_round_up", "test_quantize_codes_use_fp32_scale")
+@pytest.mark.builds_on(
+    "test_example_quantize_one_block", "test_quantize_ties_round_up", "test_quantize_codes_use_fp32_scale"
+)
 def test_quantize_q4_1_matches_gguf(kata):
     """quantize_q4_1 is bit-exact against gguf.quants.quantize: ties round up, constant blocks get d = 0."""
     rng = np.random.default_rng(8)
@@ -224,13 +253,17 @@ def test_quantize_q4_1_matches_gguf(kata):
         w = (rng.standard_normal((8, 128)) * scale).astype(np.float32)
         w[0, :32] = 0.75  # a constant block: d = 0, every code 0
         w[1, 32:64] = np.linspace(-1, 1, 32)
-        w[2, :32] = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5] * scale  # exact ties: d = scale, codes k + 0.5 round up
+        w[2, :32] = (
+            np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5] * scale
+        )  # exact ties: d = scale, codes k + 0.5 round up
         got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
         assert got.shape == want.shape, f"quantize_q4_1 of (8, 128): shape {got.shape}, want {want.shape}"
         blk = first_bad_block(got, want)
         if blk is not None:
-            pytest.fail(f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: "
-                        f"got {got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()}")
+            pytest.fail(
+                f"quantize_q4_1 (weights ~ N(0, {scale}^2)) differs from gguf in block {blk}: "
+                f"got {got.reshape(-1, 20)[blk].tolist()}, want {want.reshape(-1, 20)[blk].tolist()}"
+            )
 
 
 @pytest.mark.points(2)
@@ -243,11 +276,14 @@ def test_round_trip_error_bound(kata):
     lo, step = blocks.min(1), (blocks.max(1) - blocks.min(1)) / 15
     bound = step * (0.5 + 15 * 2.0**-11) + np.abs(lo) * 2.0**-11 + 1e-7  # fp16 stores d and m to 11 bits
     worst = int(np.argmax(err.max(1) / bound))
-    assert np.all(err.max(1) <= bound), (f"block {worst} (range {blocks[worst].min():.4g}..{blocks[worst].max():.4g}) "
-                                         f"has error {err[worst].max():.3g}, over the bound {bound[worst]:.3g}")
+    assert np.all(err.max(1) <= bound), (
+        f"block {worst} (range {blocks[worst].min():.4g}..{blocks[worst].max():.4g}) "
+        f"has error {err[worst].max():.3g}, over the bound {bound[worst]:.3g}"
+    )
 
 
 # ---------------------------------------------------------------- real SmolLM2 tensors
+
 
 @pytest.fixture(scope="module")
 def smollm2_reader():
@@ -270,11 +306,15 @@ def test_real_smollm2_tensors(kata, smollm2_reader):
         data = t.data[:2048]  # the first rows are enough (the embedding has 49152)
         shape = (data.shape[0], int(t.shape[0]))  # numpy order: (rows, cols), gguf's shape reversed
         fn = kata.dequantize_q4_1 if t.tensor_type == QT.Q4_1 else kata.dequantize_q8_0
-        assert_bit_exact(np.asarray(fn(data, shape)), gguf_dequantize(data, t.tensor_type),
-                         f"{t.name} ({t.tensor_type.name}, first {shape[0]} rows of {shape[1]})")
+        assert_bit_exact(
+            np.asarray(fn(data, shape)),
+            gguf_dequantize(data, t.tensor_type),
+            f"{t.name} ({t.tensor_type.name}, first {shape[0]} rows of {shape[1]})",
+        )
 
 
 # ---------------------------------------------------------------- matmul
+
 
 @pytest.mark.points(2)
 def test_matmul_matches_dequantized_matmul(kata):
@@ -285,7 +325,9 @@ def test_matmul_matches_dequantized_matmul(kata):
     for shape in [(96,), (1, 96), (5, 96), (2, 3, 96)]:
         x = rng.standard_normal(shape).astype(np.float32)
         got, want = np.asarray(kata.matmul_q4_1(x, raw, (48, 96))), x @ w.T
-        assert got.shape == want.shape, f"matmul_q4_1 of x {shape} by W (48, 96): shape {got.shape}, want {want.shape}"
+        assert got.shape == want.shape, (
+            f"matmul_q4_1 of x {shape} by W (48, 96): shape {got.shape}, want {want.shape}"
+        )
         err = float(np.abs(got - want).max())
         assert err < 1e-4, f"matmul_q4_1 of x {shape} by W (48, 96) is off by {err:.3g}"
 
@@ -310,10 +352,13 @@ def test_matmul_never_builds_the_full_fp32_matrix(kata):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < n * k * 4 / 2, f"matmul_q4_1 of W ({n}, {k}) allocated {peak / 2**20:.1f} MiB at peak; the fp32 W is {n * k * 4 / 2**20:.0f} MiB"
+    assert peak < n * k * 4 / 2, (
+        f"matmul_q4_1 of W ({n}, {k}) allocated {peak / 2**20:.1f} MiB at peak; the fp32 W is {n * k * 4 / 2**20:.0f} MiB"
+    )
 
 
 # ---------------------------------------------------------------- the decode speed-up
+
 
 @pytest.mark.points(2)
 def test_speedup_is_below_eight(kata):
@@ -321,24 +366,36 @@ def test_speedup_is_below_eight(kata):
     config = LlamaConfig.smollm2_135m()
     for batch, context_len in [(1, 0), (1, 512), (8, 2048), (64, 8191)]:
         got = kata.predicted_decode_speedup(config, "fp32", "q4_1", batch, context_len)
-        assert 1 < got < 6.4 + 1e-9, f"speed-up fp32 -> q4_1 at batch {batch}, context {context_len}: got {got}, want in (1, 6.4]"
+        assert 1 < got < 6.4 + 1e-9, (
+            f"speed-up fp32 -> q4_1 at batch {batch}, context {context_len}: got {got}, want in (1, 6.4]"
+        )
 
 
 @pytest.mark.points(2)
 def test_speedup_exact_for_given_numbers(kata):
     """The speed-up is bytes(from) / bytes(to), the KV cache kept in from_dtype, for any config."""
     config = LlamaConfig.smollm2_135m()
-    for frm, to, fb, tb, batch, context_len in [("fp16", "q4_1", 2, 0.625, 1, 0), ("fp32", "q8_0", 4, 34 / 32, 4, 1000),
-                                                ("bf16", "q4_1", 2, 0.625, 16, 4096), ("fp32", "fp16", 4, 2, 1, 100)]:
-        want = smollm2_decode_bytes(fb, batch, context_len, fb) / smollm2_decode_bytes(tb, batch, context_len, fb)
+    for frm, to, fb, tb, batch, context_len in [
+        ("fp16", "q4_1", 2, 0.625, 1, 0),
+        ("fp32", "q8_0", 4, 34 / 32, 4, 1000),
+        ("bf16", "q4_1", 2, 0.625, 16, 4096),
+        ("fp32", "fp16", 4, 2, 1, 100),
+    ]:
+        want = smollm2_decode_bytes(fb, batch, context_len, fb) / smollm2_decode_bytes(
+            tb, batch, context_len, fb
+        )
         got = kata.predicted_decode_speedup(config, frm, to, batch, context_len)
-        assert got == pytest.approx(want, rel=1e-9), f"speed-up {frm} -> {to}, batch {batch}, context {context_len}: got {got}, want {want:.4f}"
+        assert got == pytest.approx(want, rel=1e-9), (
+            f"speed-up {frm} -> {to}, batch {batch}, context {context_len}: got {got}, want {want:.4f}"
+        )
     tiny = LlamaConfig.tiny()  # 256 x 64 embedding, 2 layers, 4 heads of 16, 2 KV heads, d_ff 128
     n = 256 * 64 + 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 2 * 64) + 64
     rest = 3 * 64 * 4 + 2 * 3 * (10 + 2) * 2 * 32 * 4  # embedding rows; K and V of 2 layers
     got = kata.predicted_decode_speedup(tiny, "fp32", "q4_1", 3, 10)
     want = (n * 4 + rest) / (n * 0.625 + rest)
-    assert got == pytest.approx(want, rel=1e-9), f"speed-up on LlamaConfig.tiny() at batch 3, context 10: got {got}, want {want:.4f}"
+    assert got == pytest.approx(want, rel=1e-9), (
+        f"speed-up on LlamaConfig.tiny() at batch 3, context 10: got {got}, want {want:.4f}"
+    )
 
 
 def test_speedup_shrinks_with_context_and_batch(kata):
@@ -353,13 +410,15 @@ def test_speedup_shrinks_with_context_and_batch(kata):
 def test_unknown_formats_raise(kata):
     """Unknown formats, a quantized from_dtype, batch 0 and a negative context raise ValueError."""
     config = LlamaConfig.smollm2_135m()
-    cases = [lambda: kata.bytes_per_weight("int3"), lambda: kata.predicted_decode_speedup(config, "q4_1", "fp32", 1, 0),
-             lambda: kata.predicted_decode_speedup(config, "fp32", "nf4", 1, 0),
-             lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 0, 0),
-             lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, -1)]
+    cases = [
+        lambda: kata.bytes_per_weight("int3"),
+        lambda: kata.predicted_decode_speedup(config, "q4_1", "fp32", 1, 0),
+        lambda: kata.predicted_decode_speedup(config, "fp32", "nf4", 1, 0),
+        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 0, 0),
+        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, -1),
+    ]
     labels = ["bytes_per_weight('int3')", "from_dtype 'q4_1'", "to_fmt 'nf4'", "batch 0", "context_len -1"]
     for label, case in zip(labels, cases):
         with pytest.raises(ValueError):
             case()
             pytest.fail(f"{label} did not raise ValueError")
-

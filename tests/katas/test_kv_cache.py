@@ -22,6 +22,7 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}  # logits of cached vs recomputed runs
 
 # --------------------------------------------------------------------------- helpers
 
+
 @pytest.fixture(scope="module")
 def model(kata):
     """The reference tiny Llama (2 layers, 4 query heads, 2 KV heads, head_dim 16) on the kata's cache."""
@@ -57,11 +58,14 @@ def kv(batch: int, heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tenso
 
 # --------------------------------------------------------------------------- README examples
 
+
 @pytest.mark.example
 def test_readme_bytes_example(kata):
     """bytes_needed: SmolLM2 holds 46,080 bytes of fp32 keys and values per token"""
     got = kata.KVCache.bytes_needed(30, 1, 3, 64, 1, torch.float32)
-    assert got == 46_080, f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
+    assert got == 46_080, (
+        f"bytes_needed(30 layers, batch 1, 3 kv heads, head_dim 64, 1 position, fp32): got {got}, want 46080"
+    )
     got = kata.KVCache.bytes_needed(30, 1, 3, 64, 8192, torch.float16)
     assert got == 188_743_680, f"bytes_needed(30, 1, 3, 64, 8192 positions, fp16): got {got}, want 188743680"
 
@@ -73,27 +77,43 @@ def test_readme_example(kata):
     cache = kata.KVCache(n_layers=2, batch_size=1, n_kv_heads=2, head_dim=4, max_len=8)
     k = torch.arange(24.0).reshape(1, 2, 3, 4)  # a prefill of 3 positions
     k_all, v_all = cache.update(0, k, -k)
-    assert tuple(k_all.shape) == (1, 2, 3, 4), f"prefill of 3 positions: got k shape {tuple(k_all.shape)}, want (1, 2, 3, 4)"
-    assert torch.equal(k_all, k) and torch.equal(v_all, -k), "prefill: update must return exactly the keys and values written"
-    assert cache.length == 0, f"after layer 0 of 2 wrote: length {cache.length}, want 0 (layer 1 has not written yet)"
+    assert tuple(k_all.shape) == (1, 2, 3, 4), (
+        f"prefill of 3 positions: got k shape {tuple(k_all.shape)}, want (1, 2, 3, 4)"
+    )
+    assert torch.equal(k_all, k) and torch.equal(v_all, -k), (
+        "prefill: update must return exactly the keys and values written"
+    )
+    assert cache.length == 0, (
+        f"after layer 0 of 2 wrote: length {cache.length}, want 0 (layer 1 has not written yet)"
+    )
     cache.update(1, k, -k)
     assert cache.length == 3, f"after both layers wrote 3 positions: length {cache.length}, want 3"
     step = torch.full((1, 2, 1, 4), 100.0)  # a decode step
     k_all, v_all = cache.update(0, step, -step)
-    assert tuple(k_all.shape) == (1, 2, 4, 4), f"decode step after 3 cached: got k shape {tuple(k_all.shape)}, want (1, 2, 4, 4)"
+    assert tuple(k_all.shape) == (1, 2, 4, 4), (
+        f"decode step after 3 cached: got k shape {tuple(k_all.shape)}, want (1, 2, 4, 4)"
+    )
     assert torch.equal(k_all[:, :, :3], k) and torch.equal(k_all[:, :, 3:], step), (
-        "decode step: keys must be the 3 cached positions followed by the new one")
+        "decode step: keys must be the 3 cached positions followed by the new one"
+    )
     assert torch.equal(v_all[:, :, 3:], -step), "decode step: the new value must follow the cached ones"
 
 
 # --------------------------------------------------------------------------- the cache alone
+
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_update_returns_all_positions(kata, seed):
     """update returns this layer's keys and values so far, in order, for any chunk sizes"""
     g = torch.Generator().manual_seed(100 + seed)
-    n_layers, batch, heads, dim, max_len = 3, 2, 2, 4, 16  # 5 chunks of 1..3: never full (test_cache_full checks that)
+    n_layers, batch, heads, dim, max_len = (
+        3,
+        2,
+        2,
+        4,
+        16,
+    )  # 5 chunks of 1..3: never full (test_cache_full checks that)
     chunks = [int(torch.randint(1, 4, (), generator=g)) for _ in range(5)]
     cache = kata.KVCache(n_layers, batch, heads, dim, max_len)
     want_k = [torch.empty(batch, heads, 0, dim) for _ in range(n_layers)]
@@ -105,8 +125,10 @@ def test_update_returns_all_positions(kata, seed):
             want_v[layer] = torch.cat([want_v[layer], v], dim=2)
             got_k, got_v = cache.update(layer, k, v)
             ok = close(got_k, want_k[layer]) and close(got_v, want_v[layer])
-            assert ok, (f"chunks {chunks[:step + 1]}, layer {layer}: update returned k {tuple(got_k.shape)}, "
-                        f"want the {want_k[layer].shape[2]} positions written so far, in order")
+            assert ok, (
+                f"chunks {chunks[: step + 1]}, layer {layer}: update returned k {tuple(got_k.shape)}, "
+                f"want the {want_k[layer].shape[2]} positions written so far, in order"
+            )
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
@@ -117,9 +139,12 @@ def test_length_moves_after_last_layer(kata):
         for layer in range(3):
             assert cache.length == before, (
                 f"writing {t} positions after {before}: length {cache.length} before layer {layer} writes, "
-                f"want {before} until all 3 layers have written")
+                f"want {before} until all 3 layers have written"
+            )
             cache.update(layer, *kv(1, 1, t, 2, seed=layer))
-        assert cache.length == before + t, f"after all 3 layers wrote {t} after {before}: length {cache.length}, want {before + t}"
+        assert cache.length == before + t, (
+            f"after all 3 layers wrote {t} after {before}: length {cache.length}, want {before + t}"
+        )
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
@@ -127,8 +152,11 @@ def test_layer_cannot_run_ahead(kata):
     """a layer writing twice before the others caught up is a ValueError"""
     cache = kata.KVCache(2, 1, 1, 2, 8)
     cache.update(0, *kv(1, 1, 2, 2, seed=0))
-    raises(ValueError, lambda: cache.update(0, *kv(1, 1, 1, 2, seed=1)),
-           "layer 0 writes again before layer 1 wrote the first 2 positions")
+    raises(
+        ValueError,
+        lambda: cache.update(0, *kv(1, 1, 1, 2, seed=1)),
+        "layer 0 writes again before layer 1 wrote the first 2 positions",
+    )
 
 
 @pytest.mark.points(2)
@@ -148,11 +176,14 @@ def test_update_writes_in_place(kata):
             seen.setdefault((layer, "k"), set()).add(k_all.data_ptr())
             seen.setdefault((layer, "v"), set()).add(v_all.data_ptr())
     for (layer, name), ptrs in seen.items():
-        assert len(ptrs) == 1, (f"layer {layer} {name}: update returned tensors at {len(ptrs)} different addresses over "
-                                "a prefill and 4 decode steps; want views of one preallocated buffer (no concatenation)")
+        assert len(ptrs) == 1, (
+            f"layer {layer} {name}: update returned tensors at {len(ptrs)} different addresses over "
+            "a prefill and 4 decode steps; want views of one preallocated buffer (no concatenation)"
+        )
     assert cache.nbytes == nbytes, (
         f"nbytes changed from {nbytes} to {cache.nbytes} while decoding: allocate the buffers once, when the cache is "
-        "made, sized from its own n_kv_heads, head_dim and max_len (not from the first k written)")
+        "made, sized from its own n_kv_heads, head_dim and max_len (not from the first k written)"
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
@@ -185,8 +216,12 @@ def test_reorder_reaches_every_layer(kata):
         got_k, got_v = cache.update(layer, new_k, new_v)
         want_k = torch.cat([k[index], new_k], dim=2)
         want_v = torch.cat([v[index], new_v], dim=2)
-        assert close(got_k, want_k), f"after reorder([2, 0, 0]), layer {layer} keys: rows not reordered (or new step lost)"
-        assert close(got_v, want_v), f"after reorder([2, 0, 0]), layer {layer} values: rows not reordered (or new step lost)"
+        assert close(got_k, want_k), (
+            f"after reorder([2, 0, 0]), layer {layer} keys: rows not reordered (or new step lost)"
+        )
+        assert close(got_v, want_v), (
+            f"after reorder([2, 0, 0]), layer {layer} values: rows not reordered (or new step lost)"
+        )
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
@@ -207,7 +242,9 @@ def test_truncate_rejects_bad_length(kata):
     raises(ValueError, lambda: cache.truncate(5), "truncate(5) with 4 positions cached")
     raises(ValueError, lambda: cache.truncate(-1), "truncate(-1)")
     cache.truncate(4)
-    assert cache.length == 4, f"truncate(4) with 4 cached: length {cache.length}, want 4 (truncate(n) keeps the first n)"
+    assert cache.length == 4, (
+        f"truncate(4) with 4 cached: length {cache.length}, want 4 (truncate(n) keeps the first n)"
+    )
     cache.truncate(1)
     assert cache.length == 1, f"truncate(1): length {cache.length}, want 1"
 
@@ -223,12 +260,15 @@ def test_cache_full(kata):
             k_all, _ = cache.update(layer, *kv(1, 1, t, 2, seed=layer))
     assert cache.length == 5, f"prefill 3 + 2 decode steps with max_len 5: length {cache.length}, want 5"
     assert k_all.shape[2] == 5, f"the write that fills max_len 5 returned {k_all.shape[2]} positions, want 5"
-    msg = raises(kata.CacheFullError, lambda: cache.update(0, *kv(1, 1, 1, 2, seed=9)),
-                 "a 6th position with max_len 5")
+    msg = raises(
+        kata.CacheFullError, lambda: cache.update(0, *kv(1, 1, 1, 2, seed=9)), "a 6th position with max_len 5"
+    )
     assert "5" in msg, f"CacheFullError should name max_len 5; message: {msg!r}"
     assert cache.length == 5, f"a refused write changed length from 5 to {cache.length}"
     empty = kata.KVCache(1, 1, 1, 2, 5)
-    msg = raises(kata.CacheFullError, lambda: empty.update(0, *kv(1, 1, 6, 2, seed=0)), "a prefill of 6 with max_len 5")
+    msg = raises(
+        kata.CacheFullError, lambda: empty.update(0, *kv(1, 1, 6, 2, seed=0)), "a prefill of 6 with max_len 5"
+    )
     assert "6" in msg and "5" in msg, f"CacheFullError should name 6 and max_len 5; message: {msg!r}"
 
 
@@ -236,9 +276,14 @@ def test_max_bytes(kata):
     """max_bytes below bytes_needed raises ValueError naming both numbers; exactly enough is fine"""
     shape = (30, 4, 3, 64, 2048)
     need = 2 * 30 * 4 * 3 * 64 * 2048 * 4
-    msg = raises(ValueError, lambda: kata.KVCache(*shape, max_bytes=need - 1), f"KVCache{shape} with max_bytes={need - 1}")
+    msg = raises(
+        ValueError,
+        lambda: kata.KVCache(*shape, max_bytes=need - 1),
+        f"KVCache{shape} with max_bytes={need - 1}",
+    )
     assert str(need) in msg and str(need - 1) in msg, (
-        f"the error should name the {need} bytes needed and max_bytes {need - 1}; message: {msg!r}")
+        f"the error should name the {need} bytes needed and max_bytes {need - 1}; message: {msg!r}"
+    )
     small = (2, 1, 1, 4, 8)
     kata.KVCache(*small, max_bytes=2 * 2 * 1 * 1 * 4 * 8 * 4)  # exactly enough
 
@@ -265,6 +310,7 @@ def test_rejects_bad_updates(kata):
 
 # --------------------------------------------------------------------------- inside the model
 
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.builds_on("test_update_returns_all_positions", "test_length_moves_after_last_layer")
@@ -274,11 +320,15 @@ def test_decode_matches_recompute(kata, model, seed):
     want = recompute(model, ids)
     cache = model.new_cache(2, 16)
     got = model.prefill(ids[:, :4], cache)
-    assert close(got, want[:, :4]), f"prefill of 4 tokens: logits differ from recompute by {max_diff(got, want[:, :4]):.2e}"
+    assert close(got, want[:, :4]), (
+        f"prefill of 4 tokens: logits differ from recompute by {max_diff(got, want[:, :4]):.2e}"
+    )
     for t in range(4, 10):
         got = model.decode_step(ids[:, t], cache)
-        assert close(got, want[:, t]), (f"prefill 4 then decode: step at position {t} differs from full recompute by "
-                                        f"{max_diff(got, want[:, t]):.2e}")
+        assert close(got, want[:, t]), (
+            f"prefill 4 then decode: step at position {t} differs from full recompute by "
+            f"{max_diff(got, want[:, t]):.2e}"
+        )
         assert cache.length == t + 1, f"after decoding position {t}: length {cache.length}, want {t + 1}"
 
 
@@ -290,13 +340,17 @@ def test_chunked_prefill_matches_one_prefill(kata, model):
     whole = model.prefill(ids[:, :10], model.new_cache(2, 12))
     cache, start = model.new_cache(2, 12), 0
     for t in [3, 1, 4, 2]:
-        got = model.prefill(ids[:, start:start + t], cache)
-        want = whole[:, start:start + t]
-        assert close(got, want), (f"chunks [3, 1, 4, 2]: chunk at positions {start}..{start + t - 1} differs from "
-                                  f"one prefill by {max_diff(got, want):.2e}")
+        got = model.prefill(ids[:, start : start + t], cache)
+        want = whole[:, start : start + t]
+        assert close(got, want), (
+            f"chunks [3, 1, 4, 2]: chunk at positions {start}..{start + t - 1} differs from "
+            f"one prefill by {max_diff(got, want):.2e}"
+        )
         start += t
     got, want = model.decode_step(ids[:, 10], cache), recompute(model, ids)[:, 10]
-    assert close(got, want), f"decode after chunked prefill differs from recompute by {max_diff(got, want):.2e}"
+    assert close(got, want), (
+        f"decode after chunked prefill differs from recompute by {max_diff(got, want):.2e}"
+    )
 
 
 def test_stores_kv_heads(kata, model):
@@ -321,9 +375,12 @@ def test_stores_kv_heads(kata, model):
     cache = Spy(kata.KVCache(c.n_layers, 1, c.n_kv_heads, c.head_dim, 8))
     model.prefill(token_ids(1, 3), cache)
     assert shapes and all(s[1] == c.n_kv_heads for s in shapes), (
-        f"cached keys have shapes {shapes}, want {c.n_kv_heads} heads (the KV heads; query heads are {c.n_heads})")
+        f"cached keys have shapes {shapes}, want {c.n_kv_heads} heads (the KV heads; query heads are {c.n_heads})"
+    )
     want = 2 * c.n_layers * 1 * c.n_kv_heads * c.head_dim * 8 * 4
-    assert cache.nbytes == want, f"nbytes {cache.nbytes}, want {want}: {c.n_kv_heads} kv heads x head_dim {c.head_dim} x 8"
+    assert cache.nbytes == want, (
+        f"nbytes {cache.nbytes}, want {want}: {c.n_kv_heads} kv heads x head_dim {c.head_dim} x 8"
+    )
 
 
 @pytest.mark.points(2)
@@ -338,8 +395,10 @@ def test_reorder_matches_reordered_batch(kata, model):
     cache.reorder(index)
     got = model.decode_step(nxt, cache)
     want = recompute(model, torch.cat([ids[index], nxt[:, None]], dim=1))[:, -1]
-    assert close(got, want), (f"prefill 3 rows, reorder([2, 2, 0]), decode one step: logits differ from a fresh run "
-                              f"on rows [2, 2, 0] by {max_diff(got, want):.2e}")
+    assert close(got, want), (
+        f"prefill 3 rows, reorder([2, 2, 0]), decode one step: logits differ from a fresh run "
+        f"on rows [2, 2, 0] by {max_diff(got, want):.2e}"
+    )
 
 
 @pytest.mark.points(2)
@@ -358,11 +417,15 @@ def test_truncate_then_redecode(kata, model):
     want = recompute(model, redo)
     for i in range(3):
         got = model.decode_step(new[:, i], cache)
-        assert close(got, want[:, 7 + i]), (f"9 positions, truncate(7), re-decode: position {7 + i} differs from a "
-                                            f"fresh run by {max_diff(got, want[:, 7 + i]):.2e}")
+        assert close(got, want[:, 7 + i]), (
+            f"9 positions, truncate(7), re-decode: position {7 + i} differs from a "
+            f"fresh run by {max_diff(got, want[:, 7 + i]):.2e}"
+        )
     cache.truncate(0)
     got = model.prefill(redo[:, :4], cache)
-    assert close(got, want[:, :4]), f"truncate(0) then prefill differs from a fresh run by {max_diff(got, want[:, :4]):.2e}"
+    assert close(got, want[:, :4]), (
+        f"truncate(0) then prefill differs from a fresh run by {max_diff(got, want[:, :4]):.2e}"
+    )
 
 
 @pytest.mark.builds_on("test_cache_full")
@@ -370,7 +433,9 @@ def test_model_refuses_overflow(kata, model):
     """a prefill past the cache's max_len raises CacheFullError"""
     cache = model.new_cache(1, 6)
     model.prefill(token_ids(1, 4), cache)
-    raises(kata.CacheFullError, lambda: model.prefill(token_ids(1, 3), cache), "4 cached + 3 new with max_len 6")
+    raises(
+        kata.CacheFullError, lambda: model.prefill(token_ids(1, 3), cache), "4 cached + 3 new with max_len 6"
+    )
 
 
 @pytest.mark.points(2)
@@ -393,4 +458,5 @@ def test_left_padded_batch_matches_rows_alone(kata, model):
             want = alone[len(prompt) - 1 + i]
             assert close(logits[row], want), (
                 f"row {row} (prompt of {len(prompt)} tokens{', left-padded by 3' if row == 0 else ''}), step {i}: "
-                f"logits differ from the row alone by {max_diff(logits[row], want):.2e}")
+                f"logits differ from the row alone by {max_diff(logits[row], want):.2e}"
+            )

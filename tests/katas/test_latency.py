@@ -38,13 +38,16 @@ PEAK, BANDWIDTH = 1.5e11, 1.2e10  # FLOP/s, bytes/s: about one core of the machi
 TOL = 1e-5  # logits of chunked vs one-shot prefill
 
 
-def roofline_seconds(phase: str, config, seq_len: int, context_len: int, peak: float, bandwidth: float) -> float:
+def roofline_seconds(
+    phase: str, config, seq_len: int, context_len: int, peak: float, bandwidth: float
+) -> float:
     """The oracle: a pass takes as long as the slower of its arithmetic and its memory traffic."""
     cost = phase_cost(config, phase, 1, seq_len, context_len)
     return max(cost.flops / peak, cost.bytes / bandwidth)
 
 
 # --------------------------------------------------------------------------- predictions
+
 
 @pytest.mark.example
 @pytest.mark.points(2)
@@ -55,7 +58,8 @@ def test_predict_ttft_long_prompt_is_compute_bound(kata):
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_ttft(SmolLM2, 512, 1.5e11, 1.2e10) = {got:.6g} s, want {want:.6g} s "
         "(155.8 GFLOP / 1.5e11 FLOP/s: prefill of a long prompt is compute-bound; the time is the larger of "
-        "compute time and memory time, not their sum)")
+        "compute time and memory time, not their sum)"
+    )
 
 
 @pytest.mark.example
@@ -66,7 +70,8 @@ def test_predict_tpot_is_the_weight_read(kata):
     want = 538_154_496 / BANDWIDTH  # every weight, one embedding row, K and V of one position
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_tpot(SmolLM2, context_len=0, 1.5e11, 1.2e10) = {got:.6g} s, want {want:.6g} s "
-        "(538 MB read / 1.2e10 B/s: decode is bandwidth-bound)")
+        "(538 MB read / 1.2e10 B/s: decode is bandwidth-bound)"
+    )
 
 
 @pytest.mark.points(2)
@@ -77,16 +82,20 @@ def test_predict_tpot_reads_the_kv_cache(kata):
     want = 561_747_456 / BANDWIDTH  # + 513 positions x 46,080 bytes of K and V read, one written
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_tpot(SmolLM2, context_len=512) = {got:.6g} s, want {want:.6g} s: "
-        "the step reads the whole KV cache as well as the weights")
+        "the step reads the whole KV cache as well as the weights"
+    )
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("prompt_len, peak, bandwidth", [
-    (40, PEAK, BANDWIDTH),  # FLOP time 72 ms, byte time 45 ms: comparable, so max vs sum shows
-    (1, PEAK, BANDWIDTH),
-    (300, 2e10, 5e9),
-    (64, 1e12, 1e12),
-])
+@pytest.mark.parametrize(
+    "prompt_len, peak, bandwidth",
+    [
+        (40, PEAK, BANDWIDTH),  # FLOP time 72 ms, byte time 45 ms: comparable, so max vs sum shows
+        (1, PEAK, BANDWIDTH),
+        (300, 2e10, 5e9),
+        (64, 1e12, 1e12),
+    ],
+)
 @pytest.mark.builds_on("test_predict_ttft_long_prompt_is_compute_bound")
 def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
     """predict_ttft = max(FLOPs / peak, bytes / bandwidth) of the prefill: the slower resource sets the pace"""
@@ -94,7 +103,8 @@ def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
     want = roofline_seconds("prefill", SMOL, prompt_len, 0, peak, bandwidth)
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_ttft(SmolLM2, {prompt_len}, peak={peak:g}, bandwidth={bandwidth:g}) = {got:.6g} s, "
-        f"want {want:.6g} s = max(FLOPs / peak, bytes / bandwidth) (not their sum, not one of them alone)")
+        f"want {want:.6g} s = max(FLOPs / peak, bytes / bandwidth) (not their sum, not one of them alone)"
+    )
 
 
 @pytest.mark.points(1)
@@ -107,7 +117,8 @@ def test_predict_tpot_is_the_slower_ceiling(kata, context_len, peak, bandwidth):
     want = roofline_seconds("decode", config, 1, context_len, peak, bandwidth)
     assert got == pytest.approx(want, rel=1e-9), (
         f"predict_tpot(tiny config, {context_len}, peak={peak:g}, bandwidth={bandwidth:g}) = {got:.6g} s, "
-        f"want {want:.6g} s")
+        f"want {want:.6g} s"
+    )
 
 
 @pytest.mark.points(1)
@@ -124,6 +135,7 @@ def test_predictions_reject_bad_ceilings(kata):
 
 
 # --------------------------------------------------------------------------- measuring (timing semantics)
+
 
 def charged(model, clock: FakeClock, prefill_s: float = 0.0, decode_s: float = 0.0, warm_s: float = 0.0):
     """The model with every prefill / decode_step call logged as (name, ids, cache length before, logits)
@@ -165,12 +177,17 @@ def test_ttft_is_prefill_and_tpot_is_one_decode_step(kata):
     model, _ = charged(tiny_model(seed=0), clock, prefill_s=PREFILL_S, decode_s=DECODE_S)
     with reading(clock, kata):
         got = kata.measure_latency(model, 8, 4, repeats=2)
-    said = (f"prefill takes {PREFILL_S * 1e3:.0f} ms, decode steps {DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, "
-            f"4 new tokens) says TTFT {got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms")
-    assert got.ttft == pytest.approx(PREFILL_S, rel=1e-6), f"{said}: the first token arrives right after the prefill"
+    said = (
+        f"prefill takes {PREFILL_S * 1e3:.0f} ms, decode steps {DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, "
+        f"4 new tokens) says TTFT {got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms"
+    )
+    assert got.ttft == pytest.approx(PREFILL_S, rel=1e-6), (
+        f"{said}: the first token arrives right after the prefill"
+    )
     assert got.tpot == pytest.approx(DECODE_S, rel=1e-6), (
         f"{said}: TPOT counts the 3 tokens after the first, one decode step each (a total / 4 would charge the "
-        "prefill to every token)")
+        "prefill to every token)"
+    )
 
 
 @pytest.mark.points(1)
@@ -183,7 +200,8 @@ def test_measure_latency_warms_up_untimed(kata):
     assert (got.ttft, got.tpot) == (pytest.approx(PREFILL_S, rel=1e-6), pytest.approx(DECODE_S, rel=1e-6)), (
         f"every call of the first run takes 1 s, later prefills {PREFILL_S * 1e3:.0f} ms and decode steps "
         f"{DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, 4 new tokens, repeats=1) says TTFT "
-        f"{got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms: the warm-up run must not be timed")
+        f"{got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms: the warm-up run must not be timed"
+    )
 
 
 @pytest.mark.points(2)
@@ -195,17 +213,20 @@ def test_measure_latency_generates_greedily_from_one_prefill(kata):
     run = ["prefill"] + ["decode_step"] * 4
     assert names == run * (len(names) // 5) and len(names) >= 10, (
         f"measure_latency(prompt 6, 5 new tokens, repeats=2) called {names}: want each run to be "
-        f"{run} (warm-up runs allowed)")
-    for i, (name, ids, length, logits) in enumerate(calls):
+        f"{run} (warm-up runs allowed)"
+    )
+    for i, (name, ids, length, _logits) in enumerate(calls):
         if name == "prefill":
             assert tuple(ids.shape) == (1, 6) and length == 0, (
                 f"prefill got ids {tuple(ids.shape)} on a cache holding {length} positions; "
-                "want the whole prompt (1, 6) on an empty cache")
+                "want the whole prompt (1, 6) on an empty cache"
+            )
             continue
         prev = calls[i - 1][3]
         want = (prev[:, -1] if prev.dim() == 3 else prev).argmax(-1)
         assert tuple(ids.shape) == (1,) and torch.equal(ids, want), (
-            f"decode step {i} fed {ids.tolist()}, want the argmax of the previous logits {want.tolist()}")
+            f"decode step {i} fed {ids.tolist()}, want the argmax of the previous logits {want.tolist()}"
+        )
         assert length == 6 + (i % 5) - 1, f"decode step fed on a cache of {length} positions"
 
 
@@ -224,6 +245,7 @@ def test_measure_latency_rejects_bad_input(kata):
 
 
 # --------------------------------------------------------------------------- chunked prefill
+
 
 def prefill_calls(model):
     """The model with every prefill call's (ids shape, cache length before) logged."""
@@ -254,10 +276,12 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
     got = kata.chunked_prefill(model, ids, cache, chunk)
     assert tuple(got.shape) == (2, 13, 256), (
         f"chunked_prefill(13 tokens, chunk={chunk}) returned logits {tuple(got.shape)}, want (2, 13, 256): one row "
-        "per prompt token, the last partial chunk included")
+        "per prompt token, the last partial chunk included"
+    )
     assert max_diff(got, want) <= TOL, (
         f"chunked_prefill(13 tokens, chunk={chunk}) differs from one prefill by {max_diff(got, want):.3g}: "
-        "each chunk must attend to the positions cached before it")
+        "each chunk must attend to the positions cached before it"
+    )
     assert cache.length == 13, f"after chunked_prefill of 13 tokens the cache holds {cache.length}"
 
 
@@ -270,8 +294,10 @@ def test_chunked_prefill_bounds_each_step(kata, T, chunk):
     kata.chunked_prefill(model, ids, model.new_cache(1, 16), chunk)
     sizes = [(shape[1], length) for shape, length in calls]
     want = [(min(chunk, T - lo), lo) for lo in range(0, T, chunk)]
-    assert sizes == want, (f"chunked_prefill(T={T}, chunk={chunk}) made prefill calls of (tokens, cached before) "
-                           f"{sizes}, want {want}")
+    assert sizes == want, (
+        f"chunked_prefill(T={T}, chunk={chunk}) made prefill calls of (tokens, cached before) "
+        f"{sizes}, want {want}"
+    )
     assert len(want) == math.ceil(T / chunk)
 
 
@@ -280,7 +306,9 @@ def test_chunked_prefill_bounds_each_step(kata, T, chunk):
 def test_chunked_prefill_appends_to_a_filled_cache(kata):
     """Chunks appended after cached positions match one prefill, and decoding afterwards is unchanged"""
     model = tiny_model(seed=2)
-    ids = torch.randint(256, (1, 19), generator=torch.Generator().manual_seed(3))  # 5 cached + 11 new + 3 decoded
+    ids = torch.randint(
+        256, (1, 19), generator=torch.Generator().manual_seed(3)
+    )  # 5 cached + 11 new + 3 decoded
     ref = model.new_cache(1, 32)
     model.prefill(ids[:, :5], ref)
     want = model.prefill(ids[:, 5:16], ref)
@@ -288,14 +316,19 @@ def test_chunked_prefill_appends_to_a_filled_cache(kata):
     model.prefill(ids[:, :5], cache)
     got = kata.chunked_prefill(model, ids[:, 5:16], cache, 3)
     assert max_diff(got, want) <= TOL, (
-        f"chunked_prefill(11 tokens after 5 cached, chunk=3) differs from one prefill by {max_diff(got, want):.3g}")
+        f"chunked_prefill(11 tokens after 5 cached, chunk=3) differs from one prefill by {max_diff(got, want):.3g}"
+    )
     for t in range(16, 19):
         a, b = model.decode_step(ids[:, t], ref), model.decode_step(ids[:, t], cache)
-        assert max_diff(a, b) <= TOL, f"decode step at position {t} after chunked prefill differs by {max_diff(a, b):.3g}"
+        assert max_diff(a, b) <= TOL, (
+            f"decode step at position {t} after chunked prefill differs by {max_diff(a, b):.3g}"
+        )
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_chunked_prefill_equals_one_shot", "test_chunked_prefill_appends_to_a_filled_cache")
+@pytest.mark.builds_on(
+    "test_chunked_prefill_equals_one_shot", "test_chunked_prefill_appends_to_a_filled_cache"
+)
 def test_chunked_prefill_with_left_padding(kata):
     """A left-padded batch: each chunk gets the attention mask of everything cached plus itself"""
     model = tiny_model(seed=4)
@@ -307,8 +340,10 @@ def test_chunked_prefill_with_left_padding(kata):
     got = kata.chunked_prefill(model, ids, model.new_cache(3, 16), 3, attention_mask=mask)
     real = mask[:, :, None].expand_as(want)  # pad positions' logits are not compared
     diff = float((got - want).abs()[real].max())
-    assert diff <= TOL, (f"chunked_prefill(3 left-padded rows, 10 tokens, chunk=3) differs from one masked prefill "
-                         f"by {diff:.3g} on real tokens: chunk i needs mask[:, :end of chunk i]")
+    assert diff <= TOL, (
+        f"chunked_prefill(3 left-padded rows, 10 tokens, chunk=3) differs from one masked prefill "
+        f"by {diff:.3g} on real tokens: chunk i needs mask[:, :end of chunk i]"
+    )
 
 
 @pytest.mark.points(1)
@@ -317,8 +352,10 @@ def test_chunked_prefill_rejects_bad_chunk(kata):
     model = tiny_model(seed=0)
     ids = torch.zeros(1, 4, dtype=torch.long)
     for chunk in (0, -2, 2.5):
-        expect_value_error(lambda c=chunk: kata.chunked_prefill(model, ids, model.new_cache(1, 8), c),
-                           f"chunked_prefill(chunk={chunk!r})")
+        expect_value_error(
+            lambda c=chunk: kata.chunked_prefill(model, ids, model.new_cache(1, 8), c),
+            f"chunked_prefill(chunk={chunk!r})",
+        )
 
 
 # --------------------------------------------------------------------------- the physics (machine tests)
@@ -342,7 +379,9 @@ def smollm2_layers():
 
 def plain_latency(model, prompt_len: int, new_tokens: int) -> dict[str, float]:
     """TTFT and TPOT of one greedy generation after an untimed warm-up one: a plain loop."""
-    prompt = torch.randint(model.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(
+        model.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0)
+    )
     cache = model.new_cache(1, max_len=prompt_len + new_tokens - 1)
     for _ in range(2):
         cache.truncate(0)
@@ -361,21 +400,28 @@ def bench(kata, smollm2_layers):
     (solutions.roofline's measurements, as seconds per copy and per matmul), taken in turn."""
     model = smollm2_layers
     nbytes = streaming_copy_bytes()
-    n = compute_bound_n(lambda n: measure_peak_flops(n=n, repeats=2), measure_bandwidth(nbytes=nbytes, repeats=2))
+    n = compute_bound_n(
+        lambda n: measure_peak_flops(n=n, repeats=2), measure_bandwidth(nbytes=nbytes, repeats=2)
+    )
 
     def kata_latency(prompt_len: int) -> dict[str, float]:
         got = kata.measure_latency(model, prompt_len, NEW, repeats=1)
         return {"ttft": got.ttft, "tpot": got.tpot}
 
-    bench = SideBySide({
-        "kata short": lambda: kata_latency(SHORT),
-        "kata long": lambda: kata_latency(LONG),
-        "plain short": lambda: plain_latency(model, SHORT, NEW),
-        "plain long": lambda: plain_latency(model, LONG, NEW),
-        "copy": lambda: 2 * nbytes / measure_bandwidth(nbytes=nbytes, repeats=1),
-        "matmul": lambda: 2 * n**3 / measure_peak_flops(n=n, repeats=1),
-    })
-    bench.ceilings = lambda: (2 * n**3 / bench.best("matmul"), 2 * nbytes / bench.best("copy"))  # best peak, bandwidth
+    bench = SideBySide(
+        {
+            "kata short": lambda: kata_latency(SHORT),
+            "kata long": lambda: kata_latency(LONG),
+            "plain short": lambda: plain_latency(model, SHORT, NEW),
+            "plain long": lambda: plain_latency(model, LONG, NEW),
+            "copy": lambda: 2 * nbytes / measure_bandwidth(nbytes=nbytes, repeats=1),
+            "matmul": lambda: 2 * n**3 / measure_peak_flops(n=n, repeats=1),
+        }
+    )
+    bench.ceilings = lambda: (
+        2 * n**3 / bench.best("matmul"),
+        2 * nbytes / bench.best("copy"),
+    )  # best peak, bandwidth
     return bench
 
 
@@ -384,41 +430,73 @@ def bench(kata, smollm2_layers):
 @pytest.mark.builds_on("test_ttft_is_prefill_and_tpot_is_one_decode_step")
 def test_ttft_grows_with_the_prompt_while_tpot_stays_flat(kata, bench):
     """Machine: TTFT grows with prompt length (192 vs 16 tokens: >= 2.5x) while TPOT stays nearly flat (<= 1.5x)"""
-    def growth(b, side: str) -> tuple[float, float]:  # b: the whole bench, or one round of it
-        return tuple(b.best(f"{side} long.{what}") / b.best(f"{side} short.{what}") for what in ("ttft", "tpot"))
 
-    check_claim(bench, lambda b: Claim(growth(b, "kata"), growth(b, "plain"), lambda q: q[0] >= 2.5 and q[1] <= 1.5, lambda q: (
-        f"SmolLM2-shaped model, {SHORT}- vs {LONG}-token prompt: TTFT grew {q[0]:.2f}x (want >= 2.5x: the prefill "
-        f"of the whole prompt) and TPOT {q[1]:.2f}x (want <= 1.5x: a decode step reads the same weights)")))
+    def growth(b, side: str) -> tuple[float, float]:  # b: the whole bench, or one round of it
+        return tuple(
+            b.best(f"{side} long.{what}") / b.best(f"{side} short.{what}") for what in ("ttft", "tpot")
+        )
+
+    check_claim(
+        bench,
+        lambda b: Claim(
+            growth(b, "kata"),
+            growth(b, "plain"),
+            lambda q: q[0] >= 2.5 and q[1] <= 1.5,
+            lambda q: (
+                f"SmolLM2-shaped model, {SHORT}- vs {LONG}-token prompt: TTFT grew {q[0]:.2f}x (want >= 2.5x: the prefill "
+                f"of the whole prompt) and TPOT {q[1]:.2f}x (want <= 1.5x: a decode step reads the same weights)"
+            ),
+        ),
+    )
 
 
 @pytest.mark.machine
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_predict_ttft_is_the_slower_ceiling",
-                       "test_predict_tpot_is_the_slower_ceiling",
-                       "test_ttft_is_prefill_and_tpot_is_one_decode_step")
+@pytest.mark.builds_on(
+    "test_predict_ttft_is_the_slower_ceiling",
+    "test_predict_tpot_is_the_slower_ceiling",
+    "test_ttft_is_prefill_and_tpot_is_one_decode_step",
+)
 def test_predictions_within_a_factor_of_two(kata, bench, smollm2_layers):
     """Machine: predict_ttft (long prompt) and predict_tpot from measured ceilings are within 2x of measure_latency"""
     config = smollm2_layers.config
-    cases = [(f"TTFT at {LONG} tokens", "long.ttft", "prefill", LONG),
-             (f"TPOT after {SHORT} tokens", "short.tpot", "decode", SHORT),
-             (f"TPOT after {LONG} tokens", "long.tpot", "decode", LONG)]
+    cases = [
+        (f"TTFT at {LONG} tokens", "long.ttft", "prefill", LONG),
+        (f"TPOT after {SHORT} tokens", "short.tpot", "decode", SHORT),
+        (f"TPOT after {LONG} tokens", "long.tpot", "decode", LONG),
+    ]
 
     def predicted(side: str, phase: str, tokens: int) -> float:
         peak, bandwidth = bench.ceilings()
         if side == "plain":
-            return roofline_seconds(phase, config, tokens if phase == "prefill" else 1,
-                                    0 if phase == "prefill" else tokens, peak, bandwidth)
+            return roofline_seconds(
+                phase,
+                config,
+                tokens if phase == "prefill" else 1,
+                0 if phase == "prefill" else tokens,
+                peak,
+                bandwidth,
+            )
         if phase == "prefill":
             return kata.predict_ttft(config, tokens, peak, bandwidth)
         return kata.predict_tpot(config, tokens, peak, bandwidth)
 
     def ratios(b, side: str) -> tuple[float, ...]:  # b: the whole bench, or one round of it
-        return tuple(b.best(f"{side} {key}") / predicted(side, phase, tokens) for _, key, phase, tokens in cases)
+        return tuple(
+            b.best(f"{side} {key}") / predicted(side, phase, tokens) for _, key, phase, tokens in cases
+        )
 
     def describe(q) -> str:
         peak, bandwidth = bench.ceilings()
-        return (f"from {peak / 1e9:.3g} GFLOP/s and {bandwidth / 1e9:.3g} GB/s, measured / predicted = " + ", ".join(
-            f"{r:.2f}x ({what})" for r, (what, *_) in zip(q, cases)) + " (want each within 0.5x .. 2x)")
+        return (
+            f"from {peak / 1e9:.3g} GFLOP/s and {bandwidth / 1e9:.3g} GB/s, measured / predicted = "
+            + ", ".join(f"{r:.2f}x ({what})" for r, (what, *_) in zip(q, cases))
+            + " (want each within 0.5x .. 2x)"
+        )
 
-    check_claim(bench, lambda b: Claim(ratios(b, "kata"), ratios(b, "plain"), lambda q: all(0.5 <= r <= 2 for r in q), describe))
+    check_claim(
+        bench,
+        lambda b: Claim(
+            ratios(b, "kata"), ratios(b, "plain"), lambda q: all(0.5 <= r <= 2 for r in q), describe
+        ),
+    )

@@ -2,7 +2,7 @@
 
 The model is the reference tiny Llama (solutions.model.tiny_model); the oracle for one step is
 the same step in plain fp32, written here. The model and optimizer that train_step changes are
-built where the kata's code runs (dojo.grading.judge.build: in its worker under judge mode), and read
+built where the kata's code runs (dojo.grading.judging.judge.build: in its worker under judge mode), and read
 back as data; the oracle is a second model from the same seed, here.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dojo.grading.judge import build, named_grads
+from dojo.grading.judging.judge import build, named_grads
 from dojo.testing import banned_uses
 from solutions.model import tiny_model
 
@@ -68,6 +68,7 @@ def unchanged(model, start) -> bool:
 
 # ---------------------------------------------------------------- README worked examples
 
+
 @pytest.mark.example
 @pytest.mark.points(2)
 def test_example_scaler_policy(kata):
@@ -78,7 +79,9 @@ def test_example_scaler_policy(kata):
         s.update(found_overflow=overflow)
         trace.append((s.scale, s.good_steps))
     want = [(8.0, 1), (16.0, 0), (16.0, 1), (8.0, 0), (8.0, 1), (16.0, 0)]
-    assert trace == want, f"(scale, good_steps) after updates good, good, good, overflow, good, good: got {trace}, want {want}"
+    assert trace == want, (
+        f"(scale, good_steps) after updates good, good, good, overflow, good, good: got {trace}, want {want}"
+    )
 
 
 @pytest.mark.example
@@ -91,12 +94,15 @@ def test_example_scale_and_unscale(kata):
     a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
     a.grad, b.grad = torch.tensor([2048.0, -1024.0]), None
     assert s.unscale_([a, b]) is True, "unscale_ of finite gradients (and one None) should return True"
-    assert a.grad.tolist() == [2.0, -1.0], f"unscale_ at scale 1024 of [2048, -1024]: got {a.grad.tolist()}, want [2.0, -1.0]"
+    assert a.grad.tolist() == [2.0, -1.0], (
+        f"unscale_ at scale 1024 of [2048, -1024]: got {a.grad.tolist()}, want [2.0, -1.0]"
+    )
     a.grad = torch.tensor([1.0, float("nan")])
     assert s.unscale_([a]) is False, "unscale_ of a gradient holding NaN should return False"
 
 
 # ---------------------------------------------------------------- one step against fp32
+
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype, init_scale", [(torch.bfloat16, None), (torch.float16, 2.0**10)])
@@ -107,10 +113,14 @@ def test_one_step_matches_fp32(kata, dtype, init_scale):
     scaler = None if init_scale is None else kata.DynamicLossScaler(init_scale=init_scale)
     result = kata.train_step(model, batch, optimizer_for(model, "SGD", lr=0.5), scaler, dtype)
     fp32_step(oracle, batch, lr=0.5)
-    assert not result.skipped, f"a {dtype} step at scale {init_scale} was skipped, but its gradients are finite"
+    assert not result.skipped, (
+        f"a {dtype} step at scale {init_scale} was skipped, but its gradients are finite"
+    )
     err = max_update_error(model, oracle, start)
     tol = 0.1 if dtype == torch.bfloat16 else 0.02
-    assert err < tol, f"{dtype} step differs from the fp32 step by {err:.3g} of the largest update (tolerance {tol})"
+    assert err < tol, (
+        f"{dtype} step differs from the fp32 step by {err:.3g} of the largest update (tolerance {tol})"
+    )
 
 
 @pytest.mark.points(2)
@@ -119,12 +129,15 @@ def test_fp32_gradients_are_unscaled_exactly(kata):
     """With a power-of-two scale, the gradients the optimizer sees equal the unscaled fp32 ones (up to the
     rounding of another summation order in the loss: 1e-6, far below any scale left in)."""
     oracle, model, batch = tiny_model(1).train(), trained_model(1), toy_batch(1)
-    kata.train_step(model, batch, optimizer_for(model, "SGD", lr=0.0), kata.DynamicLossScaler(2.0**12), torch.float32)
+    kata.train_step(
+        model, batch, optimizer_for(model, "SGD", lr=0.0), kata.DynamicLossScaler(2.0**12), torch.float32
+    )
     fp32_step(oracle, batch, lr=0.0)
     for (name, grad), q in zip(named_grads(model), oracle.parameters()):
         assert grad is not None and torch.allclose(grad, q.grad, rtol=1e-4, atol=1e-6), (
             f"gradient of {name} after unscaling at scale 4096 differs from the fp32 gradient: "
-            f"max |diff| {float((grad - q.grad).abs().max()) if grad is not None else 'no grad'}")
+            f"max |diff| {float((grad - q.grad).abs().max()) if grad is not None else 'no grad'}"
+        )
 
 
 @pytest.mark.points(2)
@@ -134,19 +147,27 @@ def test_master_weights_stay_fp32(kata):
         model = trained_model(2)
         kata.train_step(model, toy_batch(2), optimizer_for(model, "Adam", lr=1e-3), scaler, dtype)
         params = dict(model.state_dict())
-        bad = [(n, params[n].dtype, None if g is None else g.dtype) for n, g in named_grads(model)
-               if params[n].dtype != torch.float32 or (g is not None and g.dtype != torch.float32)]
+        bad = [
+            (n, params[n].dtype, None if g is None else g.dtype)
+            for n, g in named_grads(model)
+            if params[n].dtype != torch.float32 or (g is not None and g.dtype != torch.float32)
+        ]
         assert not bad, f"after a {dtype} step these parameters (or grads) are not fp32: {bad[:3]}"
 
 
 # ---------------------------------------------------------------- overflow and growth
 
+
 @pytest.mark.points(3)
 @pytest.mark.builds_on("test_example_scaler_policy", "test_example_scale_and_unscale")
 def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
     """An fp16 step whose gradients overflow changes no weight, halves the scale and resets the count."""
-    found = banned_uses(kata_path, {"GradScaler", "_amp_update_scale_", "_amp_foreach_non_finite_check_and_unscale_"})
-    assert not found, f"{kata_path.name} uses torch's own loss scaler; write DynamicLossScaler by hand: {found}"
+    found = banned_uses(
+        kata_path, {"GradScaler", "_amp_update_scale_", "_amp_foreach_non_finite_check_and_unscale_"}
+    )
+    assert not found, (
+        f"{kata_path.name} uses torch's own loss scaler; write DynamicLossScaler by hand: {found}"
+    )
     start, model = tiny_model(3).train(), trained_model(3)
     optimizer = optimizer_for(model, "SGD", lr=0.1, momentum=0.9)
     scaler = kata.DynamicLossScaler(init_scale=2.0**60, growth_interval=5)  # fp16 tops out at 65504
@@ -154,7 +175,9 @@ def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
     result = kata.train_step(model, toy_batch(3), optimizer, scaler, torch.float16)
     assert result.skipped, "an fp16 step at scale 2**60 overflows, but train_step did not report it skipped"
     assert unchanged(model, start), "an overflowing step changed the weights: the optimizer must not step"
-    assert not optimizer.state, "an overflowing step updated the optimizer state (momentum): it must be skipped whole"
+    assert not optimizer.state, (
+        "an overflowing step updated the optimizer state (momentum): it must be skipped whole"
+    )
     assert scaler.scale == 2.0**59, f"scale after an overflow at 2**60: got {scaler.scale}, want 2**59"
     assert scaler.good_steps == 0, f"good_steps after an overflow: got {scaler.good_steps}, want 0"
 
@@ -170,7 +193,9 @@ def test_nan_gradients_are_skipped(kata):
     scaler = kata.DynamicLossScaler(init_scale=4.0)
     result = kata.train_step(model, toy_batch(4), optimizer_for(model, "SGD", lr=0.1), scaler, torch.float32)
     same = all(torch.allclose(p, s, equal_nan=True) for p, s in zip(weights(model), weights(start)))
-    assert result.skipped and same, f"a step with NaN gradients: skipped={result.skipped}, weights unchanged={same}"
+    assert result.skipped and same, (
+        f"a step with NaN gradients: skipped={result.skipped}, weights unchanged={same}"
+    )
     assert scaler.scale == 2.0, f"scale after a NaN step at 4.0: got {scaler.scale}, want 2.0"
 
 
@@ -184,25 +209,36 @@ def test_scale_grows_after_n_good_steps(kata):
     scales = []
     for step in range(4):
         result = kata.train_step(model, toy_batch(10 + step), optimizer, scaler, torch.float16)
-        assert not result.skipped, f"step {step} at scale {scales[-1] if scales else 256} was skipped; its gradients are finite"
+        assert not result.skipped, (
+            f"step {step} at scale {scales[-1] if scales else 256} was skipped; its gradients are finite"
+        )
         scales.append(scaler.scale)
-    assert scales == [256.0, 256.0, 512.0, 512.0], f"scale after each of 4 good steps (growth_interval 3): got {scales}, want [256, 256, 512, 512]"
+    assert scales == [256.0, 256.0, 512.0, 512.0], (
+        f"scale after each of 4 good steps (growth_interval 3): got {scales}, want [256, 256, 512, 512]"
+    )
 
 
 # ---------------------------------------------------------------- training and errors
 
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.builds_on("test_one_step_matches_fp32",
-                       "test_master_weights_stay_fp32",
-                       "test_overflowing_step_is_skipped_and_scale_halves")
+@pytest.mark.builds_on(
+    "test_one_step_matches_fp32",
+    "test_master_weights_stay_fp32",
+    "test_overflowing_step_is_skipped_and_scale_halves",
+)
 def test_loss_falls_over_50_steps(kata, dtype):
     """Fifty mixed-precision Adam steps on one batch of a toy task cut the loss by more than half."""
     model, batch = trained_model(6), toy_batch(6, batch=2, length=8)
     optimizer = optimizer_for(model, "Adam", lr=3e-3)
-    scaler = kata.DynamicLossScaler(init_scale=2.0**16, growth_interval=10) if dtype == torch.float16 else None
+    scaler = (
+        kata.DynamicLossScaler(init_scale=2.0**16, growth_interval=10) if dtype == torch.float16 else None
+    )
     losses = [kata.train_step(model, batch, optimizer, scaler, dtype).loss for _ in range(50)]
-    assert losses[-1] < 0.5 * losses[0], f"{dtype} loss over 50 steps: {losses[0]:.3f} -> {losses[-1]:.3f}, want below half"
+    assert losses[-1] < 0.5 * losses[0], (
+        f"{dtype} loss over 50 steps: {losses[0]:.3f} -> {losses[-1]:.3f}, want below half"
+    )
 
 
 def test_bad_arguments_raise(kata):
@@ -214,8 +250,9 @@ def test_bad_arguments_raise(kata):
     cases = {
         "fp16 without a scaler": lambda: kata.train_step(model, batch, sgd, None, torch.float16),
         "dtype torch.float64": lambda: kata.train_step(model, batch, sgd, None, torch.float64),
-        "bf16 parameters": lambda: kata.train_step(half_model, batch, optimizer_for(half_model, "SGD", lr=0.1),
-                                                   None, torch.bfloat16),
+        "bf16 parameters": lambda: kata.train_step(
+            half_model, batch, optimizer_for(half_model, "SGD", lr=0.1), None, torch.bfloat16
+        ),
         "init_scale 0": lambda: kata.DynamicLossScaler(init_scale=0.0),
         "backoff_factor 2": lambda: kata.DynamicLossScaler(backoff_factor=2.0),
         "growth_interval 0": lambda: kata.DynamicLossScaler(growth_interval=0),

@@ -25,11 +25,16 @@ from solutions.model import tiny_model
 KATA = "paged_kv"
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}  # logits of paged vs contiguous runs
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 @pytest.fixture(scope="module")
 def model(one_thread):
@@ -143,11 +148,13 @@ def check_sharing(cache, oracle: Oracle, history: str) -> None:
         want = oracle.blocks[s]
         assert len(table) == len(want), (
             f"{history}: sequence {s} holds {oracle.tokens(s)} tokens in blocks of {oracle.bs}: "
-            f"its block table has {len(table)} blocks, want ceil = {len(want)}")
+            f"its block table has {len(table)} blocks, want ceil = {len(want)}"
+        )
         for j, (b, w) in enumerate(zip(table, want)):
             assert mine.setdefault(b, w) == w and theirs.setdefault(w, b) == b, (
                 f"{history}: block {j} of sequence {s} (physical {b}) is shared where it must not be, or "
-                "not shared where it must be (forks share blocks until one writes into a shared one)")
+                "not shared where it must be (forks share blocks until one writes into a shared one)"
+            )
     holders = Counter(b for table in tables.values() for b in table)
     for b, count in holders.items():
         got = cache.allocator.refcount(b)
@@ -156,19 +163,22 @@ def check_sharing(cache, oracle: Oracle, history: str) -> None:
 
 # --------------------------------------------------------------------------- README examples
 
+
 @pytest.mark.example
 def test_readme_allocator_example(kata):
     """allocate gives reference count 1; share adds one; release drops one and frees the block at 0"""
     pool = kata.BlockAllocator(num_blocks=4)
     b = pool.allocate()
     assert (pool.refcount(b), pool.num_free) == (1, 3), (
-        f"after one allocate of 4 blocks: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 1, 3")
+        f"after one allocate of 4 blocks: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 1, 3"
+    )
     pool.share(b)
     assert pool.refcount(b) == 2, f"allocate then share: refcount {pool.refcount(b)}, want 2"
     pool.release(b)
     pool.release(b)
     assert (pool.refcount(b), pool.num_free) == (0, 4), (
-        f"allocate, share, release, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 4")
+        f"allocate, share, release, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 4"
+    )
 
 
 @pytest.mark.example
@@ -181,27 +191,37 @@ def test_readme_fork_example(kata):
     k_all, v_all = cache.update(0, 0, k, -k)
     assert torch.equal(k_all, k) and torch.equal(v_all, -k), "update of 6 positions must return them"
     got = (cache.num_tokens(0), len(cache.block_table(0)), cache.blocks_in_use)
-    assert got == (6, 2, 2), f"6 positions in blocks of 4: (num_tokens, table length, blocks_in_use) {got}, want (6, 2, 2)"
+    assert got == (6, 2, 2), (
+        f"6 positions in blocks of 4: (num_tokens, table length, blocks_in_use) {got}, want (6, 2, 2)"
+    )
     cache.fork(0, 1)
     assert cache.block_table(1) == cache.block_table(0), "fork: the child's block table must be the parent's"
     assert cache.blocks_in_use == 2, f"fork copied blocks: blocks_in_use {cache.blocks_in_use}, want 2"
     counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
     assert counts == [2, 2], f"after fork, the shared blocks' refcounts are {counts}, want [2, 2]"
     need = (cache.blocks_needed(1, 1), cache.blocks_needed(1, 3))
-    assert need == (1, 2), f"6 tokens in blocks of 4, forked: blocks_needed for 1 and 3 more tokens {need}, want (1, 2)"
+    assert need == (1, 2), (
+        f"6 tokens in blocks of 4, forked: blocks_needed for 1 and 3 more tokens {need}, want (1, 2)"
+    )
     step = torch.full((1, 1, 2), 100.0)
     cache.update(1, 0, step, -step)
     assert cache.blocks_in_use == 3, (
         f"child writes position 6 into the shared 2nd block: blocks_in_use {cache.blocks_in_use}, want 3 "
-        "(the 1st block still shared, the 2nd copied)")
+        "(the 1st block still shared, the 2nd copied)"
+    )
     t0, t1 = cache.block_table(0), cache.block_table(1)
-    assert t0[0] == t1[0] and t0[1] != t1[1], f"after the child's write: tables {t0} and {t1}, want the 1st block shared only"
-    assert torch.equal(cache.gather(0, 0)[0], k), "the child's write reached the parent (copy-on-write missing)"
+    assert t0[0] == t1[0] and t0[1] != t1[1], (
+        f"after the child's write: tables {t0} and {t1}, want the 1st block shared only"
+    )
+    assert torch.equal(cache.gather(0, 0)[0], k), (
+        "the child's write reached the parent (copy-on-write missing)"
+    )
     assert cache.gather(1, 0)[0][0, 6].tolist() == [100.0, 100.0], "the child lost its own write"
     cache.free(0)
     counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
     assert (cache.blocks_in_use, counts) == (2, [1, 1]), (
-        f"free the parent: blocks_in_use {cache.blocks_in_use}, child's refcounts {counts}; want 2, [1, 1]")
+        f"free the parent: blocks_in_use {cache.blocks_in_use}, child's refcounts {counts}; want 2, [1, 1]"
+    )
 
 
 @pytest.mark.example
@@ -211,7 +231,9 @@ def test_readme_fragmentation_example(kata):
     for s, n in enumerate([5, 17, 33, 2]):
         cache.add_sequence(s)
         cache.update(s, 0, torch.zeros(1, n, 1), torch.zeros(1, n, 1))
-    assert cache.blocks_in_use == 7, f"lengths [5, 17, 33, 2] in blocks of 16: blocks_in_use {cache.blocks_in_use}, want 7"
+    assert cache.blocks_in_use == 7, (
+        f"lengths [5, 17, 33, 2] in blocks of 16: blocks_in_use {cache.blocks_in_use}, want 7"
+    )
 
 
 @pytest.mark.example
@@ -226,15 +248,22 @@ def test_readme_model_example(kata, model):
     mask = view.attention_mask(1)
     assert view.length == 5, f"view over sequences of 5 and 2 tokens: length {view.length}, want 5"
     want = [[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
-    assert mask.int().tolist() == want, f"attention_mask(1) for lengths 5 and 2: {mask.int().tolist()}, want {want}"
+    assert mask.int().tolist() == want, (
+        f"attention_mask(1) for lengths 5 and 2: {mask.int().tolist()}, want {want}"
+    )
     logits = model.decode_step(torch.tensor([9, 9]), view, mask)
     got = (cache.num_tokens(0), cache.num_tokens(1), view.length)
-    assert got == (6, 3, 6), f"after one decode step: (num_tokens 0, num_tokens 1, view length) {got}, want (6, 3, 6)"
+    assert got == (6, 3, 6), (
+        f"after one decode step: (num_tokens 0, num_tokens 1, view length) {got}, want (6, 3, 6)"
+    )
     alone = model(torch.tensor([[6, 7, 9]]))[0, -1]
-    assert close(logits[1], alone), f"row 1 (2 tokens, left-padded by 3) differs from alone by {max_diff(logits[1], alone):.2e}"
+    assert close(logits[1], alone), (
+        f"row 1 (2 tokens, left-padded by 3) differs from alone by {max_diff(logits[1], alone):.2e}"
+    )
 
 
 # --------------------------------------------------------------------------- the allocator
+
 
 @pytest.mark.points(2)
 def test_allocator_hands_out_each_block_once(kata):
@@ -242,7 +271,9 @@ def test_allocator_hands_out_each_block_once(kata):
     assert issubclass(kata.OutOfBlocksError, RuntimeError), "OutOfBlocksError must subclass RuntimeError"
     pool = kata.BlockAllocator(5)
     got = [pool.allocate() for _ in range(5)]
-    assert sorted(got) == [0, 1, 2, 3, 4], f"5 allocations from a pool of 5 gave {got}, want each of 0..4 once"
+    assert sorted(got) == [0, 1, 2, 3, 4], (
+        f"5 allocations from a pool of 5 gave {got}, want each of 0..4 once"
+    )
     assert pool.num_free == 0, f"all 5 blocks allocated: num_free {pool.num_free}, want 0"
     raises(kata.OutOfBlocksError, pool.allocate, "allocate with all 5 blocks in use")
     pool.release(got[3])
@@ -261,11 +292,13 @@ def test_allocator_refcounts_and_double_free(kata):
     pool.share(b)
     pool.release(b)
     assert (pool.refcount(b), pool.num_free) == (2, 2), (
-        f"allocate, share, share, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 2, 2")
+        f"allocate, share, share, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 2, 2"
+    )
     pool.release(b)
     pool.release(b)
     assert (pool.refcount(b), pool.num_free) == (0, 3), (
-        f"the last release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 3")
+        f"the last release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 3"
+    )
     raises(ValueError, lambda: pool.release(b), "release of a free block (a double free)")
     assert pool.num_free == 3, f"a refused double free changed num_free to {pool.num_free}, want 3"
     raises(ValueError, lambda: pool.share(b), "share of a free block")
@@ -277,6 +310,7 @@ def test_allocator_refcounts_and_double_free(kata):
 
 
 # --------------------------------------------------------------------------- the cache alone
+
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("seed", [0, 1])
@@ -294,14 +328,18 @@ def test_update_returns_all_positions(kata, seed):
             want[layer] = (torch.cat([want[layer][0], k], dim=1), torch.cat([want[layer][1], v], dim=1))
             got_k, got_v = cache.update(7, layer, k, v)
             assert close(got_k, want[layer][0]) and close(got_v, want[layer][1]), (
-                f"blocks of 3, chunks {chunks[:step + 1]}, layer {layer}: update returned k {tuple(got_k.shape)}, "
-                f"want the {want[layer][0].shape[1]} positions written so far, in order")
+                f"blocks of 3, chunks {chunks[: step + 1]}, layer {layer}: update returned k {tuple(got_k.shape)}, "
+                f"want the {want[layer][0].shape[1]} positions written so far, in order"
+            )
         n = want[0][0].shape[1]
-        assert cache.num_tokens(7) == n, f"chunks {chunks[:step + 1]}: num_tokens {cache.num_tokens(7)}, want {n}"
+        assert cache.num_tokens(7) == n, (
+            f"chunks {chunks[: step + 1]}: num_tokens {cache.num_tokens(7)}, want {n}"
+        )
     for layer in range(n_layers):
         got_k, got_v = cache.gather(7, layer)
         assert close(got_k, want[layer][0]) and close(got_v, want[layer][1]), (
-            f"chunks {chunks}, layer {layer}: gather differs from the positions written")
+            f"chunks {chunks}, layer {layer}: gather differs from the positions written"
+        )
 
 
 @pytest.mark.points(2)
@@ -318,10 +356,15 @@ def test_blocks_allocated_on_boundaries(kata):
         n += t
         table = cache.block_table(0)
         assert len(table) == math.ceil(n / 4), (
-            f"{n} tokens in blocks of 4: the block table has {len(table)} blocks, want ceil({n} / 4) = {math.ceil(n / 4)}")
-        assert table[:len(before)] == before, f"appending {t} tokens changed existing blocks: {before} became {table}"
+            f"{n} tokens in blocks of 4: the block table has {len(table)} blocks, want ceil({n} / 4) = {math.ceil(n / 4)}"
+        )
+        assert table[: len(before)] == before, (
+            f"appending {t} tokens changed existing blocks: {before} became {table}"
+        )
         assert len(set(table)) == len(table), f"block table {table} holds a block twice"
-        assert cache.blocks_in_use == len(table), f"{n} tokens: blocks_in_use {cache.blocks_in_use}, want {len(table)}"
+        assert cache.blocks_in_use == len(table), (
+            f"{n} tokens: blocks_in_use {cache.blocks_in_use}, want {len(table)}"
+        )
         before = table
 
 
@@ -331,13 +374,20 @@ def test_length_moves_after_last_layer(kata):
     cache = kata.PagedKVCache(3, 1, 2, num_blocks=4, block_size=2)
     cache.add_sequence(0)
     for layer in range(3):
-        assert cache.num_tokens(0) == 0, f"before layer {layer} of 3 wrote 3 positions: num_tokens {cache.num_tokens(0)}, want 0"
+        assert cache.num_tokens(0) == 0, (
+            f"before layer {layer} of 3 wrote 3 positions: num_tokens {cache.num_tokens(0)}, want 0"
+        )
         k, v = kv(1, 3, 2, seed=layer)
         cache.update(0, layer, k, v)
-    assert cache.num_tokens(0) == 3, f"all 3 layers wrote 3 positions: num_tokens {cache.num_tokens(0)}, want 3"
+    assert cache.num_tokens(0) == 3, (
+        f"all 3 layers wrote 3 positions: num_tokens {cache.num_tokens(0)}, want 3"
+    )
     cache.update(0, 0, *kv(1, 1, 2, seed=5))
-    raises(ValueError, lambda: cache.update(0, 0, *kv(1, 1, 2, seed=6)),
-           "layer 0 writes again before layers 1 and 2 wrote the previous position")
+    raises(
+        ValueError,
+        lambda: cache.update(0, 0, *kv(1, 1, 2, seed=6)),
+        "layer 0 writes again before layers 1 and 2 wrote the previous position",
+    )
 
 
 @pytest.mark.points(2)
@@ -358,7 +408,8 @@ def test_gather_follows_block_table_order(kata):
     got_k, got_v = cache.gather(keep, 0)
     want_k, want_v = torch.cat([written[keep][0], k], dim=1), torch.cat([written[keep][1], v], dim=1)
     assert close(got_k, want_k) and close(got_v, want_v), (
-        f"7 positions in blocks {table} (logical order, not sorted): gather does not return them in order")
+        f"7 positions in blocks {table} (logical order, not sorted): gather does not return them in order"
+    )
 
 
 @pytest.mark.points(2)
@@ -370,18 +421,24 @@ def test_fork_shares_until_written(kata):
         cache.add_sequence(0)
         prompt = append(cache, 0, 2, 6, seed=1)
         cache.fork(0, 1)
-        assert cache.num_tokens(1) == 6, f"fork of a 6-token sequence: the child has {cache.num_tokens(1)} tokens"
-        assert cache.blocks_in_use == 2, f"fork of a 2-block sequence: blocks_in_use {cache.blocks_in_use}, want 2"
+        assert cache.num_tokens(1) == 6, (
+            f"fork of a 6-token sequence: the child has {cache.num_tokens(1)} tokens"
+        )
+        assert cache.blocks_in_use == 2, (
+            f"fork of a 2-block sequence: blocks_in_use {cache.blocks_in_use}, want 2"
+        )
         w, other = (1, 0) if writer == "child" else (0, 1)
         new = append(cache, w, 2, 3, seed=2)  # positions 6..8: into the shared block, then a new one
         assert cache.blocks_in_use == 4, (
             f"6 tokens, fork, the {writer} appends 3: blocks_in_use {cache.blocks_in_use}, want 4 "
-            "(block 1 shared, block 2 copied for the writer, block 3 new)")
+            "(block 1 shared, block 2 copied for the writer, block 3 new)"
+        )
         for layer in range(2):
             got_k, got_v = cache.gather(other, layer)
             assert close(got_k, prompt[layer][0]) and close(got_v, prompt[layer][1]), (
                 f"fork at 6 tokens (blocks of 4), the {writer} appends 3: the other sequence's layer {layer} "
-                "changed (a write into a shared block must copy it first)")
+                "changed (a write into a shared block must copy it first)"
+            )
             got_k, _ = cache.gather(w, layer)
             want = torch.cat([prompt[layer][0], new[layer][0]], dim=1)
             assert close(got_k, want), f"fork, the {writer} appends 3: its own layer {layer} keys are wrong"
@@ -396,7 +453,8 @@ def test_fork_at_block_boundary_copies_nothing(kata):
     cache.fork(0, 1)
     append(cache, 1, 1, 1, seed=1)
     assert cache.blocks_in_use == 3, (
-        f"8 tokens (2 full blocks of 4), fork, child appends 1: blocks_in_use {cache.blocks_in_use}, want 3")
+        f"8 tokens (2 full blocks of 4), fork, child appends 1: blocks_in_use {cache.blocks_in_use}, want 3"
+    )
     shared = cache.block_table(0)
     assert cache.block_table(1)[:2] == shared, "the child's full blocks must stay shared with the parent"
 
@@ -411,17 +469,22 @@ def test_free_releases_blocks(kata):
     cache.fork(0, 1)
     append(cache, 1, 1, 2, seed=1)  # copies block 2, adds block 3: 4 in use
     cache.free(1)
-    assert cache.blocks_in_use == 2, f"free the child: blocks_in_use {cache.blocks_in_use}, want the parent's 2"
+    assert cache.blocks_in_use == 2, (
+        f"free the child: blocks_in_use {cache.blocks_in_use}, want the parent's 2"
+    )
     counts = [cache.allocator.refcount(b) for b in cache.block_table(0)]
     assert counts == [1, 1], f"free the child: the parent's refcounts are {counts}, want [1, 1]"
     got_k, _ = cache.gather(0, 0)
     assert close(got_k, prompt[0][0]), "freeing the child changed the parent's keys"
     cache.free(0)
     assert cache.blocks_in_use == 0 and cache.allocator.num_free == 6, (
-        f"every sequence freed: blocks_in_use {cache.blocks_in_use}, num_free {cache.allocator.num_free}; want 0, 6")
+        f"every sequence freed: blocks_in_use {cache.blocks_in_use}, num_free {cache.allocator.num_free}; want 0, 6"
+    )
     cache.add_sequence(2)
     append(cache, 2, 1, 12, seed=2)  # all 6 blocks again
-    assert cache.blocks_in_use == 6, f"12 tokens in blocks of 2 after freeing all: blocks_in_use {cache.blocks_in_use}"
+    assert cache.blocks_in_use == 6, (
+        f"12 tokens in blocks of 2 after freeing all: blocks_in_use {cache.blocks_in_use}"
+    )
     raises(ValueError, lambda: cache.num_tokens(0), "num_tokens of a freed sequence")
 
 
@@ -433,27 +496,46 @@ def test_out_of_blocks_changes_nothing(kata):
     cache.add_sequence(0)
     prompt = append(cache, 0, 2, 3, seed=0)  # 2 blocks, 1 free
     table = cache.block_table(0)
-    msg = raises(kata.OutOfBlocksError, lambda: cache.update(0, 0, *kv(1, 4, 2, seed=1)),
-                 "3 tokens in blocks of 2, append 4 more with 1 block free")
-    assert "2" in msg and "1" in msg, f"OutOfBlocksError should name the 2 blocks needed and the 1 free; message: {msg!r}"
+    msg = raises(
+        kata.OutOfBlocksError,
+        lambda: cache.update(0, 0, *kv(1, 4, 2, seed=1)),
+        "3 tokens in blocks of 2, append 4 more with 1 block free",
+    )
+    assert "2" in msg and "1" in msg, (
+        f"OutOfBlocksError should name the 2 blocks needed and the 1 free; message: {msg!r}"
+    )
     got = (cache.num_tokens(0), cache.block_table(0), cache.blocks_in_use)
-    assert got == (3, table, 2), f"after the refused append: (num_tokens, table, blocks_in_use) {got}, want (3, {table}, 2)"
+    assert got == (3, table, 2), (
+        f"after the refused append: (num_tokens, table, blocks_in_use) {got}, want (3, {table}, 2)"
+    )
     assert close(cache.gather(0, 0)[0], prompt[0][0]), "the refused append changed the keys already cached"
     cache.fork(0, 1)  # shares both blocks
     cache.add_sequence(2)
     append(cache, 2, 2, 1, seed=2)  # takes the last free block
-    raises(kata.OutOfBlocksError, lambda: cache.update(1, 0, *kv(1, 1, 2, seed=3)),
-           "the child writes into its shared last block (a copy) with no block free")
+    raises(
+        kata.OutOfBlocksError,
+        lambda: cache.update(1, 0, *kv(1, 1, 2, seed=3)),
+        "the child writes into its shared last block (a copy) with no block free",
+    )
     cache.free(2)
     new = append(cache, 1, 2, 1, seed=3)  # now the copy fits
     want = torch.cat([prompt[1][0], new[1][0]], dim=1)
-    assert close(cache.gather(1, 1)[0], want), "after freeing a sequence, the refused append did not go through"
+    assert close(cache.gather(1, 1)[0], want), (
+        "after freeing a sequence, the refused append did not go through"
+    )
 
 
 @pytest.mark.points(3)
 @SETTINGS
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "append", "append", "fork", "free"]),
-                              st.integers(0, 7), st.integers(1, 5)), min_size=1, max_size=12))
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "append", "append", "fork", "free"]), st.integers(0, 7), st.integers(1, 5)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 @pytest.mark.builds_on("test_fork_shares_until_written", "test_free_releases_blocks")
 def test_random_operations_match_oracle(kata, ops):
     """over any adds, appends, forks and frees: gather, blocks_in_use, sharing and refcounts match the oracle"""
@@ -477,10 +559,14 @@ def test_random_operations_match_oracle(kata, ops):
             need = cache.blocks_needed(s, t)
             assert need == oracle.needed(s, t), (
                 f"blocks of {bs}, {history}: blocks_needed({s}, {t}) is {need}, want {oracle.needed(s, t)} "
-                f"({oracle.tokens(s)} tokens in {len(oracle.blocks[s])} blocks)")
+                f"({oracle.tokens(s)} tokens in {len(oracle.blocks[s])} blocks)"
+            )
             if oracle.needed(s, t) > num_blocks - oracle.in_use():
-                raises(kata.OutOfBlocksError, lambda s=s, w=written: cache.update(s, 0, *w[0]),
-                       f"{history} with {num_blocks - oracle.in_use()} blocks free")
+                raises(
+                    kata.OutOfBlocksError,
+                    lambda s=s, w=written: cache.update(s, 0, *w[0]),
+                    f"{history} with {num_blocks - oracle.in_use()} blocks free",
+                )
             else:
                 for layer, (k, v) in enumerate(written):
                     cache.update(s, layer, k, v)
@@ -497,16 +583,20 @@ def test_random_operations_match_oracle(kata, ops):
             done.append(f"free({s})")
         history = "; ".join(done)
         assert cache.blocks_in_use == oracle.in_use(), (
-            f"blocks of {bs}, {history}: blocks_in_use {cache.blocks_in_use}, want {oracle.in_use()}")
+            f"blocks of {bs}, {history}: blocks_in_use {cache.blocks_in_use}, want {oracle.in_use()}"
+        )
     history = "; ".join(done)
     check_sharing(cache, oracle, f"blocks of {bs}, {history}")
     for s in oracle.blocks:
         assert cache.num_tokens(s) == oracle.tokens(s), (
-            f"{history}: sequence {s} has num_tokens {cache.num_tokens(s)}, want {oracle.tokens(s)}")
+            f"{history}: sequence {s} has num_tokens {cache.num_tokens(s)}, want {oracle.tokens(s)}"
+        )
         for layer in range(n_layers):
             got_k, got_v = cache.gather(s, layer)
             ok = close(got_k, oracle.k[s][layer]) and close(got_v, oracle.v[s][layer])
-            assert ok, f"blocks of {bs}, {history}: gather({s}, layer {layer}) differs from the positions it appended"
+            assert ok, (
+                f"blocks of {bs}, {history}: gather({s}, layer {layer}) differs from the positions it appended"
+            )
 
 
 def test_rejects_bad_input(kata):
@@ -524,7 +614,9 @@ def test_rejects_bad_input(kata):
         "update at layer 2 of 2": lambda: cache.update(0, 2, good, good),
         "update at layer -1": lambda: cache.update(0, -1, good, good),
         "k (2, 1, 4) with v (2, 2, 4)": lambda: cache.update(0, 0, good, torch.zeros(2, 2, 4)),
-        "3 heads for a 2-kv-head cache": lambda: cache.update(0, 0, torch.zeros(3, 1, 4), torch.zeros(3, 1, 4)),
+        "3 heads for a 2-kv-head cache": lambda: cache.update(
+            0, 0, torch.zeros(3, 1, 4), torch.zeros(3, 1, 4)
+        ),
         "head_dim 8 for head_dim 4": lambda: cache.update(0, 0, torch.zeros(2, 1, 8), torch.zeros(2, 1, 8)),
         "4-D k and v (a batch) for one sequence": lambda: cache.update(0, 0, good[None], good[None]),
         "float64 k and v for a float32 cache": lambda: cache.update(0, 0, good.double(), good.double()),
@@ -539,6 +631,7 @@ def test_rejects_bad_input(kata):
 
 
 # --------------------------------------------------------------------------- the batch view
+
 
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_update_returns_all_positions")
@@ -558,17 +651,27 @@ def test_view_left_pads_rows(kata):
     g = torch.Generator().manual_seed(9)
     k_new, v_new = torch.randn(3, 1, 1, 2, generator=g), torch.randn(3, 1, 1, 2, generator=g)  # (B, H, T, D)
     k_all, v_all = view.update(0, k_new, v_new)
-    assert tuple(k_all.shape) == (3, 1, 8, 2), f"decode step on the view: k shape {tuple(k_all.shape)}, want (3, 1, 8, 2)"
+    assert tuple(k_all.shape) == (3, 1, 8, 2), (
+        f"decode step on the view: k shape {tuple(k_all.shape)}, want (3, 1, 8, 2)"
+    )
     for row, s in enumerate([2, 0, 1]):
         pad = 7 - lengths[s]
         want_k = torch.cat([written[s][0], k_new[row]], dim=1)
-        assert close(k_all[row, :, pad:], want_k) and close(v_all[row, :, pad:], torch.cat([written[s][1], v_new[row]], dim=1)), (
-            f"row {row} (sequence {s}, {lengths[s]} tokens): its positions must sit right-aligned after {pad} pad positions")
-        assert cache.num_tokens(s) == lengths[s] + 1, f"sequence {s} after the view's step: {cache.num_tokens(s)} tokens"
-    assert view.length == 8, f"after one step the view's length is {view.length}, want 8 (read from the cache)"
+        assert close(k_all[row, :, pad:], want_k) and close(
+            v_all[row, :, pad:], torch.cat([written[s][1], v_new[row]], dim=1)
+        ), (
+            f"row {row} (sequence {s}, {lengths[s]} tokens): its positions must sit right-aligned after {pad} pad positions"
+        )
+        assert cache.num_tokens(s) == lengths[s] + 1, (
+            f"sequence {s} after the view's step: {cache.num_tokens(s)} tokens"
+        )
+    assert view.length == 8, (
+        f"after one step the view's length is {view.length}, want 8 (read from the cache)"
+    )
 
 
 # --------------------------------------------------------------------------- inside the model
+
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("block_size", [1, 4, 16])
@@ -580,14 +683,19 @@ def test_decode_matches_contiguous_cache(kata, model, block_size):
     cache = paged(kata, model, num_blocks=16, block_size=block_size)
     cache.add_sequence(3)
     got = model.prefill(prompt[None], cache.view([3]))[0, -1]
-    assert close(got, want[0]), f"blocks of {block_size}, prefill of 6: logits differ by {max_diff(got, want[0]):.2e}"
+    assert close(got, want[0]), (
+        f"blocks of {block_size}, prefill of 6: logits differ by {max_diff(got, want[0]):.2e}"
+    )
     for i, t in enumerate(steps):
         view = cache.view([3])
         got = model.decode_step(t.view(1), view, view.attention_mask(1))[0]
-        assert close(got, want[i + 1]), (f"blocks of {block_size}, prefill 6 then decode: position {6 + i} differs from "
-                                         f"the contiguous cache by {max_diff(got, want[i + 1]):.2e}")
+        assert close(got, want[i + 1]), (
+            f"blocks of {block_size}, prefill 6 then decode: position {6 + i} differs from "
+            f"the contiguous cache by {max_diff(got, want[i + 1]):.2e}"
+        )
     assert cache.num_tokens(3) == 13 and len(cache.block_table(3)) == math.ceil(13 / block_size), (
-        f"13 tokens in blocks of {block_size}: num_tokens {cache.num_tokens(3)}, {len(cache.block_table(3))} blocks")
+        f"13 tokens in blocks of {block_size}: num_tokens {cache.num_tokens(3)}, {len(cache.block_table(3))} blocks"
+    )
 
 
 @pytest.mark.points(2)
@@ -600,10 +708,12 @@ def test_chunked_prefill_matches_contiguous_cache(kata, model):
     cache.add_sequence(0)
     start = 0
     for t in [3, 1, 4, 2]:
-        got = model.prefill(ids[None, start:start + t], cache.view([0]))[0]
-        want = whole[start:start + t]
-        assert close(got, want), (f"chunks [3, 1, 4, 2] in blocks of 4: chunk at positions {start}..{start + t - 1} "
-                                  f"differs from one contiguous prefill by {max_diff(got, want):.2e}")
+        got = model.prefill(ids[None, start : start + t], cache.view([0]))[0]
+        want = whole[start : start + t]
+        assert close(got, want), (
+            f"chunks [3, 1, 4, 2] in blocks of 4: chunk at positions {start}..{start + t - 1} "
+            f"differs from one contiguous prefill by {max_diff(got, want):.2e}"
+        )
         start += t
 
 
@@ -629,7 +739,8 @@ def test_batched_decode_matches_each_alone(kata, model):
         for row, s in enumerate(rows):
             assert close(logits[row], want[s][i + 1]), (
                 f"batch of sequences {rows} (prompts of {[len(prompts[r]) for r in rows]} tokens), step {i}: "
-                f"sequence {s} differs from its contiguous run by {max_diff(logits[row], want[s][i + 1]):.2e}")
+                f"sequence {s} differs from its contiguous run by {max_diff(logits[row], want[s][i + 1]):.2e}"
+            )
 
 
 @pytest.mark.points(3)
@@ -642,10 +753,14 @@ def test_forked_prompt_matches_contiguous_runs(kata, model):
     cache = paged(kata, model, num_blocks=10, block_size=4)
     cache.add_sequence(0)
     first = model.prefill(prompt[None], cache.view([0]))[0, -1]
-    assert close(first, want[0][0]), f"prefill of the shared prompt differs by {max_diff(first, want[0][0]):.2e}"
+    assert close(first, want[0][0]), (
+        f"prefill of the shared prompt differs by {max_diff(first, want[0][0]):.2e}"
+    )
     cache.fork(0, 1)
     cache.fork(0, 2)
-    assert cache.blocks_in_use == 2, f"a 6-token prompt forked twice: blocks_in_use {cache.blocks_in_use}, want 2"
+    assert cache.blocks_in_use == 2, (
+        f"a 6-token prompt forked twice: blocks_in_use {cache.blocks_in_use}, want 2"
+    )
     view = cache.view([0, 1, 2])
     for i in range(3):
         ids = torch.stack([steps[s][i] for s in range(3)])
@@ -653,10 +768,12 @@ def test_forked_prompt_matches_contiguous_runs(kata, model):
         for s in range(3):
             assert close(logits[s], want[s][i + 1]), (
                 f"prompt of 6 forked into sequences 0, 1, 2, different tokens each: sequence {s} at step {i} differs "
-                f"from its contiguous run by {max_diff(logits[s], want[s][i + 1]):.2e} (a write reached another fork?)")
+                f"from its contiguous run by {max_diff(logits[s], want[s][i + 1]):.2e} (a write reached another fork?)"
+            )
     assert cache.blocks_in_use == 7, (
         f"prompt of 6 in blocks of 4, 3 forks of 9 tokens: blocks_in_use {cache.blocks_in_use}, want 7 "
-        "(the full first block shared, then 2 blocks each)")
+        "(the full first block shared, then 2 blocks each)"
+    )
 
 
 @pytest.mark.points(2)
@@ -671,12 +788,19 @@ def test_model_out_of_blocks_then_resumes(kata, model):
         cache.add_sequence(s)
         model.prefill(p[None], cache.view([s]))
     view = cache.view([0, 1])
-    raises(kata.OutOfBlocksError, lambda: model.decode_step(nxt, view, view.attention_mask(1)),
-           "two 4-token sequences in blocks of 4, 1 block free, one decode step each (2 new blocks)")
+    raises(
+        kata.OutOfBlocksError,
+        lambda: model.decode_step(nxt, view, view.attention_mask(1)),
+        "two 4-token sequences in blocks of 4, 1 block free, one decode step each (2 new blocks)",
+    )
     got = (cache.num_tokens(0), cache.num_tokens(1), cache.blocks_in_use)
-    assert got == (4, 4, 2), (f"the refused decode step of 2 rows changed (num_tokens 0, num_tokens 1, blocks_in_use) "
-                              f"to {got}, want (4, 4, 2): check every row's blocks before any row writes")
+    assert got == (4, 4, 2), (
+        f"the refused decode step of 2 rows changed (num_tokens 0, num_tokens 1, blocks_in_use) "
+        f"to {got}, want (4, 4, 2): check every row's blocks before any row writes"
+    )
     cache.free(1)  # preempted
     view = cache.view([0])
     got = model.decode_step(nxt[:1], view, view.attention_mask(1))[0]
-    assert close(got, want[1]), f"after freeing sequence 1, the resumed step differs by {max_diff(got, want[1]):.2e}"
+    assert close(got, want[1]), (
+        f"after freeing sequence 1, the resumed step differs by {max_diff(got, want[1]):.2e}"
+    )

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from dojo.fakeclock import FakeClock, reading
-from dojo.grading.judge import KataFolder
+from dojo.grading.judging.judge import KataFolder
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
 from dojo.testing import expect_value_error
 from solutions.model import Llama, LlamaConfig, tiny_model
@@ -76,6 +76,7 @@ def cost_of(kata, *args, **kwargs) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- counting
 
+
 @pytest.mark.points(1)
 def test_each_cached_position_adds_its_kv_bytes(kata):
     """Each cached position adds its K and V to a decode step's bytes: 46,080 per position for SmolLM2 in fp32"""
@@ -85,7 +86,8 @@ def test_each_cached_position_adds_its_kv_bytes(kata):
     assert got == want, (
         f"phase_cost(SmolLM2, 'decode') at context_len=512 minus at 0 = (flops, bytes) {got}, want {want}: every "
         "cached position's K and V (30 layers x 2 x 3 KV heads x 64 x 4 bytes) are read again, and each query "
-        "head scores one more key")
+        "head scores one more key"
+    )
 
 
 @pytest.mark.example
@@ -99,7 +101,8 @@ def test_decode_reads_every_weight_once(kata):
         f"phase_cost(SmolLM2, 'decode', batch=1, context_len=0) = (flops, bytes) {got}, want {want}: "
         f"{PARAMS:,} weights x 4 bytes (the LM head reads the whole tied embedding: {49152 * 576 * 4:,} bytes) + "
         f"one 576-float row ({ROW:,}) + K and V of one position written and read ({2 * KV_PER_POSITION:,}); "
-        "2 FLOPs per matmul weight + attention")
+        "2 FLOPs per matmul weight + attention"
+    )
 
 
 @pytest.mark.points(2)
@@ -110,7 +113,8 @@ def test_decode_counts_kv_cache_reads(kata):
     want = (DECODE_CTX512_FLOPS, DECODE_CTX512_BYTES)
     assert got == want, (
         f"phase_cost(SmolLM2, 'decode', context_len=512) = {got}, want {want}: "
-        f"513 positions x 46,080 KV bytes read, one written, and 513 keys per query head")
+        f"513 positions x 46,080 KV bytes read, one written, and 513 keys per query head"
+    )
 
 
 @pytest.mark.example
@@ -129,8 +133,10 @@ def test_batch_shares_the_weight_read(kata):
     """A batch of 8 decodes reads the weights once and does 8 times the FLOPs"""
     got = cost_of(kata, SMOL, "decode", batch=8, seq_len=1, context_len=0)
     want = (DECODE_B8_FLOPS, DECODE_B8_BYTES)
-    assert got == want, (f"phase_cost(SmolLM2, 'decode', batch=8) = {got}, want {want}: the rows of a "
-                         "batch share one pass over the weights")
+    assert got == want, (
+        f"phase_cost(SmolLM2, 'decode', batch=8) = {got}, want {want}: the rows of a "
+        "batch share one pass over the weights"
+    )
 
 
 @pytest.mark.points(1)
@@ -142,7 +148,9 @@ def test_dtype_sets_bytes_not_flops(kata):
     assert got == want, f"phase_cost(SmolLM2, 'decode', dtype=bfloat16) = {got}, want {want}"
 
 
-def oracle_cost(config: LlamaConfig, batch: int, seq_len: int, context_len: int, size: int) -> tuple[int, int]:
+def oracle_cost(
+    config: LlamaConfig, batch: int, seq_len: int, context_len: int, size: int
+) -> tuple[int, int]:
     """Count from a real model's parameters: matrices do 2 FLOPs per weight per token; all read once."""
     model = Llama(config)  # uninitialised weights: only shapes matter
     flops = nbytes = 0
@@ -163,22 +171,33 @@ def oracle_cost(config: LlamaConfig, batch: int, seq_len: int, context_len: int,
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("overrides, phase, batch, seq_len, context_len", [
-    ({}, "prefill", 1, 7, 0),
-    ({}, "decode", 3, 1, 10),
-    ({"n_heads": 8, "n_kv_heads": 2, "d_model": 128, "d_ff": 96, "n_layers": 3, "vocab_size": 100}, "prefill", 2, 5, 4),
-    ({"n_heads": 6, "n_kv_heads": 6, "d_model": 48, "n_layers": 1}, "decode", 1, 1, 30),
-])
-@pytest.mark.builds_on("test_decode_counts_kv_cache_reads",
-                       "test_prefill_512_cost",
-                       "test_batch_shares_the_weight_read")
+@pytest.mark.parametrize(
+    "overrides, phase, batch, seq_len, context_len",
+    [
+        ({}, "prefill", 1, 7, 0),
+        ({}, "decode", 3, 1, 10),
+        (
+            {"n_heads": 8, "n_kv_heads": 2, "d_model": 128, "d_ff": 96, "n_layers": 3, "vocab_size": 100},
+            "prefill",
+            2,
+            5,
+            4,
+        ),
+        ({"n_heads": 6, "n_kv_heads": 6, "d_model": 48, "n_layers": 1}, "decode", 1, 1, 30),
+    ],
+)
+@pytest.mark.builds_on(
+    "test_decode_counts_kv_cache_reads", "test_prefill_512_cost", "test_batch_shares_the_weight_read"
+)
 def test_cost_matches_parameter_count(kata, overrides, phase, batch, seq_len, context_len):
     """Any Llama config: bytes and FLOPs match a count over the model's own parameters"""
     config = LlamaConfig.tiny(**overrides)
     got = cost_of(kata, config, phase, batch=batch, seq_len=seq_len, context_len=context_len)
     want = oracle_cost(config, batch, seq_len, context_len, size=4)
-    assert got == want, (f"phase_cost({overrides or 'tiny'}, {phase!r}, batch={batch}, seq_len={seq_len}, "
-                         f"context_len={context_len}) = {got}, want {want}")
+    assert got == want, (
+        f"phase_cost({overrides or 'tiny'}, {phase!r}, batch={batch}, seq_len={seq_len}, "
+        f"context_len={context_len}) = {got}, want {want}"
+    )
 
 
 @pytest.mark.points(2)
@@ -197,7 +216,8 @@ def test_decode_intensity_grows_with_batch(kata):
     ais = {b: kata.arithmetic_intensity(kata.phase_cost(SMOL, "decode", b, 1, 0)) for b in (1, 2, 8, 64)}
     assert abs(ais[1] - 0.5) < 0.01, f"decode at batch 1: {ais[1]:.4f} FLOP/byte, want about 0.5"
     assert ais[8] > 7 * ais[1] and ais[64] > 50 * ais[1], (
-        f"decode intensity by batch {ais}: it should grow almost in proportion, the weights are shared")
+        f"decode intensity by batch {ais}: it should grow almost in proportion, the weights are shared"
+    )
 
 
 @pytest.mark.points(1)
@@ -216,6 +236,7 @@ def test_phase_cost_rejects_bad_input(kata):
 
 
 # --------------------------------------------------------------------------- the roofline
+
 
 @pytest.mark.example
 @pytest.mark.points(2)
@@ -276,7 +297,8 @@ def test_bandwidth_counts_read_and_write(kata, one_thread):
     assert got == pytest.approx(want, rel=1e-6), (
         f"with a clock that makes every timed copy take {STEP * 1e3:g} ms, measure_bandwidth(1 MiB, repeats=3) "
         f"= {got / 1e9:.4g} GB/s, want {want / 1e9:.4g} (2 x 1 MiB per copy): half means the copy was counted "
-        "as N bytes, a third that the 3 repeats were added up instead of taking their median")
+        "as N bytes, a third that the 3 repeats were added up instead of taking their median"
+    )
 
 
 @pytest.mark.points(2)
@@ -287,7 +309,8 @@ def test_matmul_counts_two_flops_per_multiply_add(kata, one_thread):
     want = 2 * 64**3 / STEP
     assert got == pytest.approx(want, rel=1e-6), (
         f"with a clock that makes every timed matmul take {STEP * 1e3:g} ms, measure_peak_flops(n=64, repeats=3) "
-        f"= {got:.4g} FLOP/s, want {want:.4g} (2 * 64**3 per matmul): half means n**3 FLOPs were counted")
+        f"= {got:.4g} FLOP/s, want {want:.4g} (2 * 64**3 per matmul): half means n**3 FLOPs were counted"
+    )
 
 
 @pytest.mark.points(1)
@@ -346,18 +369,27 @@ def test_measure_phase_times_the_right_pass(kata, one_thread, phase, batch, seq_
     name, shape = ("decode_step", (batch,)) if phase == "decode" else ("prefill", (batch, seq_len))
     model, calls = charged(tiny_model(seed=0), clock, (name, shape, context_len), PASS_COSTS)
     with reading(clock, kata):
-        got = kata.measure_phase(model, phase, batch=batch, seq_len=seq_len, context_len=context_len, repeats=5)
+        got = kata.measure_phase(
+            model, phase, batch=batch, seq_len=seq_len, context_len=context_len, repeats=5
+        )
     passes = calls.count((name, shape, context_len))
-    assert passes == 6, (f"measure_phase({phase!r}, batch={batch}, seq_len={seq_len}, context_len={context_len}, "
-                         f"repeats=5) made {passes} calls of {name} with ids {shape} on a cache holding "
-                         f"{context_len} positions; want 6: one warm-up, then 5 timed")
+    assert passes == 6, (
+        f"measure_phase({phase!r}, batch={batch}, seq_len={seq_len}, context_len={context_len}, "
+        f"repeats=5) made {passes} calls of {name} with ids {shape} on a cache holding "
+        f"{context_len} positions; want 6: one warm-up, then 5 timed"
+    )
     want_cost = oracle_cost(model.config, batch, seq_len, context_len, size=4)
     assert (got.cost.flops, got.cost.bytes) == want_cost, f"measured cost {got.cost}, want {want_cost}"
     assert got.seconds == pytest.approx(0.003, rel=1e-6), (
         f"the warm-up pass took 500 ms and the 5 timed ones 3, 1, 2, 5 and 4 ms (filling the cache: 1 s); "
-        f"measure_phase reports {got.seconds * 1e3:.4g} ms, want their median, 3 ms")
-    assert got.flops_per_s == pytest.approx(got.cost.flops / got.seconds), "flops_per_s != cost.flops / seconds"
-    assert got.bytes_per_s == pytest.approx(got.cost.bytes / got.seconds), "bytes_per_s != cost.bytes / seconds"
+        f"measure_phase reports {got.seconds * 1e3:.4g} ms, want their median, 3 ms"
+    )
+    assert got.flops_per_s == pytest.approx(got.cost.flops / got.seconds), (
+        "flops_per_s != cost.flops / seconds"
+    )
+    assert got.bytes_per_s == pytest.approx(got.cost.bytes / got.seconds), (
+        "bytes_per_s != cost.bytes / seconds"
+    )
 
 
 # --------------------------------------------------------------------------- measuring: the machine
@@ -394,7 +426,11 @@ def plain_pass(model, phase: str, seq_len: int) -> float:
     ids = torch.randint(model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0))
     cache = model.new_cache(1, max_len=seq_len)
     with torch.inference_mode():
-        run = (lambda: model.prefill(ids, cache)) if phase == "prefill" else (lambda: model.decode_step(ids[:, 0], cache))
+        run = (
+            (lambda: model.prefill(ids, cache))
+            if phase == "prefill"
+            else (lambda: model.decode_step(ids[:, 0], cache))
+        )
         return plain_seconds(run, setup=lambda: cache.truncate(0))
 
 
@@ -405,7 +441,9 @@ def smollm2_shaped():
 
 
 PREFILL_TOKENS = 32
-CEILING_REPEATS = 3  # a copy or a matmul is short beside a time slice's worth of contention: the median of 3 per sample
+CEILING_REPEATS = (
+    3  # a copy or a matmul is short beside a time slice's worth of contention: the median of 3 per sample
+)
 
 
 @pytest.fixture(scope="module")
@@ -420,29 +458,37 @@ def bench(kata, one_thread, smollm2_shaped):
     def phase(name: str, tokens: int) -> float:
         return kata.measure_phase(model, name, batch=1, seq_len=tokens, context_len=0, repeats=1).seconds
 
-    bench = SideBySide({
-        "kata copy": lambda: 2 * nbytes / kata.measure_bandwidth(nbytes=nbytes, repeats=CEILING_REPEATS),
-        "plain copy": lambda: plain_copy(nbytes),
-        "kata matmul": lambda: 2 * n**3 / kata.measure_peak_flops(n=n, repeats=CEILING_REPEATS),
-        "plain matmul": lambda: plain_matmul(n),
-        "kata decode": lambda: phase("decode", 1),
-        "plain decode": lambda: plain_pass(model, "decode", 1),
-        "kata prefill": lambda: phase("prefill", PREFILL_TOKENS),
-        "plain prefill": lambda: plain_pass(model, "prefill", PREFILL_TOKENS),
-    })
+    bench = SideBySide(
+        {
+            "kata copy": lambda: 2 * nbytes / kata.measure_bandwidth(nbytes=nbytes, repeats=CEILING_REPEATS),
+            "plain copy": lambda: plain_copy(nbytes),
+            "kata matmul": lambda: 2 * n**3 / kata.measure_peak_flops(n=n, repeats=CEILING_REPEATS),
+            "plain matmul": lambda: plain_matmul(n),
+            "kata decode": lambda: phase("decode", 1),
+            "plain decode": lambda: plain_pass(model, "decode", 1),
+            "kata prefill": lambda: phase("prefill", PREFILL_TOKENS),
+            "plain prefill": lambda: plain_pass(model, "prefill", PREFILL_TOKENS),
+        }
+    )
     bench.sizes = (nbytes, n)
     return bench
 
 
 def claim(bench, quantities, holds, describe) -> Claim:
     """The same quantities (a function of one side's best seconds, "kata" or "plain") from both sides."""
-    return Claim(quantities(lambda what: bench.best(f"kata {what}")),
-                 quantities(lambda what: bench.best(f"plain {what}")), holds, describe)
+    return Claim(
+        quantities(lambda what: bench.best(f"kata {what}")),
+        quantities(lambda what: bench.best(f"plain {what}")),
+        holds,
+        describe,
+    )
 
 
 @pytest.mark.machine
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_bandwidth_counts_read_and_write", "test_matmul_counts_two_flops_per_multiply_add")
+@pytest.mark.builds_on(
+    "test_bandwidth_counts_read_and_write", "test_matmul_counts_two_flops_per_multiply_add"
+)
 def test_ceilings_agree_with_plain_timings(kata, bench):
     """Machine: measure_bandwidth and measure_peak_flops agree (within 1.4x) with plain timings taken side by side"""
     nbytes, n = bench.sizes
@@ -450,16 +496,27 @@ def test_ceilings_agree_with_plain_timings(kata, bench):
     def ratios(b):  # over the same samples the claim reads: the whole bench, or one round of it
         return lambda side: (side("copy") / b.best("plain copy"), side("matmul") / b.best("plain matmul"))
 
-    check_claim(bench, lambda b: claim(b, ratios(b), lambda q: all(1 / 1.4 <= r <= 1.4 for r in q), lambda q: (
-        f"measure_bandwidth({nbytes >> 20} MiB) took {q[0]:.2f}x the time of a plain dst.copy_(src), and "
-        f"measure_peak_flops(n={n}) {q[1]:.2f}x that of a plain a @ b")))
+    check_claim(
+        bench,
+        lambda b: claim(
+            b,
+            ratios(b),
+            lambda q: all(1 / 1.4 <= r <= 1.4 for r in q),
+            lambda q: (
+                f"measure_bandwidth({nbytes >> 20} MiB) took {q[0]:.2f}x the time of a plain dst.copy_(src), and "
+                f"measure_peak_flops(n={n}) {q[1]:.2f}x that of a plain a @ b"
+            ),
+        ),
+    )
 
 
 @pytest.mark.machine
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_bandwidth_counts_read_and_write",
-                       "test_measure_phase_times_the_right_pass",
-                       "test_decode_reads_every_weight_once")
+@pytest.mark.builds_on(
+    "test_bandwidth_counts_read_and_write",
+    "test_measure_phase_times_the_right_pass",
+    "test_decode_reads_every_weight_once",
+)
 def test_decode_cannot_beat_the_bandwidth_ceiling(kata, bench, smollm2_shaped):
     """Machine: a decode step of a 538 MB model moves its bytes no faster than the copy bandwidth (+10%), far left of the ridge"""
     nbytes, n = bench.sizes
@@ -470,24 +527,44 @@ def test_decode_cannot_beat_the_bandwidth_ceiling(kata, bench, smollm2_shaped):
         share = decode_bytes / side("decode") / bandwidth
         return share, peak / bandwidth / DECODE_INTENSITY  # the ridge, in decode intensities
 
-    check_claim(bench, lambda b: claim(b, physics, lambda q: q[0] <= 1.1 and q[1] >= 4, lambda q: (
-        f"decode moved its {decode_bytes / MB:.0f} MB at {q[0]:.2f}x the copy bandwidth (want <= 1.1x), and the "
-        f"ridge sits at {q[1]:.1f}x decode's intensity (want >= 4x)")))
+    check_claim(
+        bench,
+        lambda b: claim(
+            b,
+            physics,
+            lambda q: q[0] <= 1.1 and q[1] >= 4,
+            lambda q: (
+                f"decode moved its {decode_bytes / MB:.0f} MB at {q[0]:.2f}x the copy bandwidth (want <= 1.1x), and the "
+                f"ridge sits at {q[1]:.1f}x decode's intensity (want >= 4x)"
+            ),
+        ),
+    )
 
 
 @pytest.mark.machine
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_matmul_counts_two_flops_per_multiply_add", "test_measure_phase_times_the_right_pass")
+@pytest.mark.builds_on(
+    "test_matmul_counts_two_flops_per_multiply_add", "test_measure_phase_times_the_right_pass"
+)
 def test_prefill_runs_at_many_times_decode_flops(kata, bench, smollm2_shaped):
     """Machine: prefill of 32 tokens achieves over 3x the FLOP/s of a decode step: the weights are reused"""
     prefill_flops, _ = oracle_cost(smollm2_shaped.config, 1, PREFILL_TOKENS, 0, size=4)
     decode_flops, _ = oracle_cost(smollm2_shaped.config, 1, 1, 0, size=4)
 
     def ratio(side):
-        return (prefill_flops / side("prefill")) / (decode_flops / side("decode")),
+        return ((prefill_flops / side("prefill")) / (decode_flops / side("decode")),)
 
-    check_claim(bench, lambda b: claim(b, ratio, lambda q: q[0] > 3, lambda q: (
-        f"prefill of {PREFILL_TOKENS} tokens ran at {q[0]:.2f}x the FLOP/s of a decode step (want > 3x)")))
+    check_claim(
+        bench,
+        lambda b: claim(
+            b,
+            ratio,
+            lambda q: q[0] > 3,
+            lambda q: (
+                f"prefill of {PREFILL_TOKENS} tokens ran at {q[0]:.2f}x the FLOP/s of a decode step (want > 3x)"
+            ),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- the plot
@@ -530,11 +607,16 @@ def test_plot_is_a_log_log_png(plotted):
     import matplotlib.image
 
     fig, png = plotted
-    assert png[:8] == b"\x89PNG\r\n\x1a\n", "plot_roofline wrote no PNG at the path it was given" if not png else (
-        "the file plot_roofline wrote is not a PNG")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", (
+        "plot_roofline wrote no PNG at the path it was given"
+        if not png
+        else ("the file plot_roofline wrote is not a PNG")
+    )
     image = matplotlib.image.imread(io.BytesIO(png))
     want = tuple(round(v) for v in fig.get_size_inches() * fig.dpi)[::-1]
-    assert image.shape[:2] == want, f"PNG is {image.shape[:2]} pixels, the figure {want}: saved with a tight bbox?"
+    assert image.shape[:2] == want, (
+        f"PNG is {image.shape[:2]} pixels, the figure {want}: saved with a tight bbox?"
+    )
     ax = fig.axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log"), "the axes must be log-log"
 
@@ -573,12 +655,14 @@ def test_plot_points_sit_where_they_should(plotted):
         assert x0 < point[0] < x1 and y0 < point[1] < y1, f"{label} {point} lies outside the axes limits"
         px, py = ax.transData.transform(point)
         row, col = int(height - py + 0.5), int(px + 0.5)
-        patch = image[row - 1:row + 2, col - 1:col + 2]
+        patch = image[row - 1 : row + 2, col - 1 : col + 2]
         assert (patch < 0.8).any(), f"the PNG is blank where {label} should be (pixel {col}, {row})"
 
 
 @pytest.mark.points(1)
 def test_plot_rejects_points_off_log_axes(kata, kata_dir):
     """A point with zero intensity or FLOP/s has no place on log axes: ValueError"""
-    expect_value_error(lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, kata_dir.path("x.png")),
-                       "plot_roofline with a point at intensity 0")
+    expect_value_error(
+        lambda: kata.plot_roofline({"bad": (0.0, 1e9)}, PEAK, BANDWIDTH, kata_dir.path("x.png")),
+        "plot_roofline with a point at intensity 0",
+    )

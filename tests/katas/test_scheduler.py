@@ -34,11 +34,16 @@ KATA = "scheduler"
 
 VOCAB = 16  # small, so that a stop token comes up by chance
 STOP = 3
-SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # --------------------------------------------------------------------------- the fake model and the oracles
+
 
 def next_token(fed: list[int]) -> int:
     """The fake model: the token after a sequence is a hash of every (position, id) in it."""
@@ -87,8 +92,17 @@ class Policy:
         self.chunks: list[tuple] = []
 
     def add(self, req: Req) -> None:
-        self.reqs.append({"id": req.id, "tokens": list(req.prompt), "plen": len(req.prompt),
-                          "max_new": req.max_new, "stop": req.stop, "computed": 0, "running": False})
+        self.reqs.append(
+            {
+                "id": req.id,
+                "tokens": list(req.prompt),
+                "plen": len(req.prompt),
+                "max_new": req.max_new,
+                "stop": req.stop,
+                "computed": 0,
+                "running": False,
+            }
+        )
 
     def abort(self, rid: str) -> None:
         self.reqs = [r for r in self.reqs if r["id"] != rid]
@@ -130,7 +144,9 @@ class Policy:
                 break
             end = r["computed"] + n
             r["running"], held[r["id"]] = True, blocks(end, self.bs)
-            prefills.append((r["id"], r["computed"], tuple(r["tokens"][r["computed"]:end]), end == len(r["tokens"])))
+            prefills.append(
+                (r["id"], r["computed"], tuple(r["tokens"][r["computed"] : end]), end == len(r["tokens"]))
+            )
             budget -= n
         self.chunks = prefills + decodes
         return prefills, decodes, preempted
@@ -148,12 +164,17 @@ class Policy:
 
 # --------------------------------------------------------------------------- the suite's engine
 
+
 def plain_chunk(c) -> tuple:
     return (str(c.request_id), int(c.start), tuple(int(t) for t in c.ids), bool(c.sample))
 
 
 def show(chunks) -> str:
-    return "[" + ", ".join(f"{rid} @{start} {list(ids)}{' sample' if s else ''}" for rid, start, ids, s in chunks) + "]"
+    return (
+        "["
+        + ", ".join(f"{rid} @{start} {list(ids)}{' sample' if s else ''}" for rid, start, ids, s in chunks)
+        + "]"
+    )
 
 
 @dataclass
@@ -176,7 +197,9 @@ class Engine:
     """Drives the kata's Scheduler: each step adds the requests that arrived, asks for a plan, checks it,
     runs the fake model on it, advances the fake clock (0.25 s + 1/16 s a token) and reports back."""
 
-    def __init__(self, kata, budget: int, num_blocks: int, block_size: int, *, check_free: bool = False) -> None:
+    def __init__(
+        self, kata, budget: int, num_blocks: int, block_size: int, *, check_free: bool = False
+    ) -> None:
         self.sched = kata.Scheduler(kata.SchedulerConfig(budget, num_blocks, block_size))
         self.budget, self.num_blocks, self.bs, self.check_free = budget, num_blocks, block_size, check_free
         self.clock = FakeClock()
@@ -207,8 +230,11 @@ class Engine:
         return "; ".join(self.log[-12:])
 
     def fail(self, message: str) -> None:
-        pytest.fail(f"{message} (config: {self.budget} tokens a step, {self.num_blocks} blocks of {self.bs}; "
-                    f"what happened: {self.where()})", pytrace=False)
+        pytest.fail(
+            f"{message} (config: {self.budget} tokens a step, {self.num_blocks} blocks of {self.bs}; "
+            f"what happened: {self.where()})",
+            pytrace=False,
+        )
 
     def step(self, outputs: dict[str, int] | None = None) -> tuple[list[tuple], list[tuple], list[str]]:
         """One step; `outputs` overrides the fake model's tokens (the README examples' made-up ones)."""
@@ -218,7 +244,9 @@ class Engine:
         decodes = [plain_chunk(c) for c in plan.decodes]
         preempted = [str(r) for r in plan.preempted]
         self.plans.append((prefills, decodes, preempted))
-        self.log.append(f"step {s}: prefills {show(prefills)}, decodes {show(decodes)}, preempted {preempted}")
+        self.log.append(
+            f"step {s}: prefills {show(prefills)}, decodes {show(decodes)}, preempted {preempted}"
+        )
         for rid in preempted:
             if rid not in self.running:
                 self.fail(f"step {s} preempted {rid!r}, which held no cache")
@@ -233,23 +261,31 @@ class Engine:
             self.fail(f"token budget: step {s} plans {used} tokens, over the budget of {self.budget}")
         for rid, start, fed, sample in decodes:
             if len(fed) != 1 or not sample:
-                self.fail(f"step {s}: a decode feeds exactly one token and samples; got {show([(rid, start, fed, sample)])}")
+                self.fail(
+                    f"step {s}: a decode feeds exactly one token and samples; got {show([(rid, start, fed, sample)])}"
+                )
         outs = {}
         for rid, start, fed, sample in chunks:
             if rid not in self.live:
                 self.fail(f"step {s} plans work for {rid!r}, which is not pending (finished or aborted)")
             t = self.tracks[rid]
             if start != len(t.fed):
-                self.fail(f"step {s}: the chunk of {rid!r} starts at position {start} but {len(t.fed)} of its positions "
-                          "are computed: work must start where its cache ends (a preempted request starts again at 0)")
-            if not fed or list(fed) != t.tokens[start:start + len(fed)]:
-                self.fail(f"step {s}: the chunk of {rid!r} feeds {list(fed)} at positions {start}.."
-                          f"{start + len(fed) - 1}, but its tokens there are {t.tokens[start:start + len(fed)]} "
-                          f"(its tokens: prompt {list(t.req.prompt)} + generated {t.out})")
+                self.fail(
+                    f"step {s}: the chunk of {rid!r} starts at position {start} but {len(t.fed)} of its positions "
+                    "are computed: work must start where its cache ends (a preempted request starts again at 0)"
+                )
+            if not fed or list(fed) != t.tokens[start : start + len(fed)]:
+                self.fail(
+                    f"step {s}: the chunk of {rid!r} feeds {list(fed)} at positions {start}.."
+                    f"{start + len(fed) - 1}, but its tokens there are {t.tokens[start : start + len(fed)]} "
+                    f"(its tokens: prompt {list(t.req.prompt)} + generated {t.out})"
+                )
             if sample != (start + len(fed) == len(t.tokens)):
-                self.fail(f"step {s}: the chunk of {rid!r} ends at position {start + len(fed)} of its "
-                          f"{len(t.tokens)} tokens (prompt {list(t.req.prompt)} + generated {t.out}), but sample={sample}: "
-                          "exactly a chunk that reaches the end samples")
+                self.fail(
+                    f"step {s}: the chunk of {rid!r} ends at position {start + len(fed)} of its "
+                    f"{len(t.tokens)} tokens (prompt {list(t.req.prompt)} + generated {t.out}), but sample={sample}: "
+                    "exactly a chunk that reaches the end samples"
+                )
             t.fed += list(fed)
             if t.first_step is None:
                 t.first_step = s
@@ -259,8 +295,10 @@ class Engine:
                 outs[rid] = next_token(t.fed)
         held = self.held()
         if sum(held.values()) > self.num_blocks:
-            self.fail(f"block budget: after step {s} the requests hold {sum(held.values())} blocks "
-                      f"({', '.join(f'{k}: {v}' for k, v in sorted(held.items()))}) but the cache has {self.num_blocks}")
+            self.fail(
+                f"block budget: after step {s} the requests hold {sum(held.values())} blocks "
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(held.items()))}) but the cache has {self.num_blocks}"
+            )
         if outputs is not None:
             outs = {k: outputs[k] for k in outs}
         self.clock.advance(0.25 + 0.0625 * used)
@@ -273,17 +311,24 @@ class Engine:
             want = self.num_blocks - sum(self.held().values())
             got = self.sched.free_blocks
             if got != want:
-                self.fail(f"after step {s} free_blocks is {got}, but the pending requests hold "
-                          f"{self.num_blocks - want} of {self.num_blocks} blocks (ceil(computed / block_size) each)")
+                self.fail(
+                    f"after step {s} free_blocks is {got}, but the pending requests hold "
+                    f"{self.num_blocks - want} of {self.num_blocks} blocks (ceil(computed / block_size) each)"
+                )
         return prefills, decodes, preempted
 
     def check_finished(self, s: int, outs: dict[str, int], finished) -> None:
-        ended = {rid for rid, tok in outs.items() if tok == self.tracks[rid].req.stop
-                 or len(self.tracks[rid].out) == self.tracks[rid].req.max_new}
+        ended = {
+            rid
+            for rid, tok in outs.items()
+            if tok == self.tracks[rid].req.stop or len(self.tracks[rid].out) == self.tracks[rid].req.max_new
+        }
         got = {str(f.request_id): f for f in finished}
         if set(got) != ended:
-            self.fail(f"after step {s} complete() reported finished {sorted(got)}, want {sorted(ended)} "
-                      "(a request ends on its stop token or at max_new_tokens)")
+            self.fail(
+                f"after step {s} complete() reported finished {sorted(got)}, want {sorted(ended)} "
+                "(a request ends on its stop token or at max_new_tokens)"
+            )
         for rid, f in got.items():
             t = self.tracks[rid]
             if tuple(int(x) for x in f.tokens) != tuple(t.out):
@@ -291,12 +336,18 @@ class Engine:
             ttft = t.stamps[0] - t.arrival
             tpot = (t.stamps[-1] - t.stamps[0]) / (len(t.out) - 1) if len(t.out) > 1 else None
             if f.ttft is None or not math.isclose(f.ttft, ttft, rel_tol=1e-9, abs_tol=1e-12):
-                self.fail(f"Finished {rid!r}: ttft {f.ttft}, want {ttft:g} = first token at {t.stamps[0]:g} "
-                          f"- arrival at {t.arrival:g} (the tokens came at {t.stamps})")
-            if (tpot is None) != (f.tpot is None) or (tpot is not None and not math.isclose(f.tpot, tpot, rel_tol=1e-9)):
-                self.fail(f"Finished {rid!r}: tpot {f.tpot}, want {tpot if tpot is None else f'{tpot:g}'} = (last token "
-                          f"at {t.stamps[-1]:g} - first at {t.stamps[0]:g}) / ({len(t.out)} tokens - 1)"
-                          + (" (None for a single token)" if tpot is None else ""))
+                self.fail(
+                    f"Finished {rid!r}: ttft {f.ttft}, want {ttft:g} = first token at {t.stamps[0]:g} "
+                    f"- arrival at {t.arrival:g} (the tokens came at {t.stamps})"
+                )
+            if (tpot is None) != (f.tpot is None) or (
+                tpot is not None and not math.isclose(f.tpot, tpot, rel_tol=1e-9)
+            ):
+                self.fail(
+                    f"Finished {rid!r}: tpot {f.tpot}, want {tpot if tpot is None else f'{tpot:g}'} = (last token "
+                    f"at {t.stamps[-1]:g} - first at {t.stamps[0]:g}) / ({len(t.out)} tokens - 1)"
+                    + (" (None for a single token)" if tpot is None else "")
+                )
             self.done[rid] = (tuple(t.out), f.ttft, f.tpot)
             self.live.discard(rid)
             self.running = [r for r in self.running if r != rid]
@@ -310,9 +361,14 @@ class Engine:
             self.step()
         self.fail(f"after {limit} more steps {sorted(self.live)} are still pending: starved, or no progress")
 
-    def run(self, workload: list[Req], max_steps: int | None = None, aborts: dict[int, list[str]] | None = None) -> None:
+    def run(
+        self, workload: list[Req], max_steps: int | None = None, aborts: dict[int, list[str]] | None = None
+    ) -> None:
         """Every request of `workload` added before its step, until nothing is pending; fails past max_steps."""
-        limit = max_steps or 10 * sum(len(r.prompt) + r.max_new for r in workload) + max(r.at for r in workload) + 10
+        limit = (
+            max_steps
+            or 10 * sum(len(r.prompt) + r.max_new for r in workload) + max(r.at for r in workload) + 10
+        )
         queue = sorted(workload, key=lambda r: r.at)
         s = 0
         while queue or self.live:
@@ -329,6 +385,7 @@ class Engine:
 
 # --------------------------------------------------------------------------- random workloads
 
+
 @st.composite
 def workloads(draw, max_requests: int = 6):
     """(budget, num_blocks, block_size, requests): prompts longer than the budget, caches tight enough to preempt."""
@@ -338,8 +395,15 @@ def workloads(draw, max_requests: int = 6):
     for i in range(draw(st.integers(1, max_requests))):
         p = draw(st.integers(1, 12))
         prompt = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=p, max_size=p)))
-        reqs.append(Req(f"r{i}", prompt, draw(st.integers(1, 8)), draw(st.integers(0, 6)),
-                        draw(st.sampled_from([None, STOP]))))
+        reqs.append(
+            Req(
+                f"r{i}",
+                prompt,
+                draw(st.integers(1, 8)),
+                draw(st.integers(0, 6)),
+                draw(st.sampled_from([None, STOP])),
+            )
+        )
     reqs.sort(key=lambda r: r.at)  # add order is arrival order
     need = max(blocks(len(r.prompt) + r.max_new - 1, bs) for r in reqs)
     return budget, need + draw(st.integers(0, 3)), bs, reqs
@@ -356,6 +420,7 @@ def smoke(kata) -> None:
 
 # --------------------------------------------------------------------------- README examples
 
+
 @pytest.mark.example
 @pytest.mark.points(2)
 def test_readme_example_chunked_prefill(kata):
@@ -363,29 +428,40 @@ def test_readme_example_chunked_prefill(kata):
     sched = kata.Scheduler(kata.SchedulerConfig(max_tokens_per_step=4, num_blocks=6, block_size=2))
     sched.add("a", [11, 12, 13, 14, 15], max_new_tokens=3, arrival=0.0)
     plan = sched.step()
-    assert [plain_chunk(c) for c in plan.prefills] == [("a", 0, (11, 12, 13, 14), False)] and not plan.decodes, (
+    assert [plain_chunk(c) for c in plan.prefills] == [
+        ("a", 0, (11, 12, 13, 14), False)
+    ] and not plan.decodes, (
         f"step 1: planned prefills {show(map(plain_chunk, plan.prefills))}, decodes {show(map(plain_chunk, plan.decodes))}; "
-        "want a's first 4 prompt tokens (the budget), no sample")
-    assert sched.free_blocks == 4, f"4 positions in blocks of 2 hold 2 of 6 blocks: free_blocks {sched.free_blocks}, want 4"
+        "want a's first 4 prompt tokens (the budget), no sample"
+    )
+    assert sched.free_blocks == 4, (
+        f"4 positions in blocks of 2 hold 2 of 6 blocks: free_blocks {sched.free_blocks}, want 4"
+    )
     assert list(sched.complete({}, now=1.0)) == []
     sched.add("b", [21, 22], max_new_tokens=2, arrival=0.5)
     plan = sched.step()
     want = [("a", 4, (15,), True), ("b", 0, (21, 22), True)]
     assert sorted(map(plain_chunk, plan.prefills)) == want, (
-        f"step 2: planned prefills {show(map(plain_chunk, plan.prefills))}, want {show(want)}")
+        f"step 2: planned prefills {show(map(plain_chunk, plan.prefills))}, want {show(want)}"
+    )
     assert list(sched.complete({"a": 7, "b": 8}, now=2.0)) == []
     plan = sched.step()
     want = [("a", 5, (7,), True), ("b", 2, (8,), True)]
     assert sorted(map(plain_chunk, plan.decodes)) == want, (
-        f"step 3: planned decodes {show(map(plain_chunk, plan.decodes))}, want {show(want)}")
+        f"step 3: planned decodes {show(map(plain_chunk, plan.decodes))}, want {show(want)}"
+    )
     done = [tuple(f) for f in sched.complete({"a": 9, "b": 2}, now=3.0)]
     assert done == [("b", (8, 2), 1.5, 1.0)], (
-        f"step 3: complete returned {done}, want b finished: tokens (8, 2), ttft 2.0 - 0.5 = 1.5, tpot 1.0")
+        f"step 3: complete returned {done}, want b finished: tokens (8, 2), ttft 2.0 - 0.5 = 1.5, tpot 1.0"
+    )
     sched.step()
     done = [tuple(f) for f in sched.complete({"a": 4}, now=4.5)]
-    assert done == [("a", (7, 9, 4), 2.0, 1.25)], f"step 4: complete returned {done}, want a: ttft 2.0, tpot 2.5 / 2"
+    assert done == [("a", (7, 9, 4), 2.0, 1.25)], (
+        f"step 4: complete returned {done}, want a: ttft 2.0, tpot 2.5 / 2"
+    )
     assert (sched.pending, sched.free_blocks) == (0, 6), (
-        f"all done: pending {sched.pending}, free_blocks {sched.free_blocks}; want 0 and all 6")
+        f"all done: pending {sched.pending}, free_blocks {sched.free_blocks}; want 0 and all 6"
+    )
 
 
 @pytest.mark.example
@@ -398,26 +474,35 @@ def test_readme_example_preemption(kata):
     sched.step()
     sched.complete({"old": 5, "new": 6}, now=1.0)
     plan = sched.step()
-    got = ([plain_chunk(c) for c in plan.decodes], list(plan.preempted), [plain_chunk(c) for c in plan.prefills])
+    got = (
+        [plain_chunk(c) for c in plan.decodes],
+        list(plan.preempted),
+        [plain_chunk(c) for c in plan.prefills],
+    )
     assert got == ([("old", 2, (5,), True)], ["new"], []), (
         f"3 blocks of 2, both requests need a second block: decodes {show(got[0])}, preempted {got[1]}, prefills "
-        f"{show(got[2])}; want old to decode, new preempted (the newest), nobody readmitted in that step")
+        f"{show(got[2])}; want old to decode, new preempted (the newest), nobody readmitted in that step"
+    )
     sched.complete({"old": 7}, now=2.0)
     plan = sched.step()
     got = ([plain_chunk(c) for c in plan.decodes], [plain_chunk(c) for c in plan.prefills])
     assert got == ([("old", 3, (7,), True)], [("new", 0, (3, 4), False)]), (
         f"next step: decodes {show(got[0])}, prefills {show(got[1])}; want old's decode and new's recompute from "
-        "position 0, as much as the one free block holds")
+        "position 0, as much as the one free block holds"
+    )
     done = [tuple(f) for f in sched.complete({"old": 9}, now=3.0)]
     assert done == [("old", (5, 7, 9), 1.0, 1.0)], f"old finishes: complete returned {done}"
     plan = sched.step()
     got = [plain_chunk(c) for c in plan.prefills + plan.decodes]
-    assert got == [("new", 2, (6,), True)], f"new's recompute ends with its first token, fed again: got {show(got)}"
+    assert got == [("new", 2, (6,), True)], (
+        f"new's recompute ends with its first token, fed again: got {show(got)}"
+    )
     done = [tuple(f) for f in sched.complete({"new": 2}, now=4.0)]
     assert done == [("new", (6, 2), 1.0, 3.0)], f"new finishes with its 2 tokens: complete returned {done}"
 
 
 # --------------------------------------------------------------------------- the tokens
+
 
 @pytest.mark.points(3)
 def test_every_request_gets_its_solo_tokens(kata):
@@ -445,7 +530,11 @@ def test_prefill_resumes_where_it_stopped(kata):
     req = Req("long", tuple(range(1, 11)), 2)
     engine.add(req)
     chunks = [engine.step()[0] for _ in range(3)]
-    want = [[("long", 0, (1, 2, 3, 4), False)], [("long", 4, (5, 6, 7, 8), False)], [("long", 8, (9, 10), True)]]
+    want = [
+        [("long", 0, (1, 2, 3, 4), False)],
+        [("long", 4, (5, 6, 7, 8), False)],
+        [("long", 8, (9, 10), True)],
+    ]
     assert chunks == want, f"prefill chunks {[show(c) for c in chunks]}, want {[show(c) for c in want]}"
 
 
@@ -463,28 +552,37 @@ def test_recompute_feeds_the_prompt_and_the_generated_tokens(kata):
         if preempted_at is not None and any(c[0] == "b" for c in prefills):
             back = next(c for c in prefills if c[0] == "b")
             t = engine.tracks["b"]
-            assert back[1] == 0 and list(back[2]) == t.tokens[:len(back[2])], (
-                f"b came back with {show([back])}; want a chunk from position 0 of prompt + generated {t.tokens}")
+            assert back[1] == 0 and list(back[2]) == t.tokens[: len(back[2])], (
+                f"b came back with {show([back])}; want a chunk from position 0 of prompt + generated {t.tokens}"
+            )
             break
         if not engine.live:
             break
-    assert preempted_at is not None, (f"4 blocks of 2: a (2 + 6 tokens) and b (2 + 4) cannot both keep their cache; "
-                                      f"nobody was preempted ({engine.where()})")
+    assert preempted_at is not None, (
+        f"4 blocks of 2: a (2 + 6 tokens) and b (2 + 4) cannot both keep their cache; "
+        f"nobody was preempted ({engine.where()})"
+    )
     engine.drain()
-    assert list(engine.done["b"][0]) == solo([3, 4], 4, None), "b's tokens after its recompute differ from its solo ones"
+    assert list(engine.done["b"][0]) == solo([3, 4], 4, None), (
+        "b's tokens after its recompute differ from its solo ones"
+    )
 
 
 @pytest.mark.points(1)
 def test_stop_token_ends_a_request(kata):
     """A request ends on its stop token (included in its tokens), before max_new_tokens"""
-    prompt = next(p for p in ([a, b] for a in range(VOCAB) for b in range(VOCAB)) if solo(p, 8, STOP)[-1] == STOP
-                  and len(solo(p, 8, STOP)) < 8)
+    prompt = next(
+        p
+        for p in ([a, b] for a in range(VOCAB) for b in range(VOCAB))
+        if solo(p, 8, STOP)[-1] == STOP and len(solo(p, 8, STOP)) < 8
+    )
     engine = Engine(kata, 8, 8, 4)
     engine.run([Req("s", tuple(prompt), 8, stop=STOP)])
     assert list(engine.done["s"][0]) == solo(prompt, 8, STOP)
 
 
 # --------------------------------------------------------------------------- budgets
+
 
 @pytest.mark.points(2)
 def test_no_step_exceeds_its_budgets(kata):
@@ -511,13 +609,17 @@ def test_decodes_are_not_stalled_by_a_long_prompt(kata):
     for s in range(1, 11):
         prefills, decodes, _ = engine.step()
         who = sorted(c[0] for c in decodes)
-        assert who == ["a", "b"], (f"step {s}: decodes {show(decodes)}, prefills {show(prefills)}; want a and b to decode "
-                                   "every step while the 40-token prompt goes in with what is left of the budget")
+        assert who == ["a", "b"], (
+            f"step {s}: decodes {show(decodes)}, prefills {show(prefills)}; want a and b to decode "
+            "every step while the 40-token prompt goes in with what is left of the budget"
+        )
         assert [c[0] for c in prefills] == ["long"] and len(prefills[0][2]) == 4, (
-            f"step {s}: prefills {show(prefills)}; want a 4-token chunk of the long prompt (budget 6 - 2 decodes)")
+            f"step {s}: prefills {show(prefills)}; want a 4-token chunk of the long prompt (budget 6 - 2 decodes)"
+        )
 
 
 # --------------------------------------------------------------------------- the policy
+
 
 @pytest.mark.points(3)
 def test_plans_follow_the_policy(kata):
@@ -540,10 +642,15 @@ def test_plans_follow_the_policy(kata):
             got = engine.step()
             norm = lambda p: (sorted(p[0]), sorted(p[1]), sorted(p[2]))  # noqa: E731 (order inside a list is free)
             if norm(got) != norm(want):
-                pytest.fail(f"{describe(*work)}; step {s}: the policy plans prefills {show(want[0])}, decodes {show(want[1])}, "
-                            f"preempts {want[2]}; yours plans prefills {show(got[0])}, decodes {show(got[1])}, preempts "
-                            f"{got[2]} (before it: {engine.where()})", pytrace=False)
-            policy.complete({rid: engine.tracks[rid].out[-1] for rid, *_, sample in got[0] + got[1] if sample})
+                pytest.fail(
+                    f"{describe(*work)}; step {s}: the policy plans prefills {show(want[0])}, decodes {show(want[1])}, "
+                    f"preempts {want[2]}; yours plans prefills {show(got[0])}, decodes {show(got[1])}, preempts "
+                    f"{got[2]} (before it: {engine.where()})",
+                    pytrace=False,
+                )
+            policy.complete(
+                {rid: engine.tracks[rid].out[-1] for rid, *_, sample in got[0] + got[1] if sample}
+            )
         pytest.fail(f"{describe(*work)}: still pending after many steps", pytrace=False)
 
     check()
@@ -562,8 +669,10 @@ def test_admission_is_first_come_first_served(kata):
         engine.run(reqs)
         firsts = [(engine.tracks[r.id].first_step, r.id) for r in reqs]
         for (a_step, a), (b_step, b) in zip(firsts, firsts[1:]):
-            assert a_step <= b_step, (f"{describe(*work)}: {b} was first scheduled at step {b_step}, before {a} (added "
-                                      f"earlier) at step {a_step}")
+            assert a_step <= b_step, (
+                f"{describe(*work)}: {b} was first scheduled at step {b_step}, before {a} (added "
+                f"earlier) at step {a_step}"
+            )
 
     check()
 
@@ -580,8 +689,11 @@ def test_preemption_takes_the_newest(kata):
     _, decodes, preempted = engine.step()
     assert preempted and preempted[0] == "c", (
         f"6 blocks of 2, a, b and c (added in that order) each need a fifth position: preempted {preempted}, "
-        f"decodes {show(decodes)}; want c, the newest, preempted first")
-    assert sorted(c[0] for c in decodes) == ["a", "b"], f"after c is preempted a and b decode: decodes {show(decodes)}"
+        f"decodes {show(decodes)}; want c, the newest, preempted first"
+    )
+    assert sorted(c[0] for c in decodes) == ["a", "b"], (
+        f"after c is preempted a and b decode: decodes {show(decodes)}"
+    )
 
 
 @pytest.mark.points(2)
@@ -595,29 +707,44 @@ def test_no_request_starves(kata):
         while queue and queue[0].at <= s:
             engine.add(queue.pop(0))
         if s >= 50:
-            pytest.fail(f"two 2-token requests arrive every step (more than a budget of 4 serves); the 12-token prompt "
-                        f"that arrived at step 2 behind 4 others has not finished after {s} steps (it has "
-                        f"{len(engine.tracks['long'].fed)} positions computed): requests added after it went first",
-                        pytrace=False)
+            pytest.fail(
+                f"two 2-token requests arrive every step (more than a budget of 4 serves); the 12-token prompt "
+                f"that arrived at step 2 behind 4 others has not finished after {s} steps (it has "
+                f"{len(engine.tracks['long'].fed)} positions computed): requests added after it went first",
+                pytrace=False,
+            )
         engine.step()
         s += 1
 
 
 # --------------------------------------------------------------------------- blocks and timing
 
+
 @pytest.mark.points(2)
 def test_blocks_come_back_on_finish_abort_and_preemption(kata):
     """Finishing, aborting and preempting free a request's blocks: free_blocks ends at num_blocks"""
     engine = Engine(kata, 8, 5, 2, check_free=True)
-    engine.run([Req("a", (1, 2, 3), 4), Req("b", (4, 5), 3), Req("c", (6, 7, 8, 9), 2, at=1), Req("d", (2, 2), 3, at=5)],
-               aborts={3: ["c"]})
+    engine.run(
+        [
+            Req("a", (1, 2, 3), 4),
+            Req("b", (4, 5), 3),
+            Req("c", (6, 7, 8, 9), 2, at=1),
+            Req("d", (2, 2), 3, at=5),
+        ],
+        aborts={3: ["c"]},
+    )
     free = engine.sched.free_blocks
     assert free == 5 and engine.sched.pending == 0, (
-        f"every request finished or was aborted: free_blocks {free}, pending {engine.sched.pending}; want 5 and 0")
-    for _ in range(3):  # blocks that did not come back would show as a cache that shrinks, request after request
+        f"every request finished or was aborted: free_blocks {free}, pending {engine.sched.pending}; want 5 and 0"
+    )
+    for _ in range(
+        3
+    ):  # blocks that did not come back would show as a cache that shrinks, request after request
         engine.run([Req("e", (1, 1, 1, 1, 1), 6)])
         engine.done.pop("e")
-        assert engine.sched.free_blocks == 5, f"after another request finished, free_blocks {engine.sched.free_blocks}"
+        assert engine.sched.free_blocks == 5, (
+            f"after another request finished, free_blocks {engine.sched.free_blocks}"
+        )
         engine.tracks.pop("e")
 
 
@@ -630,7 +757,9 @@ def test_abort_drops_a_request(kata):
     engine.step()
     engine.step()
     engine.abort("a")
-    assert engine.sched.pending == 1, f"after aborting a of 2 pending requests: pending {engine.sched.pending}"
+    assert engine.sched.pending == 1, (
+        f"after aborting a of 2 pending requests: pending {engine.sched.pending}"
+    )
     engine.drain()  # the engine fails on any plan that names a
     assert list(engine.done["b"][0]) == solo([4, 5, 6, 7, 8], 3, None)
     expect_value_error(lambda: engine.sched.abort("a"), "abort('a') again, after it was aborted")
@@ -640,7 +769,13 @@ def test_abort_drops_a_request(kata):
 def test_ttft_counts_queueing_and_every_chunk(kata):
     """TTFT runs from arrival (queueing and every prefill chunk included) to the first token; TPOT over the rest"""
     engine = Engine(kata, 4, 16, 2)
-    engine.run([Req("a", (1, 2, 3, 4, 5, 6), 3), Req("b", (7, 8, 9, 1, 2, 3, 4, 5, 6, 7), 4), Req("c", (2,), 1, at=1)])
+    engine.run(
+        [
+            Req("a", (1, 2, 3, 4, 5, 6), 3),
+            Req("b", (7, 8, 9, 1, 2, 3, 4, 5, 6, 7), 4),
+            Req("c", (2,), 1, at=1),
+        ]
+    )
     # the engine checked each Finished against its stamps; spell out one: b queued behind a, its prompt in chunks
     t = engine.tracks["b"]
     assert engine.done["b"][1] == pytest.approx(t.stamps[0] - t.arrival) and len(t.stamps) == 4
@@ -656,6 +791,7 @@ def test_one_token_has_no_tpot(kata):
 
 # --------------------------------------------------------------------------- errors
 
+
 @pytest.mark.points(1)
 def test_add_rejects_bad_requests(kata):
     """add raises ValueError for a pending id, an empty prompt, max_new_tokens < 1, or a request that cannot fit the cache"""
@@ -665,7 +801,9 @@ def test_add_rejects_bad_requests(kata):
         "add('a', ...) while 'a' is pending": lambda: sched.add("a", [1], 1, 0.0),
         "an empty prompt": lambda: sched.add("e", [], 1, 0.0),
         "max_new_tokens=0": lambda: sched.add("z", [1], 0, 0.0),
-        "5 prompt + 3 new tokens (7 positions: 4 blocks of 2) in a cache of 3 blocks": lambda: sched.add("big", [1] * 5, 3, 0.0),
+        "5 prompt + 3 new tokens (7 positions: 4 blocks of 2) in a cache of 3 blocks": lambda: sched.add(
+            "big", [1] * 5, 3, 0.0
+        ),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
@@ -694,7 +832,9 @@ def test_complete_checks_its_outputs(kata):
     sched.add("b", [3, 4, 5], 3, 0.0)
     sched.step()  # a samples (2 tokens), b gets 1 of 3 prompt tokens
     expect_value_error(lambda: sched.complete({}, 1.0), "complete({}) when a sampled")
-    expect_value_error(lambda: sched.complete({"a": 1, "b": 1}, 1.0), "complete() with a token for b, mid-prompt")
+    expect_value_error(
+        lambda: sched.complete({"a": 1, "b": 1}, 1.0), "complete() with a token for b, mid-prompt"
+    )
     done = sched.complete({"a": 1}, 1.0)
     assert list(done) == [], "the right outputs are accepted after refused ones"
 
@@ -713,7 +853,9 @@ class StandIn:
     def __init__(self, d: int = 1024) -> None:
         g = torch.Generator().manual_seed(0)
         self.d = d
-        self.weights = [torch.randn(d, d, generator=g) / d**0.5 for _ in range(max(1, WEIGHT_BYTES // (4 * d * d)))]
+        self.weights = [
+            torch.randn(d, d, generator=g) / d**0.5 for _ in range(max(1, WEIGHT_BYTES // (4 * d * d)))
+        ]
 
     def forward(self, n: int) -> torch.Tensor:
         x = torch.ones(n, self.d)
@@ -741,7 +883,7 @@ def serve_with(kata, model: StandIn, concurrent: bool) -> float:
 def serve_plainly(model: StandIn, concurrent: bool) -> float:
     """The same work in a plain loop: one pass for all prompts then NEW - 1 batched decodes, or each request alone."""
     start = time.perf_counter()
-    for batch in ([REQUESTS] if concurrent else [1] * REQUESTS):
+    for batch in [REQUESTS] if concurrent else [1] * REQUESTS:
         model.forward(batch * PROMPT)
         for _ in range(NEW - 1):
             model.forward(batch)
@@ -754,17 +896,28 @@ def test_eight_concurrent_requests_beat_one_at_a_time(kata, one_thread):
     """Machine: serving 8 concurrent requests gives at least 2x the tokens per second of serving them one at a time"""
     model = StandIn()
     model.forward(8)  # warm
-    bench = SideBySide({
-        "kata 8": lambda: serve_with(kata, model, True),
-        "kata 1": lambda: serve_with(kata, model, False),
-        "plain 8": lambda: serve_plainly(model, True),
-        "plain 1": lambda: serve_plainly(model, False),
-    })
+    bench = SideBySide(
+        {
+            "kata 8": lambda: serve_with(kata, model, True),
+            "kata 1": lambda: serve_with(kata, model, False),
+            "plain 8": lambda: serve_plainly(model, True),
+            "plain 1": lambda: serve_plainly(model, False),
+        }
+    )
 
     def speedup(b, side: str) -> tuple[float]:  # b: the whole bench, or one round of it
         return (b.best(f"{side} 1") / b.best(f"{side} 8"),)
 
-    check_claim(bench, lambda b: Claim(speedup(b, "kata"), speedup(b, "plain"), lambda q: q[0] >= 2, lambda q: (
-        f"{REQUESTS} requests of {PROMPT} prompt + {NEW} new tokens on a stand-in whose passes read "
-        f"{WEIGHT_BYTES >> 20} MiB: served concurrently they came {q[0]:.2f}x faster than one at a time (want >= 2x: "
-        "one pass serves every running request)")))
+    check_claim(
+        bench,
+        lambda b: Claim(
+            speedup(b, "kata"),
+            speedup(b, "plain"),
+            lambda q: q[0] >= 2,
+            lambda q: (
+                f"{REQUESTS} requests of {PROMPT} prompt + {NEW} new tokens on a stand-in whose passes read "
+                f"{WEIGHT_BYTES >> 20} MiB: served concurrently they came {q[0]:.2f}x faster than one at a time (want >= 2x: "
+                "one pass serves every running request)"
+            ),
+        ),
+    )

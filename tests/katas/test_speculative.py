@@ -16,7 +16,7 @@ import re
 import pytest
 import torch
 
-from dojo.grading.judge import build
+from dojo.grading.judging.judge import build
 from dojo.toymodel import BigramModel
 from solutions.model import tiny_model
 
@@ -30,13 +30,14 @@ CHI2_1E6 = {1: 23.93, 2: 27.63, 3: 30.66, 4: 33.38, 5: 35.89, 6: 38.26, 7: 40.52
 # ---------------------------------------------------------------------------------------------
 # Models that follow the protocol of the kata README.
 
+
 def bigram(probs: list[list[float]]):
     """A bigram toy (dojo.toymodel) made where the kata's code runs: no round trip per call under judge mode."""
     return build(f"{BigramModel.__module__}:{BigramModel.__name__}", probs)
 
 
-TARGET = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.5, .1, .1, .3], [.2, .2, .2, .4]]
-DRAFT = [[.1, .6, .2, .1], [.1, .1, .7, .1], [.3, .1, .1, .5], [.2, .2, .2, .4]]
+TARGET = [[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.5, 0.1, 0.1, 0.3], [0.2, 0.2, 0.2, 0.4]]
+DRAFT = [[0.1, 0.6, 0.2, 0.1], [0.1, 0.1, 0.7, 0.1], [0.3, 0.1, 0.1, 0.5], [0.2, 0.2, 0.2, 0.4]]
 
 
 class Recorder:
@@ -84,6 +85,7 @@ PROMPTS = [[5], [3, 9, 27, 1, 8], [40, 2, 17]]
 # ---------------------------------------------------------------------------------------------
 # Oracles: slow and plain, no cache.
 
+
 def argmax(logits) -> int:
     row = logits.tolist()
     return max(range(len(row)), key=lambda v: (row[v], -v))
@@ -104,7 +106,7 @@ def speculative_greedy_oracle(target, draft, prompt, max_new_tokens, k):
         drafts = []
         for _ in range(n):
             drafts.append(argmax(draft.forward(torch.tensor([prompt + new + drafts]))[0, -1]))
-        logits = target.forward(torch.tensor([prompt + new + drafts]))[0, -(n + 1):]
+        logits = target.forward(torch.tensor([prompt + new + drafts]))[0, -(n + 1) :]
         best = [argmax(row) for row in logits]
         a = 0
         while a < n and drafts[a] == best[a]:
@@ -131,11 +133,12 @@ def seeded_generator(seed: int):
 # ---------------------------------------------------------------------------------------------
 # Worked examples (README).
 
+
 @pytest.mark.example
 @pytest.mark.points(1)
 def test_example_acceptance_probability(kata):
     """A draft token is accepted with probability sum(min(p, q))"""
-    got = kata.acceptance_probability(torch.tensor([.5, .5, 0., 0.]), torch.tensor([0., .5, .5, 0.]))
+    got = kata.acceptance_probability(torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.5, 0.0]))
     assert got == pytest.approx(0.5, abs=1e-6), f"p = [.5, .5, 0, 0], q = [0, .5, .5, 0]: got {got}, want 0.5"
 
 
@@ -144,16 +147,21 @@ def test_example_acceptance_probability(kata):
 def test_example_verify_residual_and_bonus(kata):
     """A draft the target never produces is rejected and replaced from max(0, p - q); a matching draft
     is accepted and the bonus token comes from the last row of p"""
-    p, q = torch.tensor([.5, .5, 0., 0.]), torch.tensor([0., .5, .5, 0.])
-    accepted, nxt = kata.verify(torch.tensor([[2]]), q[None, None], torch.stack([p, torch.full((4,), .25)])[None])
+    p, q = torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.5, 0.0])
+    accepted, nxt = kata.verify(
+        torch.tensor([[2]]), q[None, None], torch.stack([p, torch.full((4,), 0.25)])[None]
+    )
     assert (accepted.tolist(), nxt.tolist()) == ([0], [0]), (
         f"draft 2 with p(2) = 0: want accepted [0] and next token [0] (the residual [.5, 0, 0, 0]), "
-        f"got {accepted.tolist()} and {nxt.tolist()}")
-    accepted, nxt = kata.verify(torch.tensor([[1]]), p[None, None],
-                                torch.stack([p, torch.tensor([0., 0., 0., 1.])])[None])
+        f"got {accepted.tolist()} and {nxt.tolist()}"
+    )
+    accepted, nxt = kata.verify(
+        torch.tensor([[1]]), p[None, None], torch.stack([p, torch.tensor([0.0, 0.0, 0.0, 1.0])])[None]
+    )
     assert (accepted.tolist(), nxt.tolist()) == ([1], [3]), (
         f"q = p: want accepted [1] and bonus token [3] (p after it is [0, 0, 0, 1]), "
-        f"got {accepted.tolist()} and {nxt.tolist()}")
+        f"got {accepted.tolist()} and {nxt.tolist()}"
+    )
 
 
 @pytest.mark.example
@@ -172,12 +180,14 @@ def test_example_greedy_bigram(kata):
 def test_example_expected_speedup(kata):
     """alpha 0.8, k 4, c 0.1: 3.3616 tokens per round, a 2.4011x speed-up"""
     got = (kata.expected_tokens_per_round(0.8, 4), kata.expected_speedup(0.8, 4, 0.1))
-    assert got == pytest.approx((3.3616, 2.4011), abs=1e-4), \
+    assert got == pytest.approx((3.3616, 2.4011), abs=1e-4), (
         f"(expected_tokens_per_round(0.8, 4), expected_speedup(0.8, 4, 0.1)): got {got}, want (3.3616, 2.4011)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Greedy: exact.
+
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("k", [1, 2, 4])
@@ -186,7 +196,9 @@ def test_greedy_equals_target_greedy(kata, target, draft, k):
     for prompt in PROMPTS:
         got = kata.speculative_generate(target, draft, prompt, max_new_tokens=12, k=k).tokens
         want = greedy_oracle(target, prompt, 12)
-        assert got == want, f"k={k}, prompt {prompt}, 12 tokens: got {got}, the target's greedy output is {want}"
+        assert got == want, (
+            f"k={k}, prompt {prompt}, 12 tokens: got {got}, the target's greedy output is {want}"
+        )
 
 
 @pytest.mark.points(2)
@@ -197,7 +209,9 @@ def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
         r = kata.speculative_generate(target, draft, prompt, max_new_tokens=15, k=k)
         got = (r.tokens, r.drafted, r.accepted, r.rounds)
         want = speculative_greedy_oracle(target, draft, prompt, 15, k)
-        assert got == want, f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
+        assert got == want, (
+            f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
+        )
 
 
 @pytest.mark.points(2)
@@ -211,7 +225,8 @@ def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, 
     got = (r.drafted, r.accepted, r.rounds)
     assert r.tokens == greedy_oracle(target, [3, 9, 27], max_new_tokens) and got == want, (
         f"draft == target, k={k}, {max_new_tokens} tokens: (drafted, accepted, rounds) {got}, want {want} "
-        f"(every round but a short last one yields k + 1 tokens)")
+        f"(every round but a short last one yields k + 1 tokens)"
+    )
 
 
 @pytest.mark.points(2)
@@ -219,14 +234,21 @@ def test_one_target_pass_per_round(kata, target, draft):
     """The target runs one forward pass per round, over the drafts and the tokens its cache lacks"""
     events = []
     k = 3
-    r = kata.speculative_generate(Recorder(target, "target", events), Recorder(draft, "draft", events),
-                                  [3, 9, 27, 1, 8], max_new_tokens=14, k=k)
+    r = kata.speculative_generate(
+        Recorder(target, "target", events),
+        Recorder(draft, "draft", events),
+        [3, 9, 27, 1, 8],
+        max_new_tokens=14,
+        k=k,
+    )
     passes = [e for e in events if e[0] == "target"]
     assert len(passes) == r.rounds, f"{len(passes)} target forward passes for {r.rounds} rounds: {passes}"
     fed = sum(n for _, _, n in passes)
     want = 5 + r.drafted + r.rounds - 1  # the prompt, each draft once, each round's own token but the last
-    assert fed == want, (f"the target was fed {fed} tokens over {r.rounds} rounds, want {want}: the prompt, "
-                         f"each draft once and each round's own token once (positions rolled back, not recomputed)")
+    assert fed == want, (
+        f"the target was fed {fed} tokens over {r.rounds} rounds, want {want}: the prompt, "
+        f"each draft once and each round's own token once (positions rolled back, not recomputed)"
+    )
     assert r.tokens == greedy_oracle(target, [3, 9, 27, 1, 8], 14)
 
 
@@ -236,9 +258,12 @@ def test_eos_and_streaming(kata, target, draft):
     free = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3).tokens
     cut = next(i for i in range(1, len(free)) if free[i] not in free[:i])
     streamed = []
-    r = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3, eos_token_id=free[cut],
-                                  on_token=streamed.append)
-    assert r.tokens == free[:cut + 1], f"greedy gives {free}; with eos_token_id={free[cut]} want {free[:cut + 1]}, got {r.tokens}"
+    r = kata.speculative_generate(
+        target, draft, [40, 2, 17], max_new_tokens=16, k=3, eos_token_id=free[cut], on_token=streamed.append
+    )
+    assert r.tokens == free[: cut + 1], (
+        f"greedy gives {free}; with eos_token_id={free[cut]} want {free[: cut + 1]}, got {r.tokens}"
+    )
     assert streamed == r.tokens, f"on_token streamed {streamed}, the result holds {r.tokens}"
     assert len(free) == 16, f"without an EOS the output has max_new_tokens=16 tokens, got {len(free)}"
 
@@ -246,17 +271,25 @@ def test_eos_and_streaming(kata, target, draft):
 # ---------------------------------------------------------------------------------------------
 # Sampling: the target's distribution, exactly.
 
-VERIFY_P = [[.40, .30, .15, .10, .05], [.05, .10, .20, .25, .40], [.20, .20, .20, .20, .20], [.10, .60, .10, .10, .10]]
-VERIFY_Q = [[.10, .20, .30, .30, .10], [.30, .30, .20, .10, .10], [.05, .45, .05, .40, .05]]
+VERIFY_P = [
+    [0.40, 0.30, 0.15, 0.10, 0.05],
+    [0.05, 0.10, 0.20, 0.25, 0.40],
+    [0.20, 0.20, 0.20, 0.20, 0.20],
+    [0.10, 0.60, 0.10, 0.10, 0.10],
+]
+VERIFY_Q = [[0.10, 0.20, 0.30, 0.30, 0.10], [0.30, 0.30, 0.20, 0.10, 0.10], [0.05, 0.45, 0.05, 0.40, 0.05]]
 
 
 def verify_outcomes(kata, rows: int, seed: int):
     """verify on `rows` rows of VERIFY_P / VERIFY_Q, drafts drawn from q here: (accepted, next) lists."""
     gen = torch.Generator().manual_seed(seed)
     q, p = torch.tensor(VERIFY_Q), torch.tensor(VERIFY_P)
-    drafts = torch.stack([torch.multinomial(q[j], rows, replacement=True, generator=gen) for j in range(3)], 1)
-    accepted, nxt = kata.verify(drafts, q.expand(rows, 3, 5).clone(), p.expand(rows, 4, 5).clone(),
-                                seeded_generator(seed + 1))
+    drafts = torch.stack(
+        [torch.multinomial(q[j], rows, replacement=True, generator=gen) for j in range(3)], 1
+    )
+    accepted, nxt = kata.verify(
+        drafts, q.expand(rows, 3, 5).clone(), p.expand(rows, 4, 5).clone(), seeded_generator(seed + 1)
+    )
     return drafts.tolist(), accepted.tolist(), nxt.tolist()
 
 
@@ -275,7 +308,8 @@ def test_verify_emits_the_target_distribution(kata):
         assert stat <= CHI2_1E6[df], (
             f"tokens emitted at position {j} (q there {VERIFY_Q[j] if j < 3 else 'none: the bonus'}) should "
             f"follow p = {p}: counts {counts} over {sum(counts)} rows, expected "
-            f"{[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
+            f"{[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})"
+        )
 
 
 @pytest.mark.points(2)
@@ -289,19 +323,31 @@ def test_verify_accepts_with_probability_min_p_q(kata):
     assert stat <= CHI2_1E6[df], (
         f"accepted drafts (0..3) over 20000 rows: counts {counts}, expected {[round(20000 * x) for x in probs]} "
         f"(each draft accepted with probability sum(min(p, q)) = {[round(b, 3) for b in beta]}; "
-        f"chi-square {stat:.1f} > {CHI2_1E6[df]})")
+        f"chi-square {stat:.1f} > {CHI2_1E6[df]})"
+    )
 
 
-SAMPLE_TARGET = [[.10, .50, .20, .20], [.40, .10, .30, .20], [.25, .25, .25, .25], [.60, .05, .05, .30]]
-SAMPLE_DRAFT = [[.30, .30, .30, .10], [.10, .40, .30, .20], [.10, .40, .10, .40], [.30, .05, .35, .30]]
+SAMPLE_TARGET = [
+    [0.10, 0.50, 0.20, 0.20],
+    [0.40, 0.10, 0.30, 0.20],
+    [0.25, 0.25, 0.25, 0.25],
+    [0.60, 0.05, 0.05, 0.30],
+]
+SAMPLE_DRAFT = [
+    [0.30, 0.30, 0.30, 0.10],
+    [0.10, 0.40, 0.30, 0.20],
+    [0.10, 0.40, 0.10, 0.40],
+    [0.30, 0.05, 0.35, 0.30],
+]
 
 
 @pytest.mark.points(3)
 def test_sampled_tokens_follow_the_target(kata):
     """Sampled speculative output follows the target's distribution, not the draft's (chi-square per
     previous token over 3000 tokens)"""
-    r = kata.speculative_generate(bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=3000,
-                                  k=3, temperature=1.0, seed=1234)
+    r = kata.speculative_generate(
+        bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=3000, k=3, temperature=1.0, seed=1234
+    )
     assert len(r.tokens) == 3000, f"3000 tokens asked, {len(r.tokens)} returned"
     seq = [0] + r.tokens
     for prev, p in enumerate(SAMPLE_TARGET):
@@ -312,15 +358,19 @@ def test_sampled_tokens_follow_the_target(kata):
         stat, df = chi_square(counts, p)
         assert stat <= CHI2_1E6[df], (
             f"tokens after {prev} should follow the target's {p} (the draft's is {SAMPLE_DRAFT[prev]}): counts "
-            f"{counts}, expected {[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
-    assert 0 < r.accepted < r.drafted, f"accepted {r.accepted} of {r.drafted} drafts: some, not all, should pass"
+            f"{counts}, expected {[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})"
+        )
+    assert 0 < r.accepted < r.drafted, (
+        f"accepted {r.accepted} of {r.drafted} drafts: some, not all, should pass"
+    )
 
 
 @pytest.mark.points(1)
 def test_temperature_sharpens_both_models(kata):
     """At temperature 0.5 the output follows softmax(log p / 0.5), the target's sharpened distribution"""
-    r = kata.speculative_generate(bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=2000,
-                                  k=2, temperature=0.5, seed=99)
+    r = kata.speculative_generate(
+        bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=2000, k=2, temperature=0.5, seed=99
+    )
     seq = [0] + r.tokens
     for prev, row in enumerate(SAMPLE_TARGET):
         sharp = [x * x / sum(y * y for y in row) for x in row]
@@ -328,7 +378,8 @@ def test_temperature_sharpens_both_models(kata):
         stat, df = chi_square(counts, sharp)
         assert stat <= CHI2_1E6[df], (
             f"temperature 0.5, tokens after {prev}: counts {counts}, expected {[round(sum(counts) * x) for x in sharp]} "
-            f"from softmax(log p / 0.5) = {[round(x, 3) for x in sharp]} (chi-square {stat:.1f} > {CHI2_1E6[df]})")
+            f"from softmax(log p / 0.5) = {[round(x, 3) for x in sharp]} (chi-square {stat:.1f} > {CHI2_1E6[df]})"
+        )
 
 
 @pytest.mark.points(1)
@@ -345,34 +396,41 @@ def test_sampling_reproducible_with_seed(kata, target, draft):
 # ---------------------------------------------------------------------------------------------
 # The speed-up model.
 
+
 @pytest.mark.points(2)
 def test_expected_speedup_formula(kata):
     """Tokens per round are 1 + alpha + ... + alpha^k; the speed-up divides them by k c + 1"""
     for alpha in (0.0, 0.3, 0.75, 0.99, 1.0):
         for k in (1, 3, 7):
-            tokens = sum(alpha ** i for i in range(k + 1))
+            tokens = sum(alpha**i for i in range(k + 1))
             got = kata.expected_tokens_per_round(alpha, k)
-            assert got == pytest.approx(tokens, rel=1e-9), \
+            assert got == pytest.approx(tokens, rel=1e-9), (
                 f"expected_tokens_per_round({alpha}, {k}): got {got}, want 1 + alpha + ... + alpha^k = {tokens}"
+            )
             for c in (0.0, 0.05, 0.5):
                 got = kata.expected_speedup(alpha, k, c)
-                assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), \
+                assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), (
                     f"expected_speedup({alpha}, {k}, {c}): got {got}, want {tokens / (k * c + 1)}"
+                )
 
 
 # ---------------------------------------------------------------------------------------------
 # Errors.
 
+
 @pytest.mark.points(2)
-@pytest.mark.parametrize("bad, name", [
-    (dict(max_new_tokens=0), "max_new_tokens"),
-    (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
-    (dict(k=0), "k"),
-    (dict(temperature=-1.0), "temperature"),
-    (dict(prompt=[]), "prompt"),
-    (dict(prompt=[1, 64]), "prompt"),
-    (dict(draft_vocab=32), "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
+        (dict(k=0), "k"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(prompt=[]), "prompt"),
+        (dict(prompt=[1, 64]), "prompt"),
+        (dict(draft_vocab=32), "vocab_size"),
+    ],
+)
 def test_invalid_arguments(kata, target, draft, bad, name):
     """Invalid arguments raise ValueError naming the argument"""
     kwargs = dict(prompt=[1, 2, 3], max_new_tokens=4) | bad
@@ -380,26 +438,40 @@ def test_invalid_arguments(kata, target, draft, bad, name):
     other = tiny_model(2, vocab_size=kwargs.pop("draft_vocab")) if "draft_vocab" in kwargs else draft
     with pytest.raises(ValueError) as info:
         kata.speculative_generate(target, other, prompt, **kwargs)
-    assert re.search(rf"\b{name}\b", str(info.value)), \
+    assert re.search(rf"\b{name}\b", str(info.value)), (
         f"speculative_generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
+    )
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("call, name", [
-    ("verify-q", "draft_probs"), ("verify-p", "target_probs"), ("alpha", "alpha"), ("k", "k"), ("c", "c"),
-    ("pq", "p|q"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        ("verify-q", "draft_probs"),
+        ("verify-p", "target_probs"),
+        ("alpha", "alpha"),
+        ("k", "k"),
+        ("c", "c"),
+        ("pq", "p|q"),
+    ],
+)
 def test_invalid_formula_and_verify_inputs(kata, call, name):
     """verify's mismatched shapes and the formulas' out-of-range inputs raise ValueError naming them"""
-    drafts, q, p = torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3, 4), .25), torch.full((2, 4, 4), .25)
+    drafts, q, p = (
+        torch.zeros(2, 3, dtype=torch.long),
+        torch.full((2, 3, 4), 0.25),
+        torch.full((2, 4, 4), 0.25),
+    )
     calls = {
         "verify-q": lambda: kata.verify(drafts, q[:, :2], p),
         "verify-p": lambda: kata.verify(drafts, q, p[:, :3]),
         "alpha": lambda: kata.expected_speedup(1.5, 3, 0.1),
         "k": lambda: kata.expected_tokens_per_round(0.5, 0),
         "c": lambda: kata.expected_speedup(0.5, 3, -0.1),
-        "pq": lambda: kata.acceptance_probability(torch.full((4,), .25), torch.full((5,), .2)),
+        "pq": lambda: kata.acceptance_probability(torch.full((4,), 0.25), torch.full((5,), 0.2)),
     }
     with pytest.raises(ValueError) as info:
         calls[call]()
-    assert re.search(rf"\b({name})\b", str(info.value)), f"{call}: ValueError({str(info.value)!r}) does not name {name}"
+    assert re.search(rf"\b({name})\b", str(info.value)), (
+        f"{call}: ValueError({str(info.value)!r}) does not name {name}"
+    )

@@ -17,14 +17,21 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 
-from solutions import native
-from solutions.tokenizer import load_tokenizer
-from solutions.weights import build_model, find_gguf, load_smollm2, mode_state, open_gguf, read_config
+from solutions.system.kernels import native
+from solutions.system.loading.tokenizer import load_tokenizer
+from solutions.system.loading.weights import (
+    build_model,
+    find_gguf,
+    load_smollm2,
+    mode_state,
+    open_gguf,
+    read_config,
+)
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The compiled kernel (solutions.native), which `make setup` builds: a missing build on an x86-64
+    """The compiled kernel (solutions.system.kernels.native), which `make setup` builds: a missing build on an x86-64
     CPU with AVX2 fails the test; a CPU the kernel is not written for skips it (only the readable
     path runs there)."""
     k = native.kernel()
@@ -52,7 +59,7 @@ def smollm2(smollm2_path):
 
 @pytest.fixture(scope="session")
 def smollm2_reader(smollm2_path):
-    """The SmolLM2 GGUF file opened once (solutions.weights.open_gguf: a solutions.gguf_file.GGUFFile); read, never written."""
+    """The SmolLM2 GGUF file opened once (solutions.system.loading.weights.open_gguf: a solutions.system.loading.gguf_file.GGUFFile); read, never written."""
     return open_gguf(smollm2_path)
 
 
@@ -81,11 +88,12 @@ def hf_smollm2(smollm2_path):
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True)
+        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32, local_files_only=True
+    )
     return model.eval()
 
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_path):
-    """Our SmolLM2 tokenizer (solutions.tokenizer.load_tokenizer)."""
+    """Our SmolLM2 tokenizer (solutions.system.loading.tokenizer.load_tokenizer)."""
     return load_tokenizer(smollm2_path)

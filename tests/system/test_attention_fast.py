@@ -1,4 +1,4 @@
-"""The inference system's fused attention (solutions/attention_fast.py) equals the readable reference."""
+"""The inference system's fused attention (solutions/system/kernels/attention_fast.py) equals the readable reference."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from solutions import attention as readable
-from solutions import attention_fast as fast
+from solutions.system.kernels import attention_fast as fast
 
 
 def random_case(seed: int, dtype: torch.dtype = torch.float32):
@@ -86,7 +86,11 @@ def test_decode_shape_from_a_cache_view():
 def test_attn_mask_and_scale_follow_the_reference():
     """A float or bool attn_mask and a custom scale give the reference's result."""
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(1, 4, 3, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+    q, k, v = (
+        torch.randn(1, 4, 3, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+        torch.randn(1, 2, 5, 8, generator=g),
+    )
     for mask in (torch.randn(1, 4, 3, 5, generator=g), torch.rand(3, 5, generator=g) < 0.5):
         got = fast.attention(q, k, v, causal=True, attn_mask=mask, scale=0.3)
         want = readable.attention(q, k, v, causal=True, attn_mask=mask, scale=0.3)

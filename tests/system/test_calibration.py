@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from solutions import calibration
+from solutions.system.kernels import calibration
 
 
 def fake_timer(seconds: dict[tuple[str, int], float], calls: list | None = None):
@@ -19,17 +19,30 @@ def fake_timer(seconds: dict[tuple[str, int], float], calls: list | None = None)
         if calls is not None:
             calls.append((layout, rows))
         return seconds[layout, rows]
+
     return timer
 
 
 # an Intel Xeon with MKL: column-major is as fast at 1 row and much faster at 4 rows, and MKL's
 # packed GEMM faster still at 4 rows (no faster at 1)
-INTEL = {("row", 1): 19.6e-3, ("row", 4): 34.3e-3, ("col", 1): 19.6e-3, ("col", 4): 27.0e-3,
-         ("packed", 1): 19.9e-3, ("packed", 4): 20.1e-3}
+INTEL = {
+    ("row", 1): 19.6e-3,
+    ("row", 4): 34.3e-3,
+    ("col", 1): 19.6e-3,
+    ("col", 4): 27.0e-3,
+    ("packed", 1): 19.9e-3,
+    ("packed", 4): 20.1e-3,
+}
 # an AMD EPYC where that layout made a 4-row product 2.4x a 1-row one, row-major far less, and
 # packing saves too little to be worth a second copy of the weights
-AMD = {("row", 1): 20.0e-3, ("row", 4): 26.0e-3, ("col", 1): 21.0e-3, ("col", 4): 50.0e-3,
-       ("packed", 1): 22.0e-3, ("packed", 4): 24.5e-3}
+AMD = {
+    ("row", 1): 20.0e-3,
+    ("row", 4): 26.0e-3,
+    ("col", 1): 21.0e-3,
+    ("col", 4): 50.0e-3,
+    ("packed", 1): 22.0e-3,
+    ("packed", 4): 24.5e-3,
+}
 
 
 def test_picks_the_column_major_layout_where_it_wins():

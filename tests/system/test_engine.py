@@ -1,6 +1,6 @@
 """The serving engine on the tiny random model (milliseconds, no file).
 
-The engine (solutions.engine) answers concurrent requests each exactly as `generate` answers
+The engine (solutions.system.serving.engine) answers concurrent requests each exactly as `generate` answers
 it alone (greedy), shares decode steps among them, still does with a pool so small that the
 scheduler must preempt, and frees every block when a stream is closed early.
 """
@@ -12,9 +12,9 @@ import asyncio
 import pytest
 import torch
 
-from solutions.engine import Engine, EngineConfig, SamplingParams
 from solutions.generate import generate
 from solutions.model import tiny_model
+from solutions.system.serving.engine import Engine, EngineConfig, SamplingParams
 
 EOS = 7
 
@@ -26,8 +26,10 @@ def model():
 
 def prompts(n: int, seed: int = 0) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randint(8, 256, (int(torch.randint(3, 20, (1,), generator=gen)),), generator=gen).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(8, 256, (int(torch.randint(3, 20, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(n)
+    ]
 
 
 def test_prefill_last_only_is_the_last_position(model):
@@ -40,12 +42,15 @@ def test_prefill_last_only_is_the_last_position(model):
         last = model.prefill(ids, last_cache, last_only=True)
         assert last.shape == (1, 1, full.shape[-1]) and torch.allclose(last[:, 0], full[:, -1], atol=1e-5)
         step = torch.tensor([14])
-        assert torch.allclose(model.decode_step(step, last_cache), model.decode_step(step, full_cache), atol=1e-5)
+        assert torch.allclose(
+            model.decode_step(step, last_cache), model.decode_step(step, full_cache), atol=1e-5
+        )
 
 
 async def _ask_all(engine: Engine, requests: list[list[int]], max_tokens: int) -> list[list[int]]:
     async def one(p):
         return [t async for t in engine.submit(p, SamplingParams(max_tokens, temperature=0))]
+
     return await asyncio.gather(*(one(p) for p in requests))
 
 
@@ -54,9 +59,14 @@ def alone(model, prompt: list[int], max_tokens: int) -> list[int]:
         return generate(model, [prompt], max_new_tokens=max_tokens, eos_token_id=EOS).tokens[0]
 
 
-@pytest.mark.parametrize("config", [EngineConfig(num_blocks=256, block_size=4, max_tokens_per_step=16),
-                                    EngineConfig(num_blocks=12, block_size=4, max_tokens_per_step=8)],
-                         ids=["roomy", "preempting"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        EngineConfig(num_blocks=256, block_size=4, max_tokens_per_step=16),
+        EngineConfig(num_blocks=12, block_size=4, max_tokens_per_step=8),
+    ],
+    ids=["roomy", "preempting"],
+)
 def test_concurrent_requests_each_get_their_own_answer(model, config):
     """Eight requests at once: each gets generate's greedy answer alone, and decode steps were shared
     (with 12 blocks of 4 the scheduler must preempt and recompute; the answers do not change)."""
@@ -69,10 +79,14 @@ def test_concurrent_requests_each_get_their_own_answer(model, config):
     finally:
         engine.close()
     for i, p in enumerate(requests):
-        assert got[i] == alone(model, p, max_tokens), f"request {i} (prompt {p}) got another answer than alone"
+        assert got[i] == alone(model, p, max_tokens), (
+            f"request {i} (prompt {p}) got another answer than alone"
+        )
     assert stats.max_batch_seen > 1, "no decode step served two requests"
     assert (stats.preemptions > 0) == (config.num_blocks < 64), f"preemptions: {stats.preemptions}"
-    assert stats.pending == 0 and stats.blocks_in_use == 0, f"blocks held after every request finished: {stats}"
+    assert stats.pending == 0 and stats.blocks_in_use == 0, (
+        f"blocks held after every request finished: {stats}"
+    )
 
 
 def test_closing_a_stream_frees_its_blocks(model):

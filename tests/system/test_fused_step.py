@@ -1,7 +1,7 @@
-"""The fused native decode step (solutions.fused_step) against the readable one (solutions/model.py).
+"""The fused native decode step (solutions.system.kernels.fused_step) against the readable one (solutions/model.py).
 
 Oracle: the same model with `fused_step = None`, which runs model.py's per-op path with the same
-Q8_1 products (solutions.q8_1's arithmetic, test_q4_q8_kernel.py). Both quantize every product's
+Q8_1 products (solutions.system.kernels.q8_1's arithmetic, test_q4_q8_kernel.py). Both quantize every product's
 activations bit for bit alike, so they differ only by fp32 summation order (and where that moves
 an activation across a rounding boundary, by one int8 step of it): logits agree to a small
 fraction of their spread and greedy tokens agree exactly. Tiny models (random weights, Q4_1
@@ -16,12 +16,12 @@ import gguf
 import pytest
 import torch
 
-from solutions import fused_step
-from solutions.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
 from solutions.model import project, tiny_model
-from solutions.weights import build_model, mode_state, open_gguf, read_config
+from solutions.system.kernels import fused_step
+from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
+from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
 
@@ -99,7 +99,9 @@ def test_threads_split_the_step_without_changing_a_bit(kernel, tmp_path, threads
         many = steps(model, 6, fused=True)[0], project(x, w)
     finally:
         torch.set_num_threads(before)
-    assert torch.equal(one[0], many[0]), f"the fused step's logits on {threads} threads differ from one thread's"
+    assert torch.equal(one[0], many[0]), (
+        f"the fused step's logits on {threads} threads differ from one thread's"
+    )
     assert torch.equal(one[1], many[1]), f"a product on {threads} threads differs from one thread's"
 
 
@@ -114,7 +116,9 @@ def test_every_instruction_set_takes_the_same_step(kernel, tmp_path):
         model.fused_step = FusedStep.for_model(model, isa=isa)
         fused, tokens, _ = steps(model, 8, fused=True)
         err = float((fused - readable).abs().max())
-        assert tokens == want and err < 0.01 * spread, f"{isa}: tokens {tokens} vs {want}, logits off by {err:.3g}"
+        assert tokens == want and err < 0.01 * spread, (
+            f"{isa}: tokens {tokens} vs {want}, logits off by {err:.3g}"
+        )
     with pytest.raises(RuntimeError, match="cannot run the sse9 kernel"):
         FusedStep.for_model(model, isa="sse9")
 
@@ -177,7 +181,9 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
     assert q8_model(tmp_path).fused_step is None
     monkeypatch.delenv(ENV)
     model = q8_model(tmp_path)
-    assert set(model.fused_step.prefetch) == {0, 4, 8, 16, 32, 64} and "measured" in model.fused_step.describe()
+    assert (
+        set(model.fused_step.prefetch) == {0, 4, 8, 16, 32, 64} and "measured" in model.fused_step.describe()
+    )
     before = kernel.module.prefetch()
     try:
         monkeypatch.setenv(PREFETCH_ENV, "0")

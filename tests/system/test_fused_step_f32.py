@@ -1,4 +1,4 @@
-"""The fused fp32 decode step (solutions.fused_step.FusedStepF32) against the readable one.
+"""The fused fp32 decode step (solutions.system.kernels.fused_step.FusedStepF32) against the readable one.
 
 Oracle: the same model with `fused_step = None`, which runs solutions/model.py's per-op path (torch's
 BLAS products, norms and attention). No quantization on either side, so they differ only by fp32
@@ -14,16 +14,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions.fused_step import ENV, FusedStepF32
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
+from solutions.system.kernels.fused_step import ENV, FusedStepF32
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
 
 
 def column_major(model):
-    """The model with every matrix and the embedding stored column-major, as solutions.calibration
+    """The model with every matrix and the embedding stored column-major, as solutions.system.kernels.calibration
     may lay them out for BLAS (the transpose of a contiguous (K, N))."""
     with torch.no_grad():
         for layer in model.layers:
@@ -69,7 +69,9 @@ def test_fused_step_is_the_readable_step(kernel, layout, rows):
     """Ten greedy steps of `rows` rows: the same tokens, logits within 1e-4 of their spread, the same
     keys and values in every row and layer of the cache, whose length moved on by one a step."""
     model = fused_model(layout)
-    assert isinstance(model.fused_step, FusedStepF32), f"an fp32 model ({layout}-major) comes with a fused step"
+    assert isinstance(model.fused_step, FusedStepF32), (
+        f"an fp32 model ({layout}-major) comes with a fused step"
+    )
     fused, tokens, cache = steps(model, 10, fused=True, rows=rows)
     readable, want, cache_want = steps(model, 10, fused=False, rows=rows)
     spread = float(readable.max() - readable.min())
@@ -96,8 +98,9 @@ def test_product_is_f_linear(kernel, layout):
             for isa in kernel.isas:
                 got = kernel.module.matmul_f32(x, w, isa)
                 err = float((got - want).abs().max())
-                assert err < 1e-5 * k ** 0.5 * float(want.abs().max() + 1), \
+                assert err < 1e-5 * k**0.5 * float(want.abs().max() + 1), (
                     f"{isa}, {layout}-major ({n}, {k}) with {m} rows: off F.linear by {err:.3g}"
+                )
 
 
 def test_product_refuses_what_it_cannot_take(kernel):
@@ -141,7 +144,9 @@ def test_every_instruction_set_takes_the_same_step(kernel):
         model.fused_step = FusedStepF32.for_model(model, isa=isa)
         fused, tokens, _ = steps(model, 6, fused=True, rows=3)
         err = float((fused - readable).abs().max())
-        assert tokens == want and err < 1e-4 * spread, f"{isa}: tokens {tokens} vs {want}, logits off by {err:.3g}"
+        assert tokens == want and err < 1e-4 * spread, (
+            f"{isa}: tokens {tokens} vs {want}, logits off by {err:.3g}"
+        )
     with pytest.raises(RuntimeError, match="cannot run the sse9 kernel"):
         FusedStepF32.for_model(model, isa="sse9")
 
@@ -164,9 +169,13 @@ def test_generate_takes_the_fused_step_greedy_and_beam(kernel, monkeypatch):
         model.fused_step = None
         want = generate(model, [PROMPT], max_new_tokens=8, **kwargs)
         rows = kwargs.get("num_beams", 1)
-        assert got.tokens == want.tokens, f"{kwargs or 'greedy'}: fused {got.tokens} vs readable {want.tokens}"
+        assert got.tokens == want.tokens, (
+            f"{kwargs or 'greedy'}: fused {got.tokens} vs readable {want.tokens}"
+        )
         assert got.scores == pytest.approx(want.scores, abs=1e-5)
-        assert calls and all(c == (rows, True) for c in calls), f"{kwargs or 'greedy'}: fused step calls {calls}"
+        assert calls and all(c == (rows, True) for c in calls), (
+            f"{kwargs or 'greedy'}: fused step calls {calls}"
+        )
         calls.clear()
 
 
@@ -219,8 +228,12 @@ def test_a_few_tokens_prefill_in_one_call_as_the_steps_do(kernel, layout):
             stepped = model.new_cache(1, 24)
             if start:
                 model.prefill(ids[:, :start], stepped)
-            want = torch.stack([model.decode_step(ids[:, i], stepped)[0] for i in range(start, start + T)])[None]
-            assert torch.equal(got, want), f"{T} tokens after {start}: the chunk differs from one step at a time"
+            want = torch.stack([model.decode_step(ids[:, i], stepped)[0] for i in range(start, start + T)])[
+                None
+            ]
+            assert torch.equal(got, want), (
+                f"{T} tokens after {start}: the chunk differs from one step at a time"
+            )
             assert torch.equal(chunked.storage, stepped.storage)
             saved, model.fused_step = model.fused_step, None
             readable_cache = model.new_cache(1, 24)
@@ -247,7 +260,9 @@ def test_prefill_declines_what_it_does_not_take(kernel):
     mask = torch.tensor([[False, True, True]])
     assert chunk(torch.tensor([[1, 2, 3]]), model.new_cache(1, 16), mask) is None, "padding"
     assert chunk(torch.tensor([[1, 2, 3]]), model.new_cache(1, 2), None) is None, "room for 2"
-    assert chunk(torch.tensor([[1, 256]]), model.new_cache(1, 4), None) is None, "a token outside the vocabulary"
+    assert chunk(torch.tensor([[1, 256]]), model.new_cache(1, 4), None) is None, (
+        "a token outside the vocabulary"
+    )
     with pytest.raises(CacheFullError):
         model.prefill(torch.tensor([[1, 2, 3]]), model.new_cache(1, 2))
     with pytest.raises(ValueError, match="token ids must lie in"):

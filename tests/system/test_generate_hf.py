@@ -36,24 +36,43 @@ def hf_beam_search(hf_model, prompts: list[list[int]], eos: list[int], **kwargs)
     ids = torch.full((len(prompts), T), PAD, dtype=torch.long)
     mask = torch.zeros((len(prompts), T), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, T - len(p):] = torch.tensor(p)
-        mask[i, T - len(p):] = 1
+        ids[i, T - len(p) :] = torch.tensor(p)
+        mask[i, T - len(p) :] = 1
     with torch.no_grad():
-        out = hf_model.generate(ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False,
-                                eos_token_id=eos, pad_token_id=PAD, return_dict_in_generate=True,
-                                output_scores=True, temperature=None, top_p=None, top_k=None, **kwargs)
+        out = hf_model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=MAX_NEW,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=PAD,
+            return_dict_in_generate=True,
+            output_scores=True,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            **kwargs,
+        )
     rows = []
     for seq in out.sequences[:, T:].tolist():
         ends = [i for i, tok in enumerate(seq) if tok in eos]
-        rows.append(seq[:ends[0] + 1] if ends else seq)
+        rows.append(seq[: ends[0] + 1] if ends else seq)
     return rows, out.sequences_scores.tolist()
 
 
 # Pairwise over num_beams {2, 4} x length_penalty {0, 1, 2} x early_stopping {True, False, "never"}: every
 # length_penalty meets every early_stopping once, and each num_beams meets each value of both.
-PAIRWISE = [(4, 0.0, True), (2, 0.0, False), (2, 0.0, "never"),
-            (2, 1.0, True), (2, 1.0, False), (4, 1.0, "never"),
-            (2, 2.0, True), (4, 2.0, False), (2, 2.0, "never")]
+PAIRWISE = [
+    (4, 0.0, True),
+    (2, 0.0, False),
+    (2, 0.0, "never"),
+    (2, 1.0, True),
+    (2, 1.0, False),
+    (4, 1.0, "never"),
+    (2, 2.0, True),
+    (4, 2.0, False),
+    (2, 2.0, "never"),
+]
 
 
 def test_the_cases_are_pairwise():
@@ -71,13 +90,18 @@ def test_the_cases_are_pairwise():
 def test_beam_search_matches_hf(smollm2, hf_smollm2, encode, eos, num_beams, length_penalty, early_stopping):
     """Beam search gives HF's sequences and scores on SmolLM2"""
     prompt = encode("The capital of France is")
-    kwargs = dict(num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-                  num_return_sequences=num_beams)
+    kwargs = dict(
+        num_beams=num_beams,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        num_return_sequences=num_beams,
+    )
     ours = generate(smollm2, [prompt], max_new_tokens=MAX_NEW, eos_token_id=eos, strategy="beam", **kwargs)
     want_tokens, want_scores = hf_beam_search(hf_smollm2, [prompt], eos, **kwargs)
     assert ours.tokens == want_tokens, f"{kwargs}: ours {ours.tokens}, HF {want_tokens}"
-    assert ours.scores == pytest.approx(want_scores, abs=1e-4), \
+    assert ours.scores == pytest.approx(want_scores, abs=1e-4), (
         f"{kwargs}: ours {ours.scores}, HF {want_scores}"
+    )
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""solutions.gguf_file against the `gguf` package's own reader (the oracle), on SmolLM2 and on small
+"""solutions.system.loading.gguf_file against the `gguf` package's own reader (the oracle), on SmolLM2 and on small
 files the `gguf` writer makes with every value type, F16/Q8_0/Q4_1 tensors and an odd alignment."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from solutions.gguf_file import GGUFFile
-from solutions.weights import open_gguf
+from solutions.system.loading.gguf_file import GGUFFile
+from solutions.system.loading.weights import open_gguf
 
 
 def same_as_gguf(path) -> None:
@@ -19,13 +19,22 @@ def same_as_gguf(path) -> None:
     assert list(ours.fields) == list(fields), "the fields, in file order"
     for key, field in fields.items():
         got, expected = ours.fields[key].contents(), field.contents()
-        assert got == expected and type(got) is type(expected), f"field {key}: {got!r:.80} against {expected!r:.80}"
+        assert got == expected and type(got) is type(expected), (
+            f"field {key}: {got!r:.80} against {expected!r:.80}"
+        )
         assert ours.fields[key].types == tuple(field.types), f"field {key}'s types"
     assert [t.name for t in ours.tensors] == [t.name for t in want.tensors]
     for a, b in zip(ours.tensors, want.tensors):
-        assert (a.tensor_type, a.shape, a.n_elements, a.n_bytes, a.data_offset) == \
-               (b.tensor_type, tuple(int(s) for s in b.shape), int(b.n_elements), int(b.n_bytes), int(b.data_offset)), a.name
-        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape, f"{a.name}: {a.data.shape} {b.data.shape}"
+        assert (a.tensor_type, a.shape, a.n_elements, a.n_bytes, a.data_offset) == (
+            b.tensor_type,
+            tuple(int(s) for s in b.shape),
+            int(b.n_elements),
+            int(b.n_bytes),
+            int(b.data_offset),
+        ), a.name
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape, (
+            f"{a.name}: {a.data.shape} {b.data.shape}"
+        )
         assert np.array_equal(a.data.view(np.uint8), np.asarray(b.data).view(np.uint8)), f"{a.name}'s bytes"
         assert not a.data.flags.writeable, f"{a.name}: the mapped file must be read-only"
 
@@ -87,21 +96,29 @@ def test_bad_files_are_clear_errors(tmp_path):
         "not a GGUF file": b"PK\x03\x04" + data[4:],
         "version 9": data[:4] + (9).to_bytes(4, "little") + data[8:],
         "ends inside its metadata": data[:200],
-        "unknown metadata value type 77": data[:data.index(b"t.u8") + 4] + (77).to_bytes(4, "little")
-        + data[data.index(b"t.u8") + 8:],
-        "runs past the end": data[:data.index(b"t.str") + 9] + (2**40).to_bytes(8, "little")
-        + data[data.index(b"t.str") + 17:],
+        "unknown metadata value type 77": data[: data.index(b"t.u8") + 4]
+        + (77).to_bytes(4, "little")
+        + data[data.index(b"t.u8") + 8 :],
+        "runs past the end": data[: data.index(b"t.str") + 9]
+        + (2**40).to_bytes(8, "little")
+        + data[data.index(b"t.str") + 17 :],
     }
     aligned = tmp_path / "aligned.gguf"
     write(aligned, 64)
-    at = aligned.read_bytes().index(b"general.alignment") + len("general.alignment") + 4  # past the value type
-    cases["not a power of two"] = aligned.read_bytes()[:at] + (48).to_bytes(4, "little") + aligned.read_bytes()[at + 4:]
+    at = (
+        aligned.read_bytes().index(b"general.alignment") + len("general.alignment") + 4
+    )  # past the value type
+    cases["not a power of two"] = (
+        aligned.read_bytes()[:at] + (48).to_bytes(4, "little") + aligned.read_bytes()[at + 4 :]
+    )
     for why, content in cases.items():
         path = tmp_path / "bad.gguf"
         path.write_bytes(content)
         with pytest.raises(ValueError, match=why):
             GGUFFile(path)
     last = GGUFFile(tmp_path / "good.gguf").tensors[-1]
-    path.write_bytes(data[:last.data_offset + last.n_bytes - 1])  # the tensor data cut short: open_gguf says so
+    path.write_bytes(
+        data[: last.data_offset + last.n_bytes - 1]
+    )  # the tensor data cut short: open_gguf says so
     with pytest.raises(ValueError, match="truncated: its tensors need"):
         open_gguf(path)

@@ -1,23 +1,22 @@
 """The int4 reference's dequantizers on every quantized tensor of the real SmolLM2 GGUF.
 
 Bit-exact against gguf.quants.dequantize, tensor by tensor: 210 Q4_1 matrices and the Q8_0
-embedding. This is the dequantizer solutions/weights.py loads SmolLM2 with.
+embedding. This is the dequantizer solutions/system/loading/weights.py loads SmolLM2 with.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from solutions.int4 import dequantize_q4_1, dequantize_q8_0
-
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize as gguf_dequantize
+
+from solutions.int4 import dequantize_q4_1, dequantize_q8_0
 
 
 @pytest.fixture(scope="module")
 def reader(smollm2_reader):
-    return smollm2_reader  # a solutions.gguf_file.GGUFFile
+    return smollm2_reader  # a solutions.system.loading.gguf_file.GGUFFile
 
 
 def test_every_quantized_tensor_is_bit_exact(reader):
@@ -29,12 +28,16 @@ def test_every_quantized_tensor_is_bit_exact(reader):
             continue
         shape = tuple(int(s) for s in reversed(t.shape))  # numpy order: gguf lists ne0 (columns) first
         got, want = ours[t.tensor_type](t.data, shape), gguf_dequantize(t.data, t.tensor_type)
-        assert got.shape == want.shape == shape, f"{t.name}: shape {got.shape}, gguf {want.shape}, expected {shape}"
+        assert got.shape == want.shape == shape, (
+            f"{t.name}: shape {got.shape}, gguf {want.shape}, expected {shape}"
+        )
         assert got.dtype == np.float32, f"{t.name}: dtype {got.dtype}"
         same = got.view(np.uint32) == want.view(np.uint32)
         if not same.all():
             idx = tuple(int(i) for i in np.argwhere(~same)[0])
-            pytest.fail(f"{t.name} ({t.tensor_type.name}) differs at {idx}: ours {got[idx]!r}, gguf {want[idx]!r}")
+            pytest.fail(
+                f"{t.name} ({t.tensor_type.name}) differs at {idx}: ours {got[idx]!r}, gguf {want[idx]!r}"
+            )
         seen[t.tensor_type] += 1
     assert seen == {QT.Q4_1: 210, QT.Q8_0: 1}, f"expected 210 Q4_1 tensors and 1 Q8_0, checked {seen}"
 
@@ -79,4 +82,6 @@ def test_packed_model_decodes_like_its_dequantized_weights(kernel, tol):
     scale = float(want.abs().max())
     drift = float((got - want).abs().max())
     assert drift < tol * scale, f"{kernel}: packed logits differ by {drift:.3g} (scale {scale:.3g})"
-    assert torch.allclose(step, got[:, -1], atol=tol * scale), f"{kernel}: cached decode differs from the full forward"
+    assert torch.allclose(step, got[:, -1], atol=tol * scale), (
+        f"{kernel}: cached decode differs from the full forward"
+    )

@@ -1,4 +1,4 @@
-"""Releasing the pages of a memory-mapped tensor (solutions.mapped_pages), on a small safetensors file."""
+"""Releasing the pages of a memory-mapped tensor (solutions.system.loading.mapped_pages), on a small safetensors file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from solutions.mapped_pages import page_range, release
+from solutions.system.loading.mapped_pages import page_range, release
 
 
 def test_page_range_keeps_only_whole_pages():

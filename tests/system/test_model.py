@@ -61,10 +61,18 @@ def test_greedy_32_tokens_match_huggingface(smollm2, hf_smollm2, encode_chat, te
     ids = encode_chat(text)
     ours = greedy(smollm2, ids, 32)
     with torch.inference_mode():
-        out = hf_smollm2.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, do_sample=False,
-                                  eos_token_id=EOS, pad_token_id=EOS)
-    theirs = out[0, ids.shape[1]:].tolist()
-    assert ours == theirs, f"greedy tokens differ from HuggingFace on {text!r}:\n ours   {ours}\n theirs {theirs}"
+        out = hf_smollm2.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=32,
+            do_sample=False,
+            eos_token_id=EOS,
+            pad_token_id=EOS,
+        )
+    theirs = out[0, ids.shape[1] :].tolist()
+    assert ours == theirs, (
+        f"greedy tokens differ from HuggingFace on {text!r}:\n ours   {ours}\n theirs {theirs}"
+    )
 
 
 def test_cached_decode_equals_full_recompute(smollm2, encode_chat):
@@ -80,7 +88,9 @@ def test_cached_decode_equals_full_recompute(smollm2, encode_chat):
     got += [smollm2.decode_step(cont[:, i], cache) for i in range(cont.shape[1])]
     got = torch.cat(got)  # (T, V)
     worst = (got - want).abs().max(-1).values
-    assert worst.max() < 1e-4, f"cached logits differ from recompute by {worst.max():.2e} at position {worst.argmax()}"
+    assert worst.max() < 1e-4, (
+        f"cached logits differ from recompute by {worst.max():.2e} at position {worst.argmax()}"
+    )
     assert cache.length == full.shape[1], f"cache length {cache.length} after {full.shape[1]} tokens"
 
 
@@ -91,7 +101,7 @@ def test_left_padded_batch_equals_rows_alone(smollm2, encode_chat):
     ids = torch.full((2, width), EOS)
     mask = torch.zeros(2, width, dtype=torch.bool)
     for b, r in enumerate(rows):
-        ids[b, width - len(r):], mask[b, width - len(r):] = r, True
+        ids[b, width - len(r) :], mask[b, width - len(r) :] = r, True
     cache = smollm2.new_cache(2, width + 3)
     batch = [smollm2.prefill(ids, cache, mask)[:, -1]]  # (2, V)
     nxt = batch[0].argmax(-1)

@@ -1,4 +1,4 @@
-"""MKL's packed GEMM for the 4-row products of a beam step (solutions.packed_gemm): its products
+"""MKL's packed GEMM for the 4-row products of a beam step (solutions.system.kernels.packed_gemm): its products
 on a tiny model, and the beam search it serves on SmolLM2 against HuggingFace's.
 """
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions import packed_gemm
 from solutions.generate import generate
 from solutions.model import tiny_model
+from solutions.system.kernels import packed_gemm
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL")  # x86 wheels do
 
@@ -73,7 +73,9 @@ def test_beam_search_with_packed_products_matches_hf(packed_smollm2, hf_smollm2,
     prompt = smollm2_tokenizer.encode("The capital of France is")
     kwargs = dict(num_beams=4, length_penalty=1.0, early_stopping=False, num_return_sequences=4)
     ours = generate(packed_smollm2, [prompt], max_new_tokens=8, eos_token_id=eos, strategy="beam", **kwargs)
-    assert packed_smollm2.layers[0].wqkv.packs[4] is not None, "the 4-row steps did not use the packed weights"
+    assert packed_smollm2.layers[0].wqkv.packs[4] is not None, (
+        "the 4-row steps did not use the packed weights"
+    )
     want_tokens, want_scores = hf_beam_search(hf_smollm2, [prompt], eos, **kwargs)
     assert ours.tokens == want_tokens, f"ours {ours.tokens}, HF {want_tokens}"
     assert ours.scores == pytest.approx(want_scores, abs=1e-4), f"ours {ours.scores}, HF {want_scores}"

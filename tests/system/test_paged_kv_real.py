@@ -11,7 +11,11 @@ import torch
 
 from solutions.paged_kv import PagedKVCache
 
-CHATS = ["What is the capital of France?", "Write a haiku about the sea.", "Why is the sky blue? Answer briefly!"]
+CHATS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Why is the sky blue? Answer briefly!",
+]
 STEPS = 8
 
 
@@ -60,7 +64,9 @@ def test_batched_paged_decode_matches_each_sequence_alone(smollm2, smollm2_token
             out[s].append(int(logits[row].argmax()))
     while any(len(t) < STEPS for t in out.values()):  # the late one finishes alone
         view = cache.view([2])
-        out[2].append(int(smollm2.decode_step(torch.tensor(out[2][-1:]), view, view.attention_mask(1))[0].argmax()))
+        out[2].append(
+            int(smollm2.decode_step(torch.tensor(out[2][-1:]), view, view.attention_mask(1))[0].argmax())
+        )
     want = {s: greedy_alone(smollm2, prompts[s]) for s in range(3)}
     want[3] = greedy_alone(smollm2, prompts[0], first=second_best)
     for s in out:

@@ -50,16 +50,19 @@ def test_mixed_text_splits_as_regex_does(name, text):
 
 
 @pytest.mark.parametrize("name", FAST)
-@pytest.mark.parametrize("text", [
-    "é \n\nx",  # a cut after whitespace would split " \n" from "\n"
-    "x \n\né",
-    "a.\n\n  b\né\nc\n d",
-    "é\n" * 3 + "plain ascii\nline\n" + "ß",
-    "\né",
-    "é\n",
-    "1\n2é3\n\n4",
-    "x\x1c\nyé",  # \x1c is not \s to regex: no cut after it is needed, none is made
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "é \n\nx",  # a cut after whitespace would split " \n" from "\n"
+        "x \n\né",
+        "a.\n\n  b\né\nc\n d",
+        "é\n" * 3 + "plain ascii\nline\n" + "ß",
+        "\né",
+        "é\n",
+        "1\n2é3\n\n4",
+        "x\x1c\nyé",  # \x1c is not \s to regex: no cut after it is needed, none is made
+    ],
+)
 def test_cut_examples(name, text):
     for stretch in (1, 2, 1024):
         assert Splitter(FAST[name], stretch).findall(text) == chunks(FAST[name], text), f"stretch={stretch}"
@@ -67,8 +70,9 @@ def test_cut_examples(name, text):
 
 def test_long_text_with_few_non_ascii_characters():
     """The benchmark's case: long ASCII lines with a rare accent, split in many stretches."""
-    text = "".join(f"Line {i}: it's a test, isn't it?  {'café ' if i % 7 == 0 else ''}x = {i * 31}\n"
-                   for i in range(400))
+    text = "".join(
+        f"Line {i}: it's a test, isn't it?  {'café ' if i % 7 == 0 else ''}x = {i * 31}\n" for i in range(400)
+    )
     for pattern in FAST.values():
         for stretch in (1, 100, 1024):
             assert Splitter(pattern, stretch).findall(text) == chunks(pattern, text), f"stretch={stretch}"

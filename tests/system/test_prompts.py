@@ -37,7 +37,9 @@ def test_int4_stub_and_readme_give_one_rounding_rule():
 
 
 def attention_banned_names() -> set[str]:
-    spec = importlib.util.spec_from_file_location("attention_suite", ROOT / "tests" / "katas" / "test_attention.py")
+    spec = importlib.util.spec_from_file_location(
+        "attention_suite", ROOT / "tests" / "katas" / "test_attention.py"
+    )
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
     return suite.BANNED
@@ -48,8 +50,14 @@ def test_attention_stub_docstrings_do_not_trip_the_banned_check(tmp_path):
     banned = attention_banned_names()
     stub = KATAS / "attention" / "attention.py"
     assert "scaled_dot_product_attention" in stub.read_text() and "nn.MultiheadAttention" in stub.read_text()
-    assert banned_uses(stub, banned) == [], "the attention suite's banned check trips over the stub's own text"
+    assert banned_uses(stub, banned) == [], (
+        "the attention suite's banned check trips over the stub's own text"
+    )
     planted = tmp_path / "attention.py"  # the check still works: a real call in the same file is found
-    planted.write_text(stub.read_text() + "\n\ndef cheat(q, k, v):\n"
-                       "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n")
-    assert banned_uses(planted, banned) == [f"line {len(stub.read_text().splitlines()) + 4}: scaled_dot_product_attention"]
+    planted.write_text(
+        stub.read_text() + "\n\ndef cheat(q, k, v):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"
+    )
+    assert banned_uses(planted, banned) == [
+        f"line {len(stub.read_text().splitlines()) + 4}: scaled_dot_product_attention"
+    ]

@@ -1,8 +1,8 @@
-"""The compiled Q4_1 x Q8_1 kernel (solutions.native) against its readable reference (solutions.q8_1),
+"""The compiled Q4_1 x Q8_1 kernel (solutions.system.kernels.native) against its readable reference (solutions.system.kernels.q8_1),
 and that reference against the plain fp32 product of the dequantized matrix. The kernel reads the
 weights tiled (q8_1.repack); the reference reads the file's blocks.
 
-Oracles: solutions.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
+Oracles: solutions.system.kernels.q8_1 (torch ops, exact integer block sums) and, for it, x @ dequantize_q4_1(W).T
 in fp64 (bit-exact dequantizer, test_weights.py), from which int8 activations may move a product by
 about 1% of its scale. Each instruction set this CPU runs is tested, the AVX2 floor included, and
 the floor is also forced the way a CPU without VNNI would take it (DOJO_Q8_ISA).
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from solutions import native, q8_1
 from solutions.int4 import dequantize_q4_1, quantize_q4_1
-from solutions.weight_modes import Q4Q8Linear
+from solutions.system.kernels import native, q8_1
+from solutions.system.kernels.weight_modes import Q4Q8Linear
 
 
 def q4_1_weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -40,12 +40,16 @@ def test_quantizers_agree_bit_for_bit(kernel):
     x[1, 32:64] = 0  # a block with no scale
     x[3, 64:96] = 1e-30  # a scale near the bottom of fp32
     x[2, 5] = 0.5 * x[2, :32].abs().max() / 127 * 2  # ties are rounded half to even by both
-    for residual, want, names in ((False, q8_1.quantize_q8_1(x), "q d s"),
-                                  (True, q8_1.quantize_q8_1_residual(x), "q lo d s")):
+    for residual, want, names in (
+        (False, q8_1.quantize_q8_1(x), "q d s"),
+        (True, q8_1.quantize_q8_1_residual(x), "q lo d s"),
+    ):
         for isa in ("readable", *kernel.isas):
             for got, exp, what in zip(kernel.module.quantize(x, residual, isa), want, names.split()):
-                assert torch.equal(got, exp), (f"{isa}: {what} (residual {residual}) differs from the reference at "
-                                               f"{(got != exp).nonzero()[:3].tolist()}")
+                assert torch.equal(got, exp), (
+                    f"{isa}: {what} (residual {residual}) differs from the reference at "
+                    f"{(got != exp).nonzero()[:3].tolist()}"
+                )
 
 
 @pytest.mark.parametrize("n", [1, 16, 37])
@@ -59,12 +63,14 @@ def test_repack_is_a_permutation_of_the_blocks(n):
     assert torch.equal(q8_1.unpack(tiles, n), blocks)
     row, b = n - 1, 2  # the last row's last block
     t, r = divmod(row, 16)
-    blk = blocks[row, b * 20:(b + 1) * 20]
-    assert torch.equal(tiles[t, b, 2 * r:2 * r + 2], blk[0:2]) and torch.equal(tiles[t, b, 32 + 2 * r:34 + 2 * r], blk[2:4])
+    blk = blocks[row, b * 20 : (b + 1) * 20]
+    assert torch.equal(tiles[t, b, 2 * r : 2 * r + 2], blk[0:2]) and torch.equal(
+        tiles[t, b, 32 + 2 * r : 34 + 2 * r], blk[2:4]
+    )
     for g in range(4):
-        assert torch.equal(tiles[t, b, 64 + 64 * g + 4 * r:68 + 64 * g + 4 * r], blk[4 + 4 * g:8 + 4 * g])
+        assert torch.equal(tiles[t, b, 64 + 64 * g + 4 * r : 68 + 64 * g + 4 * r], blk[4 + 4 * g : 8 + 4 * g])
     if n % 16:
-        assert not tiles[-1, :, 2 * (n % 16):32].any(), "the padding rows are not zero blocks"
+        assert not tiles[-1, :, 2 * (n % 16) : 32].any(), "the padding rows are not zero blocks"
     with pytest.raises(ValueError, match="rows"):
         q8_1.unpack(tiles, 16 * tiles.shape[0] + 1)
 
@@ -82,8 +88,10 @@ def test_kernel_is_the_reference(kernel, rows, n, k, residual):
     for isa in kernel.isas:
         got = kernel.matmul(x, q8_1.repack(blocks), n, isa, residual)
         err = float((got - want).abs().max()) / scale(x, w)
-        assert got.shape == (rows, n) and err < 1e-6, (f"{isa}, x ({rows}, {k}) @ W ({n}, {k}), residual {residual}: "
-                                                       f"off the reference by {err:.2e} of the terms' size")
+        assert got.shape == (rows, n) and err < 1e-6, (
+            f"{isa}, x ({rows}, {k}) @ W ({n}, {k}), residual {residual}: "
+            f"off the reference by {err:.2e} of the terms' size"
+        )
 
 
 def test_reference_is_the_dequantized_product():
@@ -104,8 +112,12 @@ GGUF_TENSORS = ("blk.0.attn_q.weight", "blk.14.ffn_down.weight", "blk.29.ffn_gat
 def gguf_blocks(smollm2_reader) -> dict[str, torch.Tensor]:
     """A few of SmolLM2's Q4_1 matrices as block rows (N, K / 32 * 20), from the session's parsed file."""
     tensors = {t.name: t for t in smollm2_reader.tensors}
-    return {name: torch.from_numpy(np.asarray(tensors[name].data).reshape(int(tensors[name].shape[-1]), -1).copy())
-            for name in GGUF_TENSORS}
+    return {
+        name: torch.from_numpy(
+            np.asarray(tensors[name].data).reshape(int(tensors[name].shape[-1]), -1).copy()
+        )
+        for name in GGUF_TENSORS
+    }
 
 
 @pytest.mark.parametrize("name", GGUF_TENSORS)
@@ -122,8 +134,9 @@ def test_the_gguf_tensors(kernel, gguf_blocks, name):
         kernel_err = float((got - want).abs().max()) / scale(x, w)
         exact = x.double() @ torch.from_numpy(w).double().T
         ref_err = float((want.double() - exact).abs().max()) / scale(x, w)
-        assert kernel_err < 1e-6 and ref_err < 1e-2, \
+        assert kernel_err < 1e-6 and ref_err < 1e-2, (
             f"{name}, {rows} rows: kernel off the reference by {kernel_err:.2e}, reference off fp64 by {ref_err:.2e}"
+        )
 
 
 def test_forced_avx2_path(monkeypatch):
@@ -147,14 +160,16 @@ def test_forced_avx2_path(monkeypatch):
         assert native.kernel() is None and "sse9" in native.why_not()
         lin = Q4Q8Linear.from_blocks(blocks, residual=True)
         assert lin.kernel is None and "readable torch path" in native.describe()
-        assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks, True)[None]), "the fallback is not the reference"
+        assert torch.equal(lin(x[None]), q8_1.matmul(x, blocks, True)[None]), (
+            "the fallback is not the reference"
+        )
     finally:
         monkeypatch.delenv(native.ISA_ENV)
         native._load.cache_clear()
 
 
 def test_prefetch_distance_changes_no_result(kernel):
-    """The prefetch distance (measured at load, solutions.fused_step) only moves memory traffic: the
+    """The prefetch distance (measured at load, solutions.system.kernels.fused_step) only moves memory traffic: the
     product is bit for bit the same at 0, 3 and 4096 tile-blocks ahead (past the weights' end), and
     a distance out of range is refused."""
     blocks, _ = q4_1_weight(100, 576, seed=4)

@@ -86,7 +86,9 @@ def run_readme(path: Path, slug: str) -> tuple[int, str]:
     runner = doctest.DocTestRunner(optionflags=OPTIONS)
     count = 0
     for lineno, block in examples:  # one namespace: a block may use what an earlier one defined
-        test = doctest.DocTestParser().get_doctest(as_doctest(block), globs, f"{slug} README", str(path), lineno)
+        test = doctest.DocTestParser().get_doctest(
+            as_doctest(block), globs, f"{slug} README", str(path), lineno
+        )
         runner.run(test, out=report.append, clear_globs=False)
         globs = test.globs  # DocTest ran on a copy
         count += len(test.examples)
@@ -116,22 +118,33 @@ def test_config_page_examples_match_the_model():
 def test_config_page_reaches_every_prompt_that_reads_a_config(slug):
     """Prompts: a README whose functions take a LlamaConfig links CONFIG.md, and the prompt shown holds it"""
     readme = (KATAS / slug / "README.md").read_text().rstrip("\n")
-    assert "](../CONFIG.md)" in readme, f"katas/{slug}/README.md computes from `config` but does not link ../CONFIG.md"
+    assert "](../CONFIG.md)" in readme, (
+        f"katas/{slug}/README.md computes from `config` but does not link ../CONFIG.md"
+    )
     shown = catalog.get(slug).readme()
-    assert shown.startswith(readme) and "| `n_kv_heads` |" in shown[len(readme):], (
-        f"Kata.readme() of {slug}: the prompt does not end with katas/CONFIG.md")
+    assert shown.startswith(readme) and "| `n_kv_heads` |" in shown[len(readme) :], (
+        f"Kata.readme() of {slug}: the prompt does not end with katas/CONFIG.md"
+    )
     prompt_cell = nbbuild.build(catalog.get(slug), "")["cells"][0]["source"]
-    assert "| `n_kv_heads` |" in "".join(prompt_cell), f"dojo notebook {slug}: the prompt cell lacks katas/CONFIG.md"
+    assert "| `n_kv_heads` |" in "".join(prompt_cell), (
+        f"dojo notebook {slug}: the prompt cell lacks katas/CONFIG.md"
+    )
 
 
 def test_dojo_start_prints_the_config_page(tmp_path):
     """Prompts: `dojo start roofline` (not a TTY: plain text) prints LlamaConfig's fields after the prompt"""
     env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path / "workspace")}
-    out = subprocess.run([sys.executable, "-m", "dojo", "start", "roofline"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "dojo", "start", "roofline"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "LlamaConfig: the fields a kata reads" in out.stdout and "n_kv_heads" in out.stdout, (
-        f"dojo start roofline did not print katas/CONFIG.md:\n{out.stdout[-2000:]}")
+        f"dojo start roofline did not print katas/CONFIG.md:\n{out.stdout[-2000:]}"
+    )
 
 
 def test_a_planted_wrong_number_fails(tmp_path):
@@ -148,4 +161,5 @@ def test_conventions_comment_and_error_lines():
     """README examples: a trailing `  # comment` and a `#` line are prose; `ValueError: ...` is a raise"""
     block = ">>> f(1)   # source comment\n2        # prose\n# more prose\n>>> g()\nValueError: bad g\n"
     assert as_doctest(block) == (
-        ">>> f(1)   # source comment\n2\n\n>>> g()\nTraceback (most recent call last):\nValueError: bad g\n")
+        ">>> f(1)   # source comment\n2\n\n>>> g()\nTraceback (most recent call last):\nValueError: bad g\n"
+    )

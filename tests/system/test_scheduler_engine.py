@@ -30,7 +30,10 @@ def test_scheduler_plans_drive_a_real_model_to_each_requests_greedy_tokens():
     torch.manual_seed(0)
     model = tiny_model(seed=3)
     g = torch.Generator().manual_seed(1)
-    prompts = {f"r{i}": torch.randint(256, (int(n),), generator=g).tolist() for i, n in enumerate([9, 3, 14, 5, 2, 7])}
+    prompts = {
+        f"r{i}": torch.randint(256, (int(n),), generator=g).tolist()
+        for i, n in enumerate([9, 3, 14, 5, 2, 7])
+    }
     new = {rid: 4 + i % 3 for i, rid in enumerate(prompts)}
     sched = Scheduler(SchedulerConfig(max_tokens_per_step=6, num_blocks=10, block_size=2))
     caches, got, preemptions = {}, {}, 0
@@ -49,7 +52,9 @@ def test_scheduler_plans_drive_a_real_model_to_each_requests_greedy_tokens():
         with torch.inference_mode():
             for chunk in plan.prefills + plan.decodes:
                 cache = caches[chunk.request_id]
-                assert cache.length == chunk.start, f"step {step}: {chunk} on a cache of {cache.length} positions"
+                assert cache.length == chunk.start, (
+                    f"step {step}: {chunk} on a cache of {cache.length} positions"
+                )
                 logits = model.prefill(torch.tensor([list(chunk.ids)]), cache)
                 if chunk.sample:
                     outputs[chunk.request_id] = int(logits[0, -1].argmax())
@@ -57,4 +62,6 @@ def test_scheduler_plans_drive_a_real_model_to_each_requests_greedy_tokens():
             got[done.request_id] = list(done.tokens)
     assert preemptions > 0, "the cache was meant to be small enough to preempt"
     for rid, prompt in prompts.items():
-        assert got[rid] == greedy_alone(model, prompt, new[rid]), f"{rid}: {got.get(rid)} vs its greedy tokens alone"
+        assert got[rid] == greedy_alone(model, prompt, new[rid]), (
+            f"{rid}: {got.get(rid)} vs its greedy tokens alone"
+        )

@@ -21,9 +21,9 @@ import openai
 import pytest
 import torch
 
-from solutions.engine import Engine
 from solutions.generate import generate
-from solutions.server import MODEL_ID, TextDelta, build_app, running
+from solutions.system.serving.engine import Engine
+from solutions.system.serving.server import MODEL_ID, TextDelta, build_app, running
 
 NEW = 12  # new tokens per request: enough to tell answers apart
 
@@ -43,12 +43,14 @@ def server(smollm2, smollm2_tokenizer):
 @pytest.fixture(scope="module")
 def demo_answer(smollm2, smollm2_tokenizer):
     """What `dojo demo` answers (greedy, its chat template and the reference generate): token ids."""
+
     def answer(question: str, max_new_tokens: int = NEW) -> list[int]:
         tok = smollm2_tokenizer
         prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
         with torch.inference_mode():
             result = generate(smollm2, [prompt], max_new_tokens=max_new_tokens, eos_token_id=tok.eos_token_id)
         return result.tokens[0]
+
     return answer
 
 
@@ -60,7 +62,8 @@ def chat(server, question: str, **kwargs):
     """The server's chat answer to `question`: greedy and NEW tokens unless kwargs say otherwise."""
     kwargs = {"max_tokens": NEW, "temperature": 0} | kwargs
     return server.client.chat.completions.create(
-        model=MODEL_ID, messages=[{"role": "user", "content": question}], **kwargs)
+        model=MODEL_ID, messages=[{"role": "user", "content": question}], **kwargs
+    )
 
 
 def wait_idle(engine, seconds: float = 20.0):
@@ -84,9 +87,12 @@ def test_greedy_chat_equals_the_demo(server, demo_answer, smollm2_tokenizer):
     question = "What is the capital of France?"
     want = demo_answer(question)
     got = chat(server, question)
-    assert got.choices[0].message.content == text_of(smollm2_tokenizer, want), \
+    assert got.choices[0].message.content == text_of(smollm2_tokenizer, want), (
         f"greedy answer to {question!r} differs from dojo demo's"
-    assert got.choices[0].finish_reason == ("stop" if want[-1] == smollm2_tokenizer.eos_token_id else "length")
+    )
+    assert got.choices[0].finish_reason == (
+        "stop" if want[-1] == smollm2_tokenizer.eos_token_id else "length"
+    )
     assert got.usage.completion_tokens == len(want)
 
 
@@ -110,9 +116,22 @@ def test_curl_streams_server_sent_events(server, smollm2_tokenizer):
     """curl -N on /v1/completions: `data:` events whose text adds up to the non-streamed answer, then [DONE]."""
     body = {"model": MODEL_ID, "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
     whole = server.client.completions.create(**body).choices[0].text
-    out = subprocess.run(["curl", "-sN", "--max-time", "60", f"{server.url}/v1/completions",
-                          "-H", "Content-Type: application/json", "-d", json.dumps(body | {"stream": True})],
-                         capture_output=True, text=True, timeout=90)
+    out = subprocess.run(
+        [
+            "curl",
+            "-sN",
+            "--max-time",
+            "60",
+            f"{server.url}/v1/completions",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(body | {"stream": True}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     events = [line.removeprefix("data: ") for line in out.stdout.splitlines() if line.startswith("data: ")]
     assert events and events[-1] == "[DONE]", f"the stream does not end with [DONE]: {out.stdout[-300:]!r}"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == whole
@@ -134,30 +153,49 @@ def test_concurrent_clients_each_get_their_own_answer(server, demo_answer, smoll
     for t in threads:
         t.join(timeout=120)
     for i, q in enumerate(questions):
-        assert answers.get(i) == text_of(smollm2_tokenizer, demo_answer(q)), \
+        assert answers.get(i) == text_of(smollm2_tokenizer, demo_answer(q)), (
             f"client {i} ({q!r}) did not get its own greedy answer"
+        )
     assert server.engine.stats().max_batch_seen > 1, "concurrent requests never shared a decode step"
 
 
 def test_seeded_sampling_repeats(server):
     """Sampling with a seed gives the same text twice."""
-    first, second = (chat(server, "Tell me a story.", temperature=1.0, seed=7).choices[0].message.content
-                     for _ in range(2))
+    first, second = (
+        chat(server, "Tell me a story.", temperature=1.0, seed=7).choices[0].message.content for _ in range(2)
+    )
     assert first == second
 
 
-@pytest.mark.parametrize("case", ["unknown model", "max_tokens over the context", "malformed JSON",
-                                  "prompt over the context", "unsupported n"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown model",
+        "max_tokens over the context",
+        "malformed JSON",
+        "prompt over the context",
+        "unsupported n",
+    ],
+)
 def test_bad_requests_get_openai_errors(server, case):
     """Each bad request gets a 4xx with OpenAI's error shape and a message naming the problem."""
     context = server.engine.context
     ok = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     path, body, status, words = {
         "unknown model": ("chat/completions", ok | {"model": "gpt-4"}, 404, "gpt-4"),
-        "max_tokens over the context": ("chat/completions", ok | {"max_tokens": context + 1}, 400, "context length"),
+        "max_tokens over the context": (
+            "chat/completions",
+            ok | {"max_tokens": context + 1},
+            400,
+            "context length",
+        ),
         "malformed JSON": ("chat/completions", '{"model": ', 400, "JSON"),
-        "prompt over the context": ("completions", {"model": MODEL_ID, "prompt": [1] * (context + 1)}, 400,
-                                    "context length"),
+        "prompt over the context": (
+            "completions",
+            {"model": MODEL_ID, "prompt": [1] * (context + 1)},
+            400,
+            "context length",
+        ),
         "unsupported n": ("chat/completions", ok | {"n": 2}, 400, "n=2"),
     }[case]
     content = body if isinstance(body, str) else json.dumps(body)
@@ -177,7 +215,13 @@ def test_a_client_that_disconnects_frees_its_cache(server):
     """Closing a stream after two chunks cancels the request: the engine holds nothing soon after."""
     wait_idle(server.engine)
     steps = server.engine.stats().steps
-    body = {"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True}
+    body = {
+        "model": MODEL_ID,
+        "prompt": "Once upon a time",
+        "max_tokens": 2000,
+        "temperature": 0,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
         events = 0
         for line in r.iter_lines():

@@ -12,7 +12,7 @@ import pytest
 
 from solutions.generate import generate
 from solutions.speculative import speculative_generate
-from solutions.weight_modes import int4_available
+from solutions.system.kernels.weight_modes import int4_available
 
 NEW = 32  # past the point where int4 alone leaves fp32's answer
 
@@ -31,6 +31,9 @@ def test_speculative_greedy_is_fp32_greedy(smollm2, draft, smollm2_tokenizer):
     want = generate(smollm2, [prompt], max_new_tokens=NEW, eos_token_id=eos).tokens[0]
     for k in (4,):
         r = speculative_generate(smollm2, draft, prompt, max_new_tokens=NEW, k=k, eos_token_id=eos)
-        assert r.tokens == want, (f"{question!r}, k={k}: speculative {tok.decode(r.tokens)!r}\n"
-                                  f"fp32 greedy {tok.decode(want)!r}")
-        assert r.acceptance_rate > 0.5, f"{question!r}, k={k}: only {r.accepted} of {r.drafted} drafts accepted"
+        assert r.tokens == want, (
+            f"{question!r}, k={k}: speculative {tok.decode(r.tokens)!r}\nfp32 greedy {tok.decode(want)!r}"
+        )
+        assert r.acceptance_rate > 0.5, (
+            f"{question!r}, k={k}: only {r.accepted} of {r.drafted} drafts accepted"
+        )

@@ -1,4 +1,4 @@
-"""SmolLM2's tokenizer (solutions/tokenizer.py) against a HuggingFace `tokenizers` peer.
+"""SmolLM2's tokenizer (solutions/system/loading/tokenizer.py) against a HuggingFace `tokenizers` peer.
 
 The peer is built here, straight from the GGUF's vocabulary and merges, with the pre-tokenizer the
 GGUF names `smollm`: Digits(individual_digits=True) then ByteLevel(add_prefix_space=False), and the
@@ -17,19 +17,114 @@ from pathlib import Path
 import pytest
 import transformers
 
-from solutions.tokenizer import SMOLLM_PATTERN, load_tokenizer, read_tokenizer, save_tokenizer, tokenizer_from_gguf
-from solutions.weights import find_gguf, open_gguf
-
+from solutions.system.loading.tokenizer import (
+    SMOLLM_PATTERN,
+    load_tokenizer,
+    read_tokenizer,
+    save_tokenizer,
+    tokenizer_from_gguf,
+)
+from solutions.system.loading.weights import find_gguf, open_gguf
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<file_sep>", "<repo_name>", "<jupyter_code>"]
-WORDS = ["the", "The", " quick", "brown", "fox's", "don't", "I'LL", "we've", "naïve", "café", "Straße",
-         "привет", "мир", "γειά", "שלום", "مرحبا", "नमस्ते", "你好", "世界", "こんにちは", "안녕하세요", "ไทย",
-         "e\u0301", "a\u0308\u0323", "😀", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "∑", "∫x²dx", "½", "Ⅻ", "٣٤", "१२", "𝟙𝟚",
-         "x²", "3.14159", "1,000,000", "0xFF", "2024-01-31", "+44 20 7946 0958", "v1.2.3", "$5", "50%",
-         "def", "return", "self.x", "__init__", "{", "}", "()", "[]", "=>", "!=", "==", "->", "#", "//",
-         "<", "|", ">", "<|", "|>", "<|im_", "\\n", "'", '"', "`", "...", "—", "–", "…", "«", "»"]
-SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028", "\u200b",
-          "\x0b", "\x0c", "\x1c", "\x85", "\u2009", "\u202f", "    ", "\t\t\n"]
+WORDS = [
+    "the",
+    "The",
+    " quick",
+    "brown",
+    "fox's",
+    "don't",
+    "I'LL",
+    "we've",
+    "naïve",
+    "café",
+    "Straße",
+    "привет",
+    "мир",
+    "γειά",
+    "שלום",
+    "مرحبا",
+    "नमस्ते",
+    "你好",
+    "世界",
+    "こんにちは",
+    "안녕하세요",
+    "ไทย",
+    "e\u0301",
+    "a\u0308\u0323",
+    "😀",
+    "👍🏽",
+    "👨‍👩‍👧‍👦",
+    "🇫🇷",
+    "∑",
+    "∫x²dx",
+    "½",
+    "Ⅻ",
+    "٣٤",
+    "१२",
+    "𝟙𝟚",
+    "x²",
+    "3.14159",
+    "1,000,000",
+    "0xFF",
+    "2024-01-31",
+    "+44 20 7946 0958",
+    "v1.2.3",
+    "$5",
+    "50%",
+    "def",
+    "return",
+    "self.x",
+    "__init__",
+    "{",
+    "}",
+    "()",
+    "[]",
+    "=>",
+    "!=",
+    "==",
+    "->",
+    "#",
+    "//",
+    "<",
+    "|",
+    ">",
+    "<|",
+    "|>",
+    "<|im_",
+    "\\n",
+    "'",
+    '"',
+    "`",
+    "...",
+    "—",
+    "–",
+    "…",
+    "«",
+    "»",
+]
+SPACES = [
+    " ",
+    "  ",
+    "   ",
+    "\t",
+    "\n",
+    "\n\n",
+    "\r\n",
+    " \n ",
+    "\u00a0",
+    "\u3000",
+    "\u2028",
+    "\u200b",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x85",
+    "\u2009",
+    "\u202f",
+    "    ",
+    "\t\t\n",
+]
 
 
 def corpus(seed: int = 0) -> list[str]:
@@ -41,21 +136,50 @@ def corpus(seed: int = 0) -> list[str]:
         source = (stdlib / name).read_text(encoding="utf-8")
         for _ in range(100):  # code: slices of real Python, with its indentation and blank lines
             start = rnd.randrange(len(source))
-            out.append(source[start:start + rnd.randrange(1, 400)])
+            out.append(source[start : start + rnd.randrange(1, 400)])
     for _ in range(600):  # digits: numbers of every shape, next to letters and spaces
         number = "".join(rnd.choice("0123456789") for _ in range(rnd.randrange(1, 12)))
-        out.append(rnd.choice(["", " ", "  ", "x", "$", "\n", "a "]) + number + rnd.choice(["", " ", ".5", "px", "  ", "\n"]))
+        out.append(
+            rnd.choice(["", " ", "  ", "x", "$", "\n", "a "])
+            + number
+            + rnd.choice(["", " ", ".5", "px", "  ", "\n"])
+        )
     for _ in range(600):  # whitespace runs between words
-        out.append("".join(rnd.choice(WORDS) + rnd.choice(SPACES) * rnd.randrange(0, 4) for _ in range(rnd.randrange(1, 8))))
+        out.append(
+            "".join(
+                rnd.choice(WORDS) + rnd.choice(SPACES) * rnd.randrange(0, 4)
+                for _ in range(rnd.randrange(1, 8))
+            )
+        )
     for _ in range(500):  # special tokens, whole and broken, inside text
         pieces = rnd.choices(WORDS + SPACES + SPECIALS * 3, k=rnd.randrange(1, 10))
         out.append("".join(pieces))
     for _ in range(400):  # random code points from all planes (no surrogates)
-        points = [rnd.choice([rnd.randrange(0x20, 0x80), rnd.randrange(0x80, 0x800), rnd.randrange(0x800, 0xD800),
-                              rnd.randrange(0xE000, 0x10000), rnd.randrange(0x10000, 0x110000), rnd.randrange(0, 0x20)])
-                  for _ in range(rnd.randrange(1, 20))]
+        points = [
+            rnd.choice(
+                [
+                    rnd.randrange(0x20, 0x80),
+                    rnd.randrange(0x80, 0x800),
+                    rnd.randrange(0x800, 0xD800),
+                    rnd.randrange(0xE000, 0x10000),
+                    rnd.randrange(0x10000, 0x110000),
+                    rnd.randrange(0, 0x20),
+                ]
+            )
+            for _ in range(rnd.randrange(1, 20))
+        ]
         out.append("".join(map(chr, points)))
-    out += ["", " ", "  12", "a  1", "x\u00a0\u00a05", "!\x04!", "<|im_start|><|im_end|>", "<|im_start|>>", "1" * 50]
+    out += [
+        "",
+        " ",
+        "  12",
+        "a  1",
+        "x\u00a0\u00a05",
+        "!\x04!",
+        "<|im_start|><|im_end|>",
+        "<|im_start|>>",
+        "1" * 50,
+    ]
     return out
 
 
@@ -84,10 +208,12 @@ def tokenizers_peer(reader):
     merges = [tuple(m.split(" ")) for m in reader.fields["tokenizer.ggml.merges"].contents()]
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind in zip(tokens, types) if kind == 3])
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == 3]
+    )
     return tok
 
 
@@ -98,7 +224,9 @@ def test_encode_matches_tokenizers_peer(ours, peer):
     want = [e.ids for e in peer.encode_batch(texts, add_special_tokens=False)]
     got = [ours.encode(t) for t in texts]
     bad = [(t, g, w) for t, g, w in zip(texts, got, want) if g != w]
-    assert not bad, f"{len(bad)} of {len(texts)} strings differ; shortest: {min(bad, key=lambda b: len(b[0]))}"
+    assert not bad, (
+        f"{len(bad)} of {len(texts)} strings differ; shortest: {min(bad, key=lambda b: len(b[0]))}"
+    )
 
 
 def test_decode_round_trips(ours):
@@ -130,8 +258,11 @@ def test_digits_split_one_by_one(ours):
 MESSAGES = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-    [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
-     {"role": "user", "content": "and <|im_end|> 3+3?\n\n"}],
+    [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "and <|im_end|> 3+3?\n\n"},
+    ],
     [{"role": "user", "content": ""}],
 ]
 
@@ -146,7 +277,9 @@ def test_chat_template_matches_transformers(reader, ours, peer, generation_promp
         got = ours.apply_chat_template(messages, add_generation_prompt=generation_prompt)
         assert got == want, f"chat template for {messages}: got {got!r}, want {want!r}"
     prompt = ours.apply_chat_template(MESSAGES[0])
-    assert prompt.endswith("<|im_start|>assistant\n") and "You are a helpful AI assistant named SmolLM" in prompt
+    assert (
+        prompt.endswith("<|im_start|>assistant\n") and "You are a helpful AI assistant named SmolLM" in prompt
+    )
 
 
 def test_bad_inputs(tmp_path):
@@ -194,8 +327,11 @@ def test_a_saved_tokenizer_reads_back_the_same(ours, tmp_path):
     assert b.vocab == a.vocab and list(b.merges.items()) == list(a.merges.items())
     assert b.special_tokens == a.special_tokens and b._byte_ids == a._byte_ids
     assert b.whole_tokens == a.whole_tokens and back.fields == ours.fields
-    assert (back.eos_token_id, back.bos_token_id, back.chat_template) == (ours.eos_token_id, ours.bos_token_id,
-                                                                         ours.chat_template)
+    assert (back.eos_token_id, back.bos_token_id, back.chat_template) == (
+        ours.eos_token_id,
+        ours.bos_token_id,
+        ours.chat_template,
+    )
     for text in corpus()[::7]:
         assert back.encode(text) == ours.encode(text), text
 
@@ -215,8 +351,10 @@ def test_a_damaged_saved_tokenizer_is_a_clear_error(ours, tmp_path):
         r"add up to \d+ bytes, the file holds \d+": good | {"lengths": good["lengths"][:-1]},
         r"least -1\)": good | {"lengths": [-1] + good["lengths"][1:]},
         "not triples": good | {"merges": base64.b64encode(triples[:-4]).decode()},
-        "not triples of token ids": good | {"merges": base64.b64encode(triples[:-4] + (10**6).to_bytes(4, "little")).decode()},
-        "missing from the vocabulary": good | {"merges": base64.b64encode(triples[:-4] + (2).to_bytes(4, "little")).decode()},
+        "not triples of token ids": good
+        | {"merges": base64.b64encode(triples[:-4] + (10**6).to_bytes(4, "little")).decode()},
+        "missing from the vocabulary": good
+        | {"merges": base64.b64encode(triples[:-4] + (2).to_bytes(4, "little")).decode()},
         "binascii|base64|Incorrect padding|Non-base64": good | {"merges": "@@@"},
         "KeyError": {k: v for k, v in good.items() if k != "special_tokens"},
         "is not a special token": good | {"special_tokens": {}},

@@ -1,4 +1,4 @@
-"""Weights modes (solutions.weight_modes): each packed product against a plain fp32 oracle, and the
+"""Weights modes (solutions.system.kernels.weight_modes): each packed product against a plain fp32 oracle, and the
 bf16 and int4 SmolLM2 against our fp32 one (itself token-identical to HF: test_generate_hf).
 
 Oracles: solutions.int4's dequantizers (bit-exact against gguf.quants, test_weights.py) and
@@ -15,7 +15,7 @@ import torch
 from solutions.generate import generate
 from solutions.int4 import dequantize_q4_1, dequantize_q8_0, quantize_q4_1
 from solutions.model import tiny_model
-from solutions.weight_modes import (
+from solutions.system.kernels.weight_modes import (
     BF16Linear,
     Int4Linear,
     Q8Rows,
@@ -25,7 +25,7 @@ from solutions.weight_modes import (
     int4_available,
     weight_bytes,
 )
-from solutions.weights import build_model, mode_state, open_gguf, read_config
+from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 QUESTIONS = ["What is the capital of France?", "Name three prime numbers.", "How do I sort a list in Python?"]
 
@@ -43,7 +43,9 @@ def test_int4_product_is_the_q4_1_matrix():
     want = x @ torch.from_numpy(dequantize_q4_1(blocks, w.shape)).T
     got = Int4Linear.from_q4_1(blocks, w.shape)(x)
     assert got.shape == (4, 96) and got.dtype == torch.float32
-    assert relative_error(got, want) < 2e-2, f"int4 product off by {relative_error(got, want):.3g} of its largest"
+    assert relative_error(got, want) < 2e-2, (
+        f"int4 product off by {relative_error(got, want):.3g} of its largest"
+    )
 
 
 def test_bf16_product_and_lookup():
@@ -64,8 +66,13 @@ def test_q8_rows_are_the_dequantized_rows():
     """Q8Rows.rows(ids) equals dequantize_q8_0's rows bit for bit."""
     gen = np.random.default_rng(1)
     v, d = 50, 64
-    blocks = np.concatenate([gen.normal(scale=0.01, size=(v * d // 32, 1)).astype(np.float16).view(np.uint8),
-                             gen.integers(-127, 128, size=(v * d // 32, 32)).astype(np.int8).view(np.uint8)], axis=1)
+    blocks = np.concatenate(
+        [
+            gen.normal(scale=0.01, size=(v * d // 32, 1)).astype(np.float16).view(np.uint8),
+            gen.integers(-127, 128, size=(v * d // 32, 32)).astype(np.int8).view(np.uint8),
+        ],
+        axis=1,
+    )
     table = Q8Rows(torch.from_numpy(blocks.reshape(v, -1)), (v, d))
     ids = torch.tensor([[0, 49, 7]])
     want = dequantize_q8_0(blocks, (v, d))[ids.numpy()]
@@ -89,7 +96,7 @@ def test_unknown_mode_is_a_clear_error():
     """A mode that does not exist is a ValueError naming the choices."""
     with pytest.raises(ValueError, match="fp32, bf16, int4"):
         check_mode("int3")
-    from solutions import native
+    from solutions.system.kernels import native
 
     assert default_mode() == ("int4-q8x2" if native.kernel() else "int4" if int4_available() else "fp32")
 
@@ -144,8 +151,9 @@ def test_packed_modes_stay_near_fp32_logits(modes, chats):
             diff = float((got - ref).abs().max())
             top_diff = float((got - ref).gather(-1, top).abs().max())
             agree = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
-            assert top_diff < 2.0 and diff < (8.0 if q4 else 2.0) and agree >= floor, \
+            assert top_diff < 2.0 and diff < (8.0 if q4 else 2.0) and agree >= floor, (
                 f"{mode}: max |logit diff| {diff:.3f} ({top_diff:.3f} over its top logits), argmax agreement {agree:.0%}"
+            )
 
 
 def test_bytes_read_per_token(modes):
@@ -158,7 +166,7 @@ def test_bytes_read_per_token(modes):
 
 def test_bf16_falls_back_to_plain_linear_without_onednn(monkeypatch):
     """Where torch has no oneDNN bf16, BF16Linear multiplies with F.linear in bf16, to the same result."""
-    from solutions import weight_modes
+    from solutions.system.kernels import weight_modes
 
     gen = torch.Generator().manual_seed(3)
     w, x = torch.randn(48, 64, generator=gen), torch.randn(2, 64, generator=gen)

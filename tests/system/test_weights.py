@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from solutions.model import LlamaConfig, tiny_model
-from solutions.weights import dequantize, load_smollm2, read_config
+from solutions.system.loading.weights import dequantize, load_smollm2, read_config
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,10 @@ def converter_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 REAL_TENSORS = ["token_embd.weight", "output_norm.weight"] + [
-    f"blk.{i}.{name}.weight" for i in (0, 29)
-    for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm")]
+    f"blk.{i}.{name}.weight"
+    for i in (0, 29)
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm")
+]
 
 
 @pytest.mark.parametrize("name", REAL_TENSORS)
@@ -39,10 +41,14 @@ def test_dequantization_is_bit_exact(reader, name):
     tensor = next(t for t in reader.tensors if t.name == name)
     want = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(tuple(reversed(tensor.shape)))
     got = dequantize(tensor)
-    assert got.dtype == np.float32 and got.shape == want.shape, f"{name}: {got.dtype} {got.shape} vs {want.shape}"
+    assert got.dtype == np.float32 and got.shape == want.shape, (
+        f"{name}: {got.dtype} {got.shape} vs {want.shape}"
+    )
     bad = np.flatnonzero(got.view(np.uint32) != want.astype(np.float32).view(np.uint32))
-    assert bad.size == 0, (f"{name} ({tensor.tensor_type.name}): {bad.size} values differ, first at flat index "
-                           f"{bad[0]}: {got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}")
+    assert bad.size == 0, (
+        f"{name} ({tensor.tensor_type.name}): {bad.size} values differ, first at flat index "
+        f"{bad[0]}: {got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}"
+    )
 
 
 def test_config_from_metadata(reader, smollm2):
@@ -73,9 +79,17 @@ def write_gguf(path, model=None, arch: str = "llama", **metadata_overrides) -> N
     """A GGUF file holding `model` (a Llama, F32, Q/K permuted as llama.cpp's converter does)."""
     model = model or tiny_model(0)
     c = model.config
-    meta = {"block_count": c.n_layers, "context_length": c.max_seq_len, "embedding_length": c.d_model,
-            "feed_forward_length": c.d_ff, "head_count": c.n_heads, "head_count_kv": c.n_kv_heads,
-            "rope_freq_base": c.rope_theta, "layer_norm_rms_eps": c.norm_eps, "vocab_size": c.vocab_size}
+    meta = {
+        "block_count": c.n_layers,
+        "context_length": c.max_seq_len,
+        "embedding_length": c.d_model,
+        "feed_forward_length": c.d_ff,
+        "head_count": c.n_heads,
+        "head_count_kv": c.n_kv_heads,
+        "rope_freq_base": c.rope_theta,
+        "layer_norm_rms_eps": c.norm_eps,
+        "vocab_size": c.vocab_size,
+    }
     meta |= metadata_overrides
     writer = gguf.GGUFWriter(str(path), arch)
     for key, value in meta.items():
@@ -86,10 +100,17 @@ def write_gguf(path, model=None, arch: str = "llama", **metadata_overrides) -> N
     for i in range(c.n_layers):
         q, k, v = np.split(p[f"layers.{i}.wqkv"], [c.d_model, c.d_model + c.n_kv_heads * c.head_dim])
         gate, up = np.split(p[f"layers.{i}.w_gate_up"], 2)
-        for name, w in [("attn_norm", p[f"layers.{i}.attn_norm"]), ("ffn_norm", p[f"layers.{i}.ffn_norm"]),
-                        ("attn_q", converter_permute(q, c.n_heads)), ("attn_k", converter_permute(k, c.n_kv_heads)),
-                        ("attn_v", v), ("attn_output", p[f"layers.{i}.wo"]), ("ffn_gate", gate),
-                        ("ffn_up", up), ("ffn_down", p[f"layers.{i}.w_down"])]:
+        for name, w in [
+            ("attn_norm", p[f"layers.{i}.attn_norm"]),
+            ("ffn_norm", p[f"layers.{i}.ffn_norm"]),
+            ("attn_q", converter_permute(q, c.n_heads)),
+            ("attn_k", converter_permute(k, c.n_kv_heads)),
+            ("attn_v", v),
+            ("attn_output", p[f"layers.{i}.wo"]),
+            ("ffn_gate", gate),
+            ("ffn_up", up),
+            ("ffn_down", p[f"layers.{i}.w_down"]),
+        ]:
             writer.add_tensor(f"blk.{i}.{name}.weight", np.ascontiguousarray(w))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

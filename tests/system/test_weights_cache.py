@@ -1,8 +1,8 @@
-"""The start-up cache (solutions.weights_cache): valid files are used, changed or damaged ones rebuilt.
+"""The start-up cache (solutions.system.loading.weights_cache): valid files are used, changed or damaged ones rebuilt.
 
 The bookkeeping is checked on a small stand-in "GGUF" (any file: the cache only hashes it); the
 whole path, GGUF to memory-mapped model, on a copy of the real file in pytest's tmp_path, never
-in the real workspace. Oracle: the model built straight from the GGUF (solutions.weights).
+in the real workspace. Oracle: the model built straight from the GGUF (solutions.system.loading.weights).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import shutil
 import pytest
 import torch
 
-from solutions import calibration, weights_cache
-from solutions.weights_cache import Cache
+from solutions.system.kernels import calibration
+from solutions.system.loading import weights_cache
+from solutions.system.loading.weights_cache import Cache
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_a_stored_file_is_valid_until_damaged(fake):
 def test_the_crc_is_taken_only_when_the_mtime_moved(fake, monkeypatch):
     """A file whose mtime is the one recorded is not read; the same content with a new mtime passes
     its CRC-32 once and its mtime is recorded."""
-    import solutions.weights_cache as wc
+    import solutions.system.loading.weights_cache as wc
 
     gguf, cache_dir = fake
     said: list[str] = []
@@ -129,7 +130,9 @@ def test_first_start_builds_later_starts_map(gguf_copy, cold_int4, tmp_path):
     built, cold = cold_int4
     folder = tmp_path / "cache"
     shutil.copytree(built, folder)
-    assert any("cached the tokenizer" in n for n in cold.notes) and any("int4 weights" in n for n in cold.notes)
+    assert any("cached the tokenizer" in n for n in cold.notes) and any(
+        "int4 weights" in n for n in cold.notes
+    )
     warm = weights_cache.load("int4", folder, gguf_copy)
     assert warm.notes == [] and "parse GGUF" not in warm.seconds, warm
     want = logits(cold.model, cold.tokenizer)
@@ -158,8 +161,14 @@ def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, cold_int4, tmp_path):
 def test_fp32_from_the_cache_is_the_reference_model(gguf_copy, tmp_path, smollm2, smollm2_tokenizer):
     """fp32 through the cache, in the layout the calibration picks (column-major here, by an
     injected timer, with 4-row products packed), has the reference model's logits; the calibration is noted."""
-    col_wins = {("row", 1): 2.0, ("row", 4): 4.0, ("col", 1): 2.0, ("col", 4): 3.0, ("packed", 1): 2.5,
-                ("packed", 4): 2.0}
+    col_wins = {
+        ("row", 1): 2.0,
+        ("row", 4): 4.0,
+        ("col", 1): 2.0,
+        ("col", 4): 3.0,
+        ("packed", 1): 2.5,
+        ("packed", 4): 2.0,
+    }
     loaded = weights_cache.load("fp32", tmp_path, gguf_copy, calibration_timer=lambda *pair: col_wins[pair])
     assert loaded.calibration.layout == "col"
     if "packed" in calibration.kinds():  # torch with MKL

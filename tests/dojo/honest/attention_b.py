@@ -26,21 +26,31 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             f"q, k, v must be 4-D (B, H, T, D); got q {tuple(q.shape)}, k {tuple(k.shape)}, "
-            f"v {tuple(v.shape)}")
+            f"v {tuple(v.shape)}"
+        )
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape; got k {tuple(k.shape)}, v {tuple(v.shape)}")
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(
-            f"q and k must agree in batch and head_dim; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+            f"q and k must agree in batch and head_dim; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
     hq, hkv = q.shape[1], k.shape[1]
     if hkv == 0 or hq % hkv != 0:
         raise ValueError(
-            f"Hq must be a multiple of Hkv; got q {tuple(q.shape)} (Hq={hq}), k {tuple(k.shape)} (Hkv={hkv})")
+            f"Hq must be a multiple of Hkv; got q {tuple(q.shape)} (Hq={hq}), k {tuple(k.shape)} (Hkv={hkv})"
+        )
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-              key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
-              scale: float | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
     """softmax(q k^T * scale + masks) v for q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D)."""
     _check_inputs(q, k, v)
     B, Hq, Tq, D = q.shape
@@ -48,11 +58,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     full = (B, Hq, Tq, Tk)
 
     if key_padding_mask is not None:
-        if (not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool
-                or tuple(key_padding_mask.shape) != (B, Tk)):
-            desc = (f"{getattr(key_padding_mask, 'dtype', type(key_padding_mask).__name__)} "
-                    f"{tuple(getattr(key_padding_mask, 'shape', ()))}")
-            raise ValueError(f"key_padding_mask must be a ({B}, {Tk}) bool tensor for k {tuple(k.shape)}; got {desc}")
+        if (
+            not isinstance(key_padding_mask, Tensor)
+            or key_padding_mask.dtype != torch.bool
+            or tuple(key_padding_mask.shape) != (B, Tk)
+        ):
+            desc = (
+                f"{getattr(key_padding_mask, 'dtype', type(key_padding_mask).__name__)} "
+                f"{tuple(getattr(key_padding_mask, 'shape', ()))}"
+            )
+            raise ValueError(
+                f"key_padding_mask must be a ({B}, {Tk}) bool tensor for k {tuple(k.shape)}; got {desc}"
+            )
     if attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
             raise ValueError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
@@ -103,15 +120,25 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with projections: self-attention, or cross-attention given `context`."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 d_context: int | None = None, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        d_context: int | None = None,
+        bias: bool = False,
+    ):
         super().__init__()
         if n_kv_heads is None:
             n_kv_heads = n_heads
         if d_context is None:
             d_context = d_model
-        for name, val in (("d_model", d_model), ("n_heads", n_heads),
-                          ("n_kv_heads", n_kv_heads), ("d_context", d_context)):
+        for name, val in (
+            ("d_model", d_model),
+            ("n_heads", n_heads),
+            ("n_kv_heads", n_kv_heads),
+            ("d_context", d_context),
+        ):
             if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
                 raise ValueError(f"{name} must be a positive int, got {val!r}")
         if d_model % n_heads != 0:
@@ -129,14 +156,21 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_context, kv_dim, bias=bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, T, {self.d_model}), got {tuple(getattr(x, 'shape', ()))}")
         src = x if context is None else context
         if not isinstance(src, Tensor) or src.dim() != 3 or src.shape[-1] != self.d_context:
             raise ValueError(
-                f"context must be (B, S, {self.d_context}), got {tuple(getattr(src, 'shape', ()))}")
+                f"context must be (B, S, {self.d_context}), got {tuple(getattr(src, 'shape', ()))}"
+            )
         if src.shape[0] != x.shape[0]:
             raise ValueError(f"x {tuple(x.shape)} and context {tuple(src.shape)} differ in batch size")
         B, T, _ = x.shape

@@ -34,11 +34,15 @@ def _validate(q, k, v, key_padding_mask, attn_mask) -> None:
     if hkv < 1 or hq % hkv:
         raise ValueError(f"query heads {hq} are not a multiple of kv heads {hkv}: {shapes}")
     if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.shape != (b, tk) \
-                or key_padding_mask.dtype is not torch.bool:
+        if (
+            not isinstance(key_padding_mask, Tensor)
+            or key_padding_mask.shape != (b, tk)
+            or key_padding_mask.dtype is not torch.bool
+        ):
             raise ValueError(
                 f"key_padding_mask must be bool of shape ({b}, {tk}); got "
-                f"{_shape(key_padding_mask)} {getattr(key_padding_mask, 'dtype', '')} ({shapes})")
+                f"{_shape(key_padding_mask)} {getattr(key_padding_mask, 'dtype', '')} ({shapes})"
+            )
     if attn_mask is not None:
         target = (b, hq, tq, tk)
         if not isinstance(attn_mask, Tensor):
@@ -51,9 +55,16 @@ def _validate(q, k, v, key_padding_mask, attn_mask) -> None:
             raise ValueError(f"attn_mask {ms} does not broadcast to {target} ({shapes})")
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-              key_padding_mask: Tensor | None = None, attn_mask: Tensor | None = None,
-              scale: float | None = None) -> Tensor:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
     """softmax(q k^T * scale + masks) v for q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) -> (B, Hq, Tq, D)."""
     _validate(q, k, v, key_padding_mask, attn_mask)
     b, hq, tq, d = q.shape
@@ -64,7 +75,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
 
     # (B, Hkv, G, Tq, D): the g query heads of a group sit next to their kv head
     qg = q.to(acc).reshape(b, hkv, g, tq, d)
-    kg = k.to(acc).unsqueeze(2)                        # (B, Hkv, 1, Tk, D)
+    kg = k.to(acc).unsqueeze(2)  # (B, Hkv, 1, Tk, D)
     vg = v.to(acc).unsqueeze(2)
     logits = torch.einsum("bhgqd,bhgkd->bhgqk", qg, kg.expand(b, hkv, g, tk, d)) * s
     logits = logits.reshape(b, hq, tq, tk)
@@ -104,15 +115,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with q/k/v/o projections; grouped-query when n_kv_heads < n_heads."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 d_context: int | None = None, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        d_context: int | None = None,
+        bias: bool = False,
+    ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         d_context = d_model if d_context is None else d_context
         if n_heads <= 0 or d_model <= 0 or d_context <= 0 or n_kv_heads <= 0:
             raise ValueError(
                 f"sizes must be positive: d_model={d_model}, n_heads={n_heads}, "
-                f"n_kv_heads={n_kv_heads}, d_context={d_context}")
+                f"n_kv_heads={n_kv_heads}, d_context={d_context}"
+            )
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads:
@@ -129,14 +147,21 @@ class MultiHeadAttention(nn.Module):
         bsz, length, _ = t.shape
         return t.unflatten(-1, (n, self.head_dim)).permute(0, 2, 1, 3)
 
-    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-                key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         if x.ndim != 3 or x.shape[2] != self.d_model:
             raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         kv_src = x if context is None else context
         if kv_src.ndim != 3 or kv_src.shape[2] != self.d_context or kv_src.shape[0] != x.shape[0]:
             raise ValueError(
-                f"context must be (B={x.shape[0]}, S, d_context={self.d_context}), got {tuple(kv_src.shape)}")
+                f"context must be (B={x.shape[0]}, S, d_context={self.d_context}), got {tuple(kv_src.shape)}"
+            )
         q = self._heads(self.q_proj(x), self.n_heads)
         k = self._heads(self.k_proj(kv_src), self.n_kv_heads)
         v = self._heads(self.v_proj(kv_src), self.n_kv_heads)

@@ -35,13 +35,13 @@ def weight_bytes(config, dtype: torch.dtype = torch.float32) -> int:
 def kv_bytes_per_sequence(config, context_len: int, dtype: torch.dtype = torch.float32) -> int:
     """KV cache bytes one sequence of `context_len` positions holds: K and V, every layer and KV head."""
     if not 1 <= context_len <= config.max_seq_len:
-        raise ValueError(
-            f"context_len must be in [1, {config.max_seq_len}], got {context_len}")
+        raise ValueError(f"context_len must be in [1, {config.max_seq_len}], got {context_len}")
     return 2 * config.n_layers * config.n_kv_heads * config.head_dim * context_len * _itemsize(dtype)
 
 
-def max_batch_size(config, context_len: int, memory_budget_bytes: int,
-                   dtype: torch.dtype = torch.float32) -> int:
+def max_batch_size(
+    config, context_len: int, memory_budget_bytes: int, dtype: torch.dtype = torch.float32
+) -> int:
     """The most sequences of `context_len` positions whose KV caches fit beside the weights."""
     per_seq = kv_bytes_per_sequence(config, context_len, dtype)
     weights = weight_bytes(config, dtype)
@@ -49,7 +49,8 @@ def max_batch_size(config, context_len: int, memory_budget_bytes: int,
         raise ValueError(
             f"a budget of {memory_budget_bytes:,} bytes cannot hold one sequence: the weights take "
             f"{weights:,} bytes and one sequence of {context_len} positions needs {per_seq:,} bytes "
-            f"of KV cache")
+            f"of KV cache"
+        )
     return int((memory_budget_bytes - weights) // per_seq)
 
 
@@ -58,11 +59,12 @@ def _is_compute(config, batch, context_len, dtype, peak_flops, bandwidth) -> boo
     return bound(arithmetic_intensity(cost), peak_flops, bandwidth) == "compute"
 
 
-def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: int,
-                    dtype: torch.dtype = torch.float32) -> int | None:
+def crossover_batch(
+    config, peak_flops: float, bandwidth: float, context_len: int, dtype: torch.dtype = torch.float32
+) -> int | None:
     """The smallest batch whose decode step (after `context_len` cached positions) is compute-bound."""
-    ridge = ridge_point(peak_flops, bandwidth)           # raises for bad ceilings
-    c1 = phase_cost(config, "decode", 1, 1, context_len, dtype)   # raises for bad contexts
+    ridge = ridge_point(peak_flops, bandwidth)  # raises for bad ceilings
+    c1 = phase_cost(config, "decode", 1, 1, context_len, dtype)  # raises for bad contexts
     c2 = phase_cost(config, "decode", 2, 1, context_len, dtype)
     if bound(arithmetic_intensity(c1), peak_flops, bandwidth) == "compute":
         return 1
@@ -99,7 +101,8 @@ def _check_step_args(model, batch_size, context_len, repeats):
         raise ValueError(f"context_len must be >= 0, got {context_len}")
     if context_len + 1 > model.config.max_seq_len:
         raise ValueError(
-            f"context_len + 1 = {context_len + 1} exceeds max_seq_len {model.config.max_seq_len}")
+            f"context_len + 1 = {context_len + 1} exceeds max_seq_len {model.config.max_seq_len}"
+        )
 
 
 @torch.no_grad()
@@ -126,8 +129,9 @@ def decode_step_time(model, batch_size: int, context_len: int, *, repeats: int =
     return float(statistics.median(samples))
 
 
-def throughput_curve(model, batch_sizes: Sequence[int], context_len: int = 0, *,
-                     repeats: int = 5) -> dict[int, float]:
+def throughput_curve(
+    model, batch_sizes: Sequence[int], context_len: int = 0, *, repeats: int = 5
+) -> dict[int, float]:
     """Decode tokens/s for each batch size, in the order given."""
     sizes = list(batch_sizes)
     if not sizes:

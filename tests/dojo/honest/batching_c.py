@@ -10,8 +10,8 @@ import torch
 
 from solutions import roofline
 
-
 # ---------------------------------------------------------------- memory
+
 
 def _bytes_of(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
@@ -19,9 +19,9 @@ def _bytes_of(dtype: torch.dtype) -> int:
 
 def _layer_params(cfg) -> int:
     d, hd = cfg.d_model, cfg.head_dim
-    attn = d * (cfg.n_heads * hd) * 2 + d * (cfg.n_kv_heads * hd) * 2   # Q, O, K, V
-    mlp = 3 * d * cfg.d_ff                                              # gate, up, down
-    return attn + mlp + 2 * d                                           # + two RMSNorms
+    attn = d * (cfg.n_heads * hd) * 2 + d * (cfg.n_kv_heads * hd) * 2  # Q, O, K, V
+    mlp = 3 * d * cfg.d_ff  # gate, up, down
+    return attn + mlp + 2 * d  # + two RMSNorms
 
 
 def weight_bytes(config, dtype: torch.dtype = torch.float32) -> int:
@@ -38,24 +38,27 @@ def kv_bytes_per_sequence(config, context_len: int, dtype: torch.dtype = torch.f
     return per_position * context_len * _bytes_of(dtype)
 
 
-def max_batch_size(config, context_len: int, memory_budget_bytes: int,
-                   dtype: torch.dtype = torch.float32) -> int:
+def max_batch_size(
+    config, context_len: int, memory_budget_bytes: int, dtype: torch.dtype = torch.float32
+) -> int:
     """The most sequences of `context_len` positions whose KV caches fit beside the weights."""
     seq = kv_bytes_per_sequence(config, context_len, dtype)
     w = weight_bytes(config, dtype)
     n = (memory_budget_bytes - w) // seq
     if n < 1:
         raise ValueError(
-            "a budget of {:,} bytes cannot hold one sequence: the weights take {:,} bytes and one "
-            "sequence of {} positions needs {:,} bytes of KV cache".format(
-                memory_budget_bytes, w, context_len, seq))
+            f"a budget of {memory_budget_bytes:,} bytes cannot hold one sequence: the weights take {w:,} bytes and one "
+            f"sequence of {context_len} positions needs {seq:,} bytes of KV cache"
+        )
     return int(n)
 
 
 # ---------------------------------------------------------------- crossover
 
-def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: int,
-                    dtype: torch.dtype = torch.float32) -> int | None:
+
+def crossover_batch(
+    config, peak_flops: float, bandwidth: float, context_len: int, dtype: torch.dtype = torch.float32
+) -> int | None:
     """The smallest batch whose decode step (after `context_len` cached positions) is compute-bound."""
     ridge = roofline.ridge_point(peak_flops, bandwidth)
 
@@ -69,10 +72,10 @@ def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: in
     one, two = cost(1), cost(2)
     if compute_bound(1):
         return 1
-    f = two.flops - one.flops          # FLOPs each extra row adds
-    r = two.bytes - one.bytes          # bytes each extra row adds
-    f0 = one.flops - f                 # FLOPs independent of the batch (0 for this model)
-    w = one.bytes - r                  # bytes read once whatever the batch: the weights
+    f = two.flops - one.flops  # FLOPs each extra row adds
+    r = two.bytes - one.bytes  # bytes each extra row adds
+    f0 = one.flops - f  # FLOPs independent of the batch (0 for this model)
+    w = one.bytes - r  # bytes read once whatever the batch: the weights
     # intensity(B) = (f0 + B f) / (w + B r) >= ridge  <=>  B (f - ridge r) >= ridge w - f0
     slope = f - ridge * r
     if slope <= 0:
@@ -92,6 +95,7 @@ def crossover_batch(config, peak_flops: float, bandwidth: float, context_len: in
 
 
 # ---------------------------------------------------------------- measuring
+
 
 def _median(xs: list[float]) -> float:
     s = sorted(xs)
@@ -122,13 +126,14 @@ def decode_step_time(model, batch_size: int, context_len: int, *, repeats: int =
             t0 = perf_counter()
             model.decode_step(token, cache)
             t1 = perf_counter()
-            if i:                      # step 0 is the untimed warm-up
+            if i:  # step 0 is the untimed warm-up
                 timings.append(t1 - t0)
     return _median(timings)
 
 
-def throughput_curve(model, batch_sizes: Sequence[int], context_len: int = 0, *,
-                     repeats: int = 5) -> dict[int, float]:
+def throughput_curve(
+    model, batch_sizes: Sequence[int], context_len: int = 0, *, repeats: int = 5
+) -> dict[int, float]:
     """Decode tokens/s for each batch size, in the order given."""
     if len(batch_sizes) == 0:
         raise ValueError("no batch sizes given")

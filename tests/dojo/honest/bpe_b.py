@@ -133,7 +133,7 @@ class BPETokenizer:
         out: list[int] = []
         pos = 0
         for m in special_re.finditer(text):
-            out.extend(self._encode_ordinary(text[pos:m.start()]))
+            out.extend(self._encode_ordinary(text[pos : m.start()]))
             out.append(self.special_tokens[m.group()])
             pos = m.end()
         out.extend(self._encode_ordinary(text[pos:]))

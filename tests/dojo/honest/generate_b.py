@@ -31,6 +31,7 @@ _NEG = -1.0e9
 # validation
 # --------------------------------------------------------------------------------------------
 
+
 def _eos_list(eos_token_id) -> list[int]:
     if eos_token_id is None:
         return []
@@ -39,8 +40,18 @@ def _eos_list(eos_token_id) -> list[int]:
     return [int(e) for e in eos_token_id]
 
 
-def _validate(model, prompts, max_new_tokens, strategy, temperature, top_k, top_p,
-              num_beams, early_stopping, num_return_sequences) -> None:
+def _validate(
+    model,
+    prompts,
+    max_new_tokens,
+    strategy,
+    temperature,
+    top_k,
+    top_p,
+    num_beams,
+    early_stopping,
+    num_return_sequences,
+) -> None:
     if strategy not in ("greedy", "sample", "beam"):
         raise ValueError(f"strategy must be 'greedy', 'sample' or 'beam', got {strategy!r}")
     if num_beams < 1:
@@ -48,16 +59,20 @@ def _validate(model, prompts, max_new_tokens, strategy, temperature, top_k, top_
     if num_beams > 1 and strategy != "beam":
         raise ValueError(f"num_beams={num_beams} > 1 requires strategy='beam' (got strategy={strategy!r})")
     if not 1 <= num_return_sequences <= num_beams:
-        raise ValueError(f"num_return_sequences must be in [1, num_beams={num_beams}], "
-                         f"got {num_return_sequences}")
+        raise ValueError(
+            f"num_return_sequences must be in [1, num_beams={num_beams}], got {num_return_sequences}"
+        )
     if strategy == "sample" and not temperature > 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not (0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if not (early_stopping is True or early_stopping is False
-            or (isinstance(early_stopping, str) and early_stopping == "never")):
+    if not (
+        early_stopping is True
+        or early_stopping is False
+        or (isinstance(early_stopping, str) and early_stopping == "never")
+    ):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -72,13 +87,16 @@ def _validate(model, prompts, max_new_tokens, strategy, temperature, top_k, top_
                 raise ValueError(f"prompts[{i}] holds token id {t} outside [0, {vocab})")
     longest = max(len(p) for p in prompts)
     if longest + max_new_tokens > model.config.max_seq_len:
-        raise ValueError(f"longest prompt ({longest}) + max_new_tokens ({max_new_tokens}) exceeds "
-                         f"max_seq_len={model.config.max_seq_len}")
+        raise ValueError(
+            f"longest prompt ({longest}) + max_new_tokens ({max_new_tokens}) exceeds "
+            f"max_seq_len={model.config.max_seq_len}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # batching helpers
 # --------------------------------------------------------------------------------------------
+
 
 def _left_pad(prompts: list[list[int]], repeat: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(B*repeat, T) ids and bool mask, each prompt repeated `repeat` times consecutively."""
@@ -89,13 +107,14 @@ def _left_pad(prompts: list[list[int]], repeat: int = 1) -> tuple[torch.Tensor, 
     for i, p in enumerate(prompts):
         for j in range(repeat):
             r = i * repeat + j
-            ids[r, longest - len(p):] = torch.tensor([int(t) for t in p], dtype=torch.long)
-            mask[r, longest - len(p):] = True
+            ids[r, longest - len(p) :] = torch.tensor([int(t) for t in p], dtype=torch.long)
+            mask[r, longest - len(p) :] = True
     return ids, mask
 
 
-def _filter_and_sample(logits: torch.Tensor, temperature: float, top_k: int | None,
-                       top_p: float | None, gen: torch.Generator) -> torch.Tensor:
+def _filter_and_sample(
+    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, gen: torch.Generator
+) -> torch.Tensor:
     x = logits.float() / temperature
     if top_k is not None and top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
@@ -116,8 +135,10 @@ def _filter_and_sample(logits: torch.Tensor, temperature: float, top_k: int | No
 # greedy / sampling
 # --------------------------------------------------------------------------------------------
 
-def _generate_simple(model, prompts, max_new_tokens, eos, sample, temperature, top_k, top_p,
-                     seed, length_penalty, on_token) -> GenerationResult:
+
+def _generate_simple(
+    model, prompts, max_new_tokens, eos, sample, temperature, top_k, top_p, seed, length_penalty, on_token
+) -> GenerationResult:
     ids, mask = _left_pad(prompts)
     batch, prompt_len = ids.shape
     cache = model.new_cache(batch, prompt_len + max_new_tokens)
@@ -163,24 +184,37 @@ def _generate_simple(model, prompts, max_new_tokens, eos, sample, temperature, t
                 t_first = time.perf_counter()
             if step >= max_new_tokens or all(done):
                 break
-            feed = torch.tensor([out[r][-1] for r in range(batch)], dtype=torch.long,
-                                device=ids.device)
+            feed = torch.tensor([out[r][-1] for r in range(batch)], dtype=torch.long, device=ids.device)
             mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.bool)], dim=1)
             logits = model.decode_step(feed, cache, attention_mask=mask)
     t_end = time.perf_counter()
 
     scores = [logp_sum[r] / (len(out[r]) ** length_penalty) for r in range(batch)]
-    return GenerationResult(tokens=out, scores=scores, prefill_seconds=t_first - t0,
-                            decode_seconds=t_end - t_first,
-                            tokens_generated=sum(len(t) for t in out))
+    return GenerationResult(
+        tokens=out,
+        scores=scores,
+        prefill_seconds=t_first - t0,
+        decode_seconds=t_end - t_first,
+        tokens_generated=sum(len(t) for t in out),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # beam search (HF >= 4.50 vectorised semantics)
 # --------------------------------------------------------------------------------------------
 
-def _generate_beam(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
-                   early_stopping, num_return_sequences, on_token) -> GenerationResult:
+
+def _generate_beam(
+    model,
+    prompts,
+    max_new_tokens,
+    eos,
+    num_beams,
+    length_penalty,
+    early_stopping,
+    num_return_sequences,
+    on_token,
+) -> GenerationResult:
     n_prompts = len(prompts)
     nb = num_beams
     ids, mask = _left_pad(prompts, repeat=nb)
@@ -208,14 +242,15 @@ def _generate_beam(model, prompts, max_new_tokens, eos, num_beams, length_penalt
     with torch.no_grad():
         logits = model.prefill(ids, cache, attention_mask=mask)[:, -1, :]
         for step in range(1, max_new_tokens + 1):
-            logp = torch.log_softmax(logits.float(), dim=-1).cpu()       # (rows, V)
+            logp = torch.log_softmax(logits.float(), dim=-1).cpu()  # (rows, V)
             logp = logp.view(n_prompts, nb, vocab) + running_scores[:, :, None]
             flat = logp.view(n_prompts, nb * vocab)
-            cand_scores, cand_idx = torch.topk(flat, width, dim=-1)       # (P, width)
+            cand_scores, cand_idx = torch.topk(flat, width, dim=-1)  # (P, width)
             cand_beam = cand_idx // vocab
             cand_tok = cand_idx % vocab
-            cand_seqs = torch.gather(running_seqs, 1,
-                                     cand_beam[:, :, None].expand(-1, -1, max_new_tokens)).clone()
+            cand_seqs = torch.gather(
+                running_seqs, 1, cand_beam[:, :, None].expand(-1, -1, max_new_tokens)
+            ).clone()
             cand_seqs[:, :, step - 1] = cand_tok
 
             ends = torch.zeros_like(cand_tok, dtype=torch.bool)
@@ -261,8 +296,9 @@ def _generate_beam(model, prompts, max_new_tokens, eos, num_beams, length_penalt
             else:
                 hyp_len = step
             best_running = running_scores[:, :1] / (float(hyp_len) ** length_penalty)
-            worst_fin = torch.where(fin_flag, fin_scores.min(dim=1, keepdim=True).values,
-                                    torch.full_like(fin_scores, _NEG))
+            worst_fin = torch.where(
+                fin_flag, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _NEG)
+            )
             heuristic_open = heuristic_open & (best_running > worst_fin).any(dim=-1, keepdim=True)
 
             still_improvable = bool(heuristic_open.any())
@@ -287,29 +323,73 @@ def _generate_beam(model, prompts, max_new_tokens, eos, num_beams, length_penalt
             for tok in seq:
                 on_token(r, tok)
     t_end = time.perf_counter()
-    return GenerationResult(tokens=tokens, scores=scores, prefill_seconds=t_first - t0,
-                            decode_seconds=t_end - t_first,
-                            tokens_generated=sum(len(t) for t in tokens))
+    return GenerationResult(
+        tokens=tokens,
+        scores=scores,
+        prefill_seconds=t_first - t0,
+        decode_seconds=t_end - t_first,
+        tokens_generated=sum(len(t) for t in tokens),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
 
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
-             eos_token_id: int | list[int] | None = None,
-             strategy: str = "greedy",
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None,
-             num_beams: int = 1, length_penalty: float = 1.0,
-             early_stopping: bool | str = True, num_return_sequences: int = 1,
-             on_token: Callable[[int, int], None] | None = None) -> GenerationResult:
+
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    strategy: str = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = True,
+    num_return_sequences: int = 1,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
     """Continue each prompt by up to `max_new_tokens` tokens."""
-    _validate(model, prompts, max_new_tokens, strategy, temperature, top_k, top_p,
-              num_beams, early_stopping, num_return_sequences)
+    _validate(
+        model,
+        prompts,
+        max_new_tokens,
+        strategy,
+        temperature,
+        top_k,
+        top_p,
+        num_beams,
+        early_stopping,
+        num_return_sequences,
+    )
     eos = _eos_list(eos_token_id)
     if strategy == "beam" and num_beams > 1:
-        return _generate_beam(model, prompts, max_new_tokens, eos, num_beams, length_penalty,
-                              early_stopping, num_return_sequences, on_token)
-    return _generate_simple(model, prompts, max_new_tokens, eos, strategy == "sample",
-                            temperature, top_k, top_p, seed, length_penalty, on_token)
+        return _generate_beam(
+            model,
+            prompts,
+            max_new_tokens,
+            eos,
+            num_beams,
+            length_penalty,
+            early_stopping,
+            num_return_sequences,
+            on_token,
+        )
+    return _generate_simple(
+        model,
+        prompts,
+        max_new_tokens,
+        eos,
+        strategy == "sample",
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        length_penalty,
+        on_token,
+    )

@@ -24,15 +24,27 @@ class GenerationResult:
 STRATEGIES = ("greedy", "sample", "beam")
 
 
-def _check_args(model, prompts, *, max_new_tokens, strategy, temperature, top_k, top_p,
-                num_beams, early_stopping, num_return_sequences):
+def _check_args(
+    model,
+    prompts,
+    *,
+    max_new_tokens,
+    strategy,
+    temperature,
+    top_k,
+    top_p,
+    num_beams,
+    early_stopping,
+    num_return_sequences,
+):
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"num_beams must be an int >= 1 (got {num_beams!r})")
     if num_beams > 1 and strategy != "beam":
-        raise ValueError(f"num_beams > 1 needs strategy='beam' (got strategy={strategy!r}, "
-                         f"num_beams={num_beams})")
+        raise ValueError(
+            f"num_beams > 1 needs strategy='beam' (got strategy={strategy!r}, num_beams={num_beams})"
+        )
     if not (1 <= num_return_sequences <= num_beams):
         raise ValueError(f"num_return_sequences={num_return_sequences} must lie in [1, num_beams]")
     if strategy == "sample" and temperature <= 0:
@@ -55,8 +67,10 @@ def _check_args(model, prompts, *, max_new_tokens, strategy, temperature, top_k,
             raise ValueError(f"prompts contains a token id outside [0, {V})")
     need = max(map(len, prompts)) + max_new_tokens
     if need > model.config.max_seq_len:
-        raise ValueError(f"max_new_tokens too large: longest prompt + max_new_tokens = {need} > "
-                         f"max_seq_len {model.config.max_seq_len}")
+        raise ValueError(
+            f"max_new_tokens too large: longest prompt + max_new_tokens = {need} > "
+            f"max_seq_len {model.config.max_seq_len}"
+        )
 
 
 class _Batch:
@@ -80,6 +94,7 @@ class _Batch:
 # token choice for greedy / sampling
 # ---------------------------------------------------------------------------------------------
 
+
 def _sample_distribution(logits: torch.Tensor, temperature: float, top_k, top_p) -> torch.Tensor:
     """Filtered, renormalised probabilities, (B, V)."""
     scaled = logits.to(torch.float32) / temperature
@@ -100,8 +115,20 @@ def _sample_distribution(logits: torch.Tensor, temperature: float, top_k, top_p)
     return probs / probs.sum(dim=-1, keepdim=True)
 
 
-def _decode_simple(model, prompts, max_new_tokens, eos_ids, *, sample, temperature, top_k,
-                   top_p, seed, length_penalty, on_token):
+def _decode_simple(
+    model,
+    prompts,
+    max_new_tokens,
+    eos_ids,
+    *,
+    sample,
+    temperature,
+    top_k,
+    top_p,
+    seed,
+    length_penalty,
+    on_token,
+):
     batch = _Batch(prompts, 1)
     B = len(batch.rows)
     cache = model.new_cache(B, batch.width + max_new_tokens)
@@ -153,13 +180,14 @@ def _decode_simple(model, prompts, max_new_tokens, eos_ids, *, sample, temperatu
 # beam search: one plain bookkeeping object per prompt, the logits batched for all
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class _PromptBeams:
     num_beams: int
     length_penalty: float
     early_stopping: bool | str
     max_new_tokens: int
-    beams: list[tuple[float, list[int]]] = field(default_factory=list)   # (sum log p, tokens)
+    beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (sum log p, tokens)
     finished: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens), best first
     done: bool = False
 
@@ -168,8 +196,8 @@ class _PromptBeams:
 
     def offer(self, score: float, tokens: list[int]) -> None:
         self.finished.append((score, tokens))
-        self.finished.sort(key=lambda h: -h[0])       # stable: earlier entries win ties
-        del self.finished[self.num_beams:]
+        self.finished.sort(key=lambda h: -h[0])  # stable: earlier entries win ties
+        del self.finished[self.num_beams :]
 
     def update_done(self, cur_len: int) -> None:
         if self.done or not self.full():
@@ -181,13 +209,23 @@ class _PromptBeams:
             L = self.max_new_tokens
         else:
             L = cur_len
-        best_running = self.beams[0][0] / (L ** self.length_penalty)
+        best_running = self.beams[0][0] / (L**self.length_penalty)
         if best_running <= self.finished[-1][0]:
             self.done = True
 
 
-def _decode_beam(model, prompts, max_new_tokens, eos_ids, *, num_beams, length_penalty,
-                 early_stopping, num_return_sequences, on_token):
+def _decode_beam(
+    model,
+    prompts,
+    max_new_tokens,
+    eos_ids,
+    *,
+    num_beams,
+    length_penalty,
+    early_stopping,
+    num_return_sequences,
+    on_token,
+):
     nb = num_beams
     batch = _Batch(prompts, nb)
     R = len(batch.rows)
@@ -222,11 +260,11 @@ def _decode_beam(model, prompts, max_new_tokens, eos_ids, *, num_beams, length_p
                     ends = last or tok in eos_ids
                     if ends:
                         if rank < nb and not st.done:
-                            st.offer(score / (step ** length_penalty), seq)
+                            st.offer(score / (step**length_penalty), seq)
                     else:
                         candidates.append((beam, tok, score, seq))
                 chosen = candidates[:nb]
-                if len(chosen) < nb:   # only at the last step: every candidate ended
+                if len(chosen) < nb:  # only at the last step: every candidate ended
                     pad = [(0, 0, -math.inf, st.beams[0][1] + [0])] * (nb - len(chosen))
                     chosen = chosen + pad
                 st.beams = [(score, seq) for _, _, score, seq in chosen]
@@ -258,18 +296,36 @@ def _decode_beam(model, prompts, max_new_tokens, eos_ids, *, num_beams, length_p
     return GenerationResult(tokens, scores, first - start, end - first, sum(map(len, tokens)))
 
 
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
-             eos_token_id: int | list[int] | None = None,
-             strategy: str = "greedy",
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = None,
-             num_beams: int = 1, length_penalty: float = 1.0,
-             early_stopping: bool | str = True, num_return_sequences: int = 1,
-             on_token: Callable[[int, int], None] | None = None) -> GenerationResult:
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    strategy: str = "greedy",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = True,
+    num_return_sequences: int = 1,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
     """Continue each prompt by up to `max_new_tokens` tokens."""
-    _check_args(model, prompts, max_new_tokens=max_new_tokens, strategy=strategy,
-                temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
-                early_stopping=early_stopping, num_return_sequences=num_return_sequences)
+    _check_args(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        strategy=strategy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        num_beams=num_beams,
+        early_stopping=early_stopping,
+        num_return_sequences=num_return_sequences,
+    )
     if eos_token_id is None:
         eos_ids: frozenset[int] = frozenset()
     elif isinstance(eos_token_id, int):
@@ -278,9 +334,27 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int,
         eos_ids = frozenset(int(e) for e in eos_token_id)
 
     if strategy == "beam" and num_beams > 1:
-        return _decode_beam(model, prompts, max_new_tokens, eos_ids, num_beams=num_beams,
-                            length_penalty=length_penalty, early_stopping=early_stopping,
-                            num_return_sequences=num_return_sequences, on_token=on_token)
-    return _decode_simple(model, prompts, max_new_tokens, eos_ids, sample=strategy == "sample",
-                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                          length_penalty=length_penalty, on_token=on_token)
+        return _decode_beam(
+            model,
+            prompts,
+            max_new_tokens,
+            eos_ids,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            num_return_sequences=num_return_sequences,
+            on_token=on_token,
+        )
+    return _decode_simple(
+        model,
+        prompts,
+        max_new_tokens,
+        eos_ids,
+        sample=strategy == "sample",
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        length_penalty=length_penalty,
+        on_token=on_token,
+    )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-QK = 32                 # weights per block
-Q4_1_BLOCK = 20         # bytes: fp16 d, fp16 m, 16 bytes of nibbles
-Q8_0_BLOCK = 34         # bytes: fp16 d, 32 int8
+QK = 32  # weights per block
+Q4_1_BLOCK = 20  # bytes: fp16 d, fp16 m, 16 bytes of nibbles
+Q8_0_BLOCK = 34  # bytes: fp16 d, 32 int8
 
 
 def _as_bytes(blocks) -> np.ndarray:
@@ -134,16 +134,19 @@ def bytes_per_weight(fmt: str) -> float:
 
 def _n_params(config) -> int:
     d, hd = config.d_model, config.head_dim
-    layer = (d * config.n_heads * hd * 2          # Q and O
-             + d * config.n_kv_heads * hd * 2     # K and V
-             + 3 * d * config.d_ff                # gate, up, down
-             + 2 * d)                             # two norms
+    layer = (
+        d * config.n_heads * hd * 2  # Q and O
+        + d * config.n_kv_heads * hd * 2  # K and V
+        + 3 * d * config.d_ff  # gate, up, down
+        + 2 * d
+    )  # two norms
     return config.n_layers * layer + d + config.vocab_size * d
 
 
 def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
     """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`."""
     import torch
+
     from solutions.roofline import phase_cost
 
     torch_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

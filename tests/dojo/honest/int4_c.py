@@ -33,7 +33,8 @@ def _records(blocks, shape, layout: np.dtype):
     if buf.size != n_blocks * layout.itemsize:
         raise ValueError(
             f"{buf.size} bytes cannot hold a {dims} tensor: that is {n_blocks} blocks of "
-            f"{layout.itemsize} bytes = {n_blocks * layout.itemsize}")
+            f"{layout.itemsize} bytes = {n_blocks * layout.itemsize}"
+        )
     return buf.reshape(-1).view(layout), dims
 
 
@@ -131,6 +132,7 @@ def _parameter_count(cfg) -> int:
 def predicted_decode_speedup(config, from_dtype: str, to_fmt: str, batch: int, context_len: int) -> float:
     """Predicted decode speed-up from storing every weight in `to_fmt` instead of `from_dtype`."""
     import torch
+
     from solutions.roofline import phase_cost
 
     src = from_dtype.lower() if isinstance(from_dtype, str) else from_dtype

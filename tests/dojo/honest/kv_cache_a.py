@@ -12,8 +12,11 @@ class CacheFullError(ValueError):
 
 
 def _require_sizes(sizes: dict[str, int]) -> None:
-    bad = [f"{name}={value!r}" for name, value in sizes.items()
-           if isinstance(value, bool) or not isinstance(value, int) or value < 1]
+    bad = [
+        f"{name}={value!r}"
+        for name, value in sizes.items()
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1
+    ]
     if bad:
         raise ValueError("sizes must be positive ints, got " + ", ".join(bad))
 
@@ -21,11 +24,27 @@ def _require_sizes(sizes: dict[str, int]) -> None:
 class KVCache:
     """Per-layer key/value buffers of shape (batch_size, n_kv_heads, max_len, head_dim)."""
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                 max_bytes: int | None = None) -> None:
-        _require_sizes(dict(n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads,
-                            head_dim=head_dim, max_len=max_len))
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        max_bytes: int | None = None,
+    ) -> None:
+        _require_sizes(
+            dict(
+                n_layers=n_layers,
+                batch_size=batch_size,
+                n_kv_heads=n_kv_heads,
+                head_dim=head_dim,
+                max_len=max_len,
+            )
+        )
         total = self.bytes_needed(n_layers, batch_size, n_kv_heads, head_dim, max_len, dtype)
         if max_bytes is not None and total > max_bytes:
             raise ValueError(f"cache would need {total} bytes but max_bytes is {max_bytes}")
@@ -39,9 +58,17 @@ class KVCache:
         self.filled = [0 for _ in range(n_layers)]
 
     @staticmethod
-    def bytes_needed(n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int,
-                     dtype: torch.dtype = torch.float32) -> int:
-        per_element = torch.finfo(dtype).bits // 8 if dtype.is_floating_point else torch.iinfo(dtype).bits // 8
+    def bytes_needed(
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> int:
+        per_element = (
+            torch.finfo(dtype).bits // 8 if dtype.is_floating_point else torch.iinfo(dtype).bits // 8
+        )
         return 2 * n_layers * batch_size * n_kv_heads * head_dim * max_len * per_element
 
     @property
@@ -71,10 +98,10 @@ class KVCache:
         if start + new > self.shape[2]:
             raise CacheFullError(f"cache full: {start} cached + {new} new > max_len {self.shape[2]}")
         keys, values = self.layers[layer]
-        keys[:, :, start:start + new] = k
-        values[:, :, start:start + new] = v
+        keys[:, :, start : start + new] = k
+        values[:, :, start : start + new] = v
         self.filled[layer] = start + new
-        return keys[:, :, :start + new], values[:, :, :start + new]
+        return keys[:, :, : start + new], values[:, :, : start + new]
 
     def reorder(self, index: Tensor) -> None:
         if not isinstance(index, Tensor) or index.dim() != 1 or index.shape[0] != self.shape[0]:

@@ -23,9 +23,18 @@ def _itemsize(dtype: torch.dtype) -> int:
 class KVCache:
     """Per-layer key/value buffers of shape (batch_size, n_kv_heads, max_len, head_dim)."""
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int,
-                 *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                 max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        max_bytes: int | None = None,
+    ) -> None:
         self.n_layers = _positive_int("n_layers", n_layers)
         self.batch_size = _positive_int("batch_size", batch_size)
         self.n_kv_heads = _positive_int("n_kv_heads", n_kv_heads)
@@ -44,11 +53,17 @@ class KVCache:
         for _ in range(n_layers):
             self.k_cache.append(torch.zeros(shape, dtype=dtype, device=self.device))
             self.v_cache.append(torch.zeros(shape, dtype=dtype, device=self.device))
-        self._filled = [0] * n_layers   # positions written, per layer
+        self._filled = [0] * n_layers  # positions written, per layer
 
     @staticmethod
-    def bytes_needed(n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int,
-                     dtype: torch.dtype = torch.float32) -> int:
+    def bytes_needed(
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> int:
         return 2 * n_layers * batch_size * n_kv_heads * head_dim * max_len * _itemsize(dtype)
 
     @property
@@ -84,11 +99,13 @@ class KVCache:
         if start > self.length:
             raise ValueError(
                 f"layer {layer} already holds {start} positions, more than length {self.length}: "
-                "it wrote twice before the other layers caught up")
+                "it wrote twice before the other layers caught up"
+            )
         t_new = k.shape[2]
         if start + t_new > self.max_len:
             raise CacheFullError(
-                f"cache full: length {start} + {t_new} new positions > max_len {self.max_len}")
+                f"cache full: length {start} + {t_new} new positions > max_len {self.max_len}"
+            )
         end = start + t_new
         self.k_cache[layer][:, :, start:end] = k
         self.v_cache[layer][:, :, start:end] = v

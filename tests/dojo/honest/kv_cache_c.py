@@ -16,11 +16,25 @@ class KVCache:
     """All layers' keys and values in one tensor of shape
     (n_layers, 2, batch_size, n_kv_heads, max_len, head_dim)."""
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int,
-                 *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                 max_bytes: int | None = None) -> None:
-        dims = dict(n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads,
-                    head_dim=head_dim, max_len=max_len)
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        max_bytes: int | None = None,
+    ) -> None:
+        dims = dict(
+            n_layers=n_layers,
+            batch_size=batch_size,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            max_len=max_len,
+        )
         for key, val in dims.items():
             try:
                 ival = operator.index(val)
@@ -33,14 +47,21 @@ class KVCache:
             raise ValueError(f"KV cache of {needed} bytes exceeds max_bytes={max_bytes}")
         self.n_layers, self.batch_size, self.n_kv_heads = n_layers, batch_size, n_kv_heads
         self.head_dim, self.max_len, self.dtype = head_dim, max_len, dtype
-        self.storage = torch.empty((n_layers, 2, batch_size, n_kv_heads, max_len, head_dim),
-                                   dtype=dtype, device=device)
+        self.storage = torch.empty(
+            (n_layers, 2, batch_size, n_kv_heads, max_len, head_dim), dtype=dtype, device=device
+        )
         self.device = self.storage.device
         self._pos = torch.zeros(n_layers, dtype=torch.long).tolist()  # per-layer write cursor
 
     @staticmethod
-    def bytes_needed(n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int,
-                     dtype: torch.dtype = torch.float32) -> int:
+    def bytes_needed(
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> int:
         per_elem = torch.finfo(dtype).bits // 8 if dtype.is_floating_point else torch.iinfo(dtype).bits // 8
         return 2 * n_layers * batch_size * n_kv_heads * head_dim * max_len * per_elem
 
@@ -77,13 +98,16 @@ class KVCache:
         if self._pos[layer] != cur:
             raise ValueError(
                 f"layer {layer} has already written this pass ({self._pos[layer]} positions cached, "
-                f"length is {cur})")
+                f"length is {cur})"
+            )
         n = k.shape[2]
         if cur + n > self.max_len:
-            raise CacheFullError(f"cannot add {n} positions to {cur} cached: {cur + n} > max_len {self.max_len}")
+            raise CacheFullError(
+                f"cannot add {n} positions to {cur} cached: {cur + n} > max_len {self.max_len}"
+            )
         keys, values = self.storage[layer, 0], self.storage[layer, 1]
-        keys[:, :, cur:cur + n].copy_(k)
-        values[:, :, cur:cur + n].copy_(v)
+        keys[:, :, cur : cur + n].copy_(k)
+        values[:, :, cur : cur + n].copy_(v)
         self._pos[layer] = cur + n
         return keys[:, :, : cur + n], values[:, :, : cur + n]
 

@@ -31,16 +31,18 @@ def _check_ceilings(peak_flops: float, bandwidth: float) -> None:
         raise ValueError(f"bandwidth must be positive, got {bandwidth}")
 
 
-def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_ttft(
+    config, prompt_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of prefilling `prompt_len` tokens (batch 1, empty cache)."""
     _check_ceilings(peak_flops, bandwidth)
     cost = phase_cost(config, "prefill", 1, prompt_len, 0, dtype)
     return _roofline_seconds(cost, peak_flops, bandwidth)
 
 
-def predict_tpot(config, context_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_tpot(
+    config, context_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     """Roofline seconds of one decode step after `context_len` cached positions (batch 1)."""
     _check_ceilings(peak_flops, bandwidth)
     cost = phase_cost(config, "decode", 1, 1, context_len, dtype)
@@ -71,8 +73,9 @@ def measure_latency(model, prompt_len: int, new_tokens: int, *, repeats: int = 3
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     positions = prompt_len + new_tokens - 1
     if positions > model.config.max_seq_len:
-        raise ValueError(f"prompt_len + new_tokens - 1 = {positions} exceeds "
-                         f"max_seq_len={model.config.max_seq_len}")
+        raise ValueError(
+            f"prompt_len + new_tokens - 1 = {positions} exceeds max_seq_len={model.config.max_seq_len}"
+        )
 
     gen = torch.Generator().manual_seed(1234)
     prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len), generator=gen)
@@ -80,7 +83,7 @@ def measure_latency(model, prompt_len: int, new_tokens: int, *, repeats: int = 3
 
     ttfts, tpots = [], []
     with torch.no_grad():
-        _one_run(model, prompt, cache, new_tokens)      # untimed warm-up
+        _one_run(model, prompt, cache, new_tokens)  # untimed warm-up
         for _ in range(repeats):
             ttft, tpot = _one_run(model, prompt, cache, new_tokens)
             ttfts.append(ttft)
@@ -98,12 +101,13 @@ def chunked_prefill(model, ids: Tensor, cache, chunk: int, attention_mask: Tenso
     batch, total = ids.shape
     start = cache.length
     if attention_mask is not None and tuple(attention_mask.shape) != (batch, start + total):
-        raise ValueError(f"attention_mask must have shape {(batch, start + total)}, "
-                         f"got {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"attention_mask must have shape {(batch, start + total)}, got {tuple(attention_mask.shape)}"
+        )
 
     pieces = []
     for lo in range(0, total, chunk):
         hi = min(lo + chunk, total)
-        mask = None if attention_mask is None else attention_mask[:, :start + hi]
+        mask = None if attention_mask is None else attention_mask[:, : start + hi]
         pieces.append(model.prefill(ids[:, lo:hi], cache, attention_mask=mask))
     return torch.cat(pieces, dim=1)

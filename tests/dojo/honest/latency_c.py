@@ -27,8 +27,15 @@ class Latency:
     tpot: float
 
 
-def _pass_seconds(config, phase: str, context_len: int, seq_len: int, peak_flops: float,
-                  bandwidth: float, dtype: torch.dtype) -> float:
+def _pass_seconds(
+    config,
+    phase: str,
+    context_len: int,
+    seq_len: int,
+    peak_flops: float,
+    bandwidth: float,
+    dtype: torch.dtype,
+) -> float:
     if peak_flops <= 0 or bandwidth <= 0:
         raise ValueError(f"ceilings must be positive: peak_flops={peak_flops}, bandwidth={bandwidth}")
     cost = phase_cost(config, phase, 1, seq_len, context_len, dtype)
@@ -37,13 +44,15 @@ def _pass_seconds(config, phase: str, context_len: int, seq_len: int, peak_flops
     return compute_s if compute_s >= memory_s else memory_s
 
 
-def predict_ttft(config, prompt_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_ttft(
+    config, prompt_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     return _pass_seconds(config, "prefill", 0, prompt_len, peak_flops, bandwidth, dtype)
 
 
-def predict_tpot(config, context_len: int, peak_flops: float, bandwidth: float,
-                 dtype: torch.dtype = torch.float32) -> float:
+def predict_tpot(
+    config, context_len: int, peak_flops: float, bandwidth: float, dtype: torch.dtype = torch.float32
+) -> float:
     return _pass_seconds(config, "decode", context_len, 1, peak_flops, bandwidth, dtype)
 
 
@@ -77,8 +86,10 @@ def measure_latency(model, prompt_len: int, new_tokens: int, *, repeats: int = 3
         raise ValueError(f"repeats must be at least 1 (got {repeats})")
     cfg = model.config
     if prompt_len + new_tokens - 1 > cfg.max_seq_len:
-        raise ValueError(f"prompt_len + new_tokens - 1 = {prompt_len + new_tokens - 1} is past "
-                         f"the context ({cfg.max_seq_len})")
+        raise ValueError(
+            f"prompt_len + new_tokens - 1 = {prompt_len + new_tokens - 1} is past "
+            f"the context ({cfg.max_seq_len})"
+        )
 
     g = torch.Generator()
     g.manual_seed(PROMPT_SEED)
@@ -86,7 +97,7 @@ def measure_latency(model, prompt_len: int, new_tokens: int, *, repeats: int = 3
     timer = _GreedyTimer(model, prompt, new_tokens)
 
     with torch.inference_mode():
-        timer.run()                                   # warm-up, not recorded
+        timer.run()  # warm-up, not recorded
         runs = [timer.run() for _ in range(repeats)]
     ttft = median(s[1] - s[0] for s in runs)
     tpot = median((s[2] - s[1]) / (new_tokens - 1) for s in runs)

@@ -15,8 +15,13 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 class DynamicLossScaler:
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         problems = []
         if not init_scale > 0:
             problems.append(f"init_scale must be > 0 (got {init_scale})")
@@ -62,8 +67,13 @@ class StepResult:
     skipped: bool
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     if dtype != torch.float32 and dtype not in LOW_PRECISION:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, not {dtype}")
     if dtype == torch.float16 and scaler is None:

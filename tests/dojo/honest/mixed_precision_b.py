@@ -14,8 +14,13 @@ from torch import Tensor, nn
 class DynamicLossScaler:
     """Scales the loss up for backward and the gradients down after; adapts the scale to overflows."""
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         if not (init_scale > 0) or math.isinf(init_scale):
             raise ValueError(f"init_scale must be a positive finite number, got {init_scale}")
         if not (growth_factor > 1):
@@ -68,8 +73,13 @@ class StepResult:
 _ALLOWED = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     """One optimizer step on `batch` = (inputs, targets) with the forward pass autocast to `dtype`."""
     if dtype not in _ALLOWED:
         raise ValueError(f"dtype must be one of {_ALLOWED}, got {dtype}")

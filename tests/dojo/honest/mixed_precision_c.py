@@ -13,8 +13,13 @@ from torch import Tensor, nn
 class DynamicLossScaler:
     """Scales the loss up for backward and the gradients down after; adapts the scale to overflows."""
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         problems = []
         if init_scale <= 0:
             problems.append(f"init_scale={init_scale} must be > 0")
@@ -82,8 +87,13 @@ def _validate(model: nn.Module, scaler, dtype) -> None:
             raise ValueError(f"parameter {name} is {p.dtype}; the master weights must be float32")
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.optim.Optimizer,
-               scaler: DynamicLossScaler | None, dtype: torch.dtype) -> StepResult:
+def train_step(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: DynamicLossScaler | None,
+    dtype: torch.dtype,
+) -> StepResult:
     """One optimizer step on `batch` = (inputs, targets) with the forward pass autocast to `dtype`."""
     _validate(model, scaler, dtype)
     inputs, targets = batch
@@ -94,8 +104,7 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor], optimizer: torch.
     # the loss in fp32, outside autocast, over every position flattened into one (N, C) batch
     logits32 = logits.to(torch.float32)
     n_classes = logits32.shape[-1]
-    loss = nn.functional.cross_entropy(logits32.reshape(-1, n_classes), targets.reshape(-1),
-                                       reduction="mean")
+    loss = nn.functional.cross_entropy(logits32.reshape(-1, n_classes), targets.reshape(-1), reduction="mean")
     value = float(loss.detach())
 
     if scaler is None:

@@ -56,14 +56,25 @@ class BlockAllocator:
 
 
 class PagedKVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, num_blocks: int, block_size: int, *,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        num_blocks: int,
+        block_size: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.allocator = BlockAllocator(num_blocks)
         self.block_size = block_size
         self.n_layers, self.heads, self.dim, self.dtype = n_layers, n_kv_heads, head_dim, dtype
         # one key pool and one value pool per layer: (num_blocks, heads, block_size, dim)
-        self.key_pool = [torch.zeros(num_blocks, n_kv_heads, block_size, head_dim, dtype=dtype, device=device)
-                         for _ in range(n_layers)]
+        self.key_pool = [
+            torch.zeros(num_blocks, n_kv_heads, block_size, head_dim, dtype=dtype, device=device)
+            for _ in range(n_layers)
+        ]
         self.value_pool = [torch.zeros_like(p) for p in self.key_pool]
         self.tables: dict[int, list[int]] = {}
         self.filled: dict[int, list[int]] = {}  # per sequence, positions held by each layer
@@ -117,7 +128,8 @@ class PagedKVCache:
         needed = self.blocks_needed(seq_id, new_tokens)
         if needed > self.allocator.num_free:
             raise OutOfBlocksError(
-                f"sequence {seq_id}: {needed} blocks needed, {self.allocator.num_free} free")
+                f"sequence {seq_id}: {needed} blocks needed, {self.allocator.num_free} free"
+            )
         table, used = self.tables[seq_id], self.num_tokens(seq_id)
         idx = used // self.block_size
         if used % self.block_size and idx < len(table) and self.allocator.refcount(table[idx]) > 1:
@@ -134,7 +146,9 @@ class PagedKVCache:
         if not isinstance(layer, int) or not 0 <= layer < self.n_layers:
             raise ValueError(f"layer {layer!r} out of range for {self.n_layers} layers")
         if k.shape != v.shape or k.dim() != 3 or k.shape[0] != self.heads or k.shape[2] != self.dim:
-            raise ValueError(f"expected k, v of shape ({self.heads}, T, {self.dim}); got {tuple(k.shape)}, {tuple(v.shape)}")
+            raise ValueError(
+                f"expected k, v of shape ({self.heads}, T, {self.dim}); got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
         if k.dtype != self.dtype or v.dtype != self.dtype:
             raise ValueError(f"expected dtype {self.dtype}; got {k.dtype}, {v.dtype}")
         pos = self.filled[seq_id][layer]
@@ -198,6 +212,6 @@ class PagedView:
         keys = k.new_zeros(k.shape[0], k.shape[1], width, k.shape[3])
         values = keys.clone()
         for r, (kk, vv) in enumerate(outs):
-            keys[r, :, width - kk.shape[1]:] = kk
-            values[r, :, width - vv.shape[1]:] = vv
+            keys[r, :, width - kk.shape[1] :] = kk
+            values[r, :, width - vv.shape[1] :] = vv
         return keys, values

@@ -55,14 +55,25 @@ class BlockAllocator:
 
 
 class PagedKVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, num_blocks: int, block_size: int, *,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        num_blocks: int,
+        block_size: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.allocator = BlockAllocator(num_blocks)
         self.block_size = block_size
         self.shape = (n_layers, n_kv_heads, head_dim)
         self.dtype = dtype
         # slot-major storage: (layers, k/v, num_blocks * block_size, heads, dim)
-        self.store = torch.zeros(n_layers, 2, num_blocks * block_size, n_kv_heads, head_dim, dtype=dtype, device=device)
+        self.store = torch.zeros(
+            n_layers, 2, num_blocks * block_size, n_kv_heads, head_dim, dtype=dtype, device=device
+        )
         self.seqs: dict[int, dict] = {}
 
     def _seq(self, seq_id):
@@ -118,7 +129,10 @@ class PagedKVCache:
 
     def _slots(self, blocks: list[int], lo: int, hi: int) -> Tensor:
         p = torch.arange(lo, hi)
-        return torch.tensor(blocks, dtype=torch.long)[p // self.block_size] * self.block_size + p % self.block_size
+        return (
+            torch.tensor(blocks, dtype=torch.long)[p // self.block_size] * self.block_size
+            + p % self.block_size
+        )
 
     def update(self, seq_id: int, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         s = self._seq(seq_id)
@@ -136,12 +150,14 @@ class PagedKVCache:
         hi = lo + k.shape[1]
         need = self.blocks_needed(seq_id, hi - lo)
         if need > self.allocator.num_free:
-            raise OutOfBlocksError(f"seq {seq_id} needs {need} blocks but only {self.allocator.num_free} are free")
+            raise OutOfBlocksError(
+                f"seq {seq_id} needs {need} blocks but only {self.allocator.num_free} are free"
+            )
         i = self._shared_target(s)
         if i is not None:
             new = self.allocator.allocate()
             src = slice(s["blocks"][i] * self.block_size, (s["blocks"][i] + 1) * self.block_size)
-            self.store[:, :, new * self.block_size:(new + 1) * self.block_size] = self.store[:, :, src]
+            self.store[:, :, new * self.block_size : (new + 1) * self.block_size] = self.store[:, :, src]
             self.allocator.release(s["blocks"][i])
             s["blocks"][i] = new
         while len(s["blocks"]) * self.block_size < hi:
@@ -201,6 +217,6 @@ class PagedView:
         out_v = torch.zeros_like(out_k)
         for r, x in enumerate(self.seq_ids):
             kk, vv = self.cache.update(x, layer, k[r], v[r])
-            out_k[r, :, width - kk.shape[1]:] = kk
-            out_v[r, :, width - vv.shape[1]:] = vv
+            out_k[r, :, width - kk.shape[1] :] = kk
+            out_v[r, :, width - vv.shape[1] :] = vv
         return out_k, out_v

@@ -68,15 +68,32 @@ class Sequence:
 
 
 class PagedKVCache:
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, num_blocks: int, block_size: int, *,
-                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> None:
-        for name, value in dict(n_layers=n_layers, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                                block_size=block_size).items():
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        num_blocks: int,
+        block_size: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        for name, value in dict(
+            n_layers=n_layers, n_kv_heads=n_kv_heads, head_dim=head_dim, block_size=block_size
+        ).items():
             assert_positive(name, value)
         self.allocator = BlockAllocator(num_blocks)
-        self.block_size, self.n_layers, self.n_kv_heads, self.head_dim = block_size, n_layers, n_kv_heads, head_dim
+        self.block_size, self.n_layers, self.n_kv_heads, self.head_dim = (
+            block_size,
+            n_layers,
+            n_kv_heads,
+            head_dim,
+        )
         self.dtype = dtype
-        self.K = torch.zeros(n_layers, num_blocks, n_kv_heads, block_size, head_dim, dtype=dtype, device=device)
+        self.K = torch.zeros(
+            n_layers, num_blocks, n_kv_heads, block_size, head_dim, dtype=dtype, device=device
+        )
         self.V = torch.zeros_like(self.K)
         self.sequences: dict[int, Sequence] = {}
 
@@ -117,7 +134,11 @@ class PagedKVCache:
 
     def needs_copy(self, seq: Sequence) -> bool:
         at = seq.size // self.block_size
-        return seq.size % self.block_size != 0 and at < len(seq.blocks) and self.allocator.refcount(seq.blocks[at]) > 1
+        return (
+            seq.size % self.block_size != 0
+            and at < len(seq.blocks)
+            and self.allocator.refcount(seq.blocks[at]) > 1
+        )
 
     def blocks_needed(self, seq_id: int, new_tokens: int) -> int:
         seq = self.lookup(seq_id)
@@ -146,7 +167,9 @@ class PagedKVCache:
         count = k.shape[1]
         needed = self.blocks_needed(seq_id, count)
         if needed > self.allocator.num_free:
-            raise OutOfBlocksError(f"sequence {seq_id} needs {needed} more block(s), {self.allocator.num_free} free")
+            raise OutOfBlocksError(
+                f"sequence {seq_id} needs {needed} more block(s), {self.allocator.num_free} free"
+            )
         if self.needs_copy(seq):
             at = seq.size // self.block_size
             old, new = seq.blocks[at], self.allocator.allocate()
@@ -161,8 +184,8 @@ class PagedKVCache:
             pos = start + done
             block, offset = seq.blocks[pos // self.block_size], pos % self.block_size
             n = min(self.block_size - offset, count - done)
-            self.K[layer, block, :, offset:offset + n] = k[:, done:done + n]
-            self.V[layer, block, :, offset:offset + n] = v[:, done:done + n]
+            self.K[layer, block, :, offset : offset + n] = k[:, done : done + n]
+            self.V[layer, block, :, offset : offset + n] = v[:, done : done + n]
             done += n
         seq.per_layer[layer] = start + count
         return self.gather(seq_id, layer)
@@ -202,7 +225,7 @@ class PagedView:
         longest = self.length
         mask = torch.ones(len(self.seq_ids), longest + new_tokens, dtype=torch.bool)
         for row, seq_id in enumerate(self.seq_ids):
-            mask[row, :longest - self.cache.num_tokens(seq_id)] = False
+            mask[row, : longest - self.cache.num_tokens(seq_id)] = False
         return mask
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -217,6 +240,6 @@ class PagedView:
         out_v = v.new_zeros(out_k.shape)
         for row, seq_id in enumerate(self.seq_ids):
             kr, vr = self.cache.update(seq_id, layer, k[row], v[row])
-            out_k[row, :, longest - kr.shape[1]:] = kr
-            out_v[row, :, longest - vr.shape[1]:] = vr
+            out_k[row, :, longest - kr.shape[1] :] = kr
+            out_v[row, :, longest - vr.shape[1] :] = vr
         return out_k, out_v

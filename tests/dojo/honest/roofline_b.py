@@ -52,6 +52,7 @@ class Measurement:
 # counting
 # ---------------------------------------------------------------------------------------------
 
+
 def _matrix_weights(config) -> int:
     d, hd = config.d_model, config.head_dim
     q = d * config.n_heads * hd
@@ -66,8 +67,14 @@ def _parameters(config) -> int:
     return _matrix_weights(config) + norms
 
 
-def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-               dtype: torch.dtype = torch.float32) -> Cost:
+def phase_cost(
+    config,
+    phase: str,
+    batch: int = 1,
+    seq_len: int = 1,
+    context_len: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Cost:
     """Cost of one pass of a Llama-style `config` stored in `dtype`."""
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
@@ -80,12 +87,13 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
     if context_len < 0:
         raise ValueError(f"context_len must be >= 0, got {context_len}")
     if context_len + seq_len > config.max_seq_len:
-        raise ValueError(f"context_len + seq_len = {context_len + seq_len} exceeds "
-                         f"max_seq_len={config.max_seq_len}")
+        raise ValueError(
+            f"context_len + seq_len = {context_len + seq_len} exceeds max_seq_len={config.max_seq_len}"
+        )
 
     elem = torch.empty((), dtype=dtype).element_size()
     new_tokens = batch * seq_len
-    kv_width = 2 * config.n_kv_heads * config.head_dim          # K and V numbers per position per layer
+    kv_width = 2 * config.n_kv_heads * config.head_dim  # K and V numbers per position per layer
 
     weight_bytes = _parameters(config) * elem
     embed_bytes = new_tokens * config.d_model * elem
@@ -96,13 +104,15 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
     pairs = batch * seq_len * (context_len + seq_len)
     attn_flops = config.n_layers * 4 * config.n_heads * config.head_dim * pairs
 
-    return Cost(flops=int(matmul_flops + attn_flops),
-                bytes=int(weight_bytes + embed_bytes + kv_write + kv_read))
+    return Cost(
+        flops=int(matmul_flops + attn_flops), bytes=int(weight_bytes + embed_bytes + kv_write + kv_read)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # the roofline
 # ---------------------------------------------------------------------------------------------
+
 
 def arithmetic_intensity(cost: Cost) -> float:
     """FLOPs per byte moved. Raises ValueError if the cost moves no bytes."""
@@ -133,7 +143,7 @@ def attainable(ai: float, peak_flops: float, bandwidth: float) -> float:
 
 
 def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
-    """"memory" left of the ridge (ai < ridge), "compute" at or right of it."""
+    """ "memory" left of the ridge (ai < ridge), "compute" at or right of it."""
     ridge = ridge_point(peak_flops, bandwidth)
     if ai < 0:
         raise ValueError(f"arithmetic intensity must be >= 0, got {ai}")
@@ -144,7 +154,7 @@ def bound(ai: float, peak_flops: float, bandwidth: float) -> str:
 # measuring
 # ---------------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def last_level_cache_bytes() -> int:
@@ -174,7 +184,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _median_seconds(fn, repeats: int, device: torch.device) -> float:
-    fn()                      # untimed warm-up
+    fn()  # untimed warm-up
     _sync(device)
     times = []
     for _ in range(repeats):
@@ -186,8 +196,9 @@ def _median_seconds(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(times)
 
 
-def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
-                      device: str | torch.device = "cpu") -> float:
+def measure_bandwidth(
+    nbytes: int | None = None, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """Bytes/s of copying one `nbytes` array into another (read + write)."""
     device = torch.device(device)
     if repeats < 1:
@@ -199,14 +210,15 @@ def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
         raise ValueError(f"nbytes must be >= 1, got {nbytes}")
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    src.fill_(1)     # touch every page before timing
+    src.fill_(1)  # touch every page before timing
     dst.fill_(0)
     seconds = _median_seconds(lambda: dst.copy_(src), repeats, device)
     return 2 * nbytes / seconds
 
 
-def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5,
-                       device: str | torch.device = "cpu") -> float:
+def measure_peak_flops(
+    n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     """FLOP/s of an (n, n) @ (n, n) torch matmul in `dtype`."""
     device = torch.device(device)
     if n < 1:
@@ -216,7 +228,7 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     seconds = _median_seconds(lambda: a @ b, repeats, device)
-    return 2 * n ** 3 / seconds
+    return 2 * n**3 / seconds
 
 
 def _model_dtype(model) -> torch.dtype:
@@ -233,8 +245,9 @@ def _model_device(model) -> torch.device:
         return torch.device("cpu")
 
 
-def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-                  repeats: int = 5) -> Measurement:
+def measure_phase(
+    model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0, repeats: int = 5
+) -> Measurement:
     """Time one `model.prefill` (or one `model.decode_step`) after `context_len` cached tokens."""
     dtype = _model_dtype(model)
     cost = phase_cost(model.config, phase, batch, seq_len, context_len, dtype)
@@ -262,7 +275,7 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
             one_pass(ids)
             _sync(device)
             elapsed = time.perf_counter() - t0
-            if i > 0:               # the first pass is the untimed warm-up
+            if i > 0:  # the first pass is the untimed warm-up
                 times.append(elapsed)
     return Measurement(phase=phase, seconds=statistics.median(times), cost=cost)
 
@@ -271,8 +284,10 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
 # plotting
 # ---------------------------------------------------------------------------------------------
 
-def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float,
-                  path: str | Path):
+
+def plot_roofline(
+    points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float, path: str | Path
+):
     """Draw the roof, the ridge and one labelled point per phase, log-log; save a PNG to `path`."""
     from matplotlib.figure import Figure
 
@@ -294,8 +309,7 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.plot(roof_x, roof_y, "-", color="black", label="roof")
-    ax.plot([ridge], [peak_flops], "D", color="gray",
-            label=f"ridge ({ridge:.3g} FLOP/byte)")
+    ax.plot([ridge], [peak_flops], "D", color="gray", label=f"ridge ({ridge:.3g} FLOP/byte)")
     for label, (ai, fl) in points.items():
         ax.plot([ai], [fl], "o", markersize=8, label=label)
         ax.annotate(label, (ai, fl), textcoords="offset points", xytext=(6, 6))

@@ -53,31 +53,38 @@ class Measurement:
 
 # ------------------------------------------------------------------------------ counting
 
+
 def _weights_cost(cfg, tokens: int, itemsize: int) -> Cost:
     """Every parameter read once; 2 FLOPs per matrix weight per new token; embedding rows looked up."""
     d, L = cfg.d_model, cfg.n_layers
     q_out = cfg.n_heads * cfg.head_dim
     kv_out = cfg.n_kv_heads * cfg.head_dim
     per_layer_matrix = d * q_out + 2 * d * kv_out + q_out * d + 3 * d * cfg.d_ff
-    per_layer_vector = 2 * d                                   # attention and MLP RMSNorm
-    embedding = cfg.vocab_size * d                             # tied with the LM head
+    per_layer_vector = 2 * d  # attention and MLP RMSNorm
+    embedding = cfg.vocab_size * d  # tied with the LM head
     matrices = L * per_layer_matrix + embedding
-    parameters = matrices + L * per_layer_vector + d           # + final norm
+    parameters = matrices + L * per_layer_vector + d  # + final norm
     lookup = tokens * d
     return Cost(flops=2 * matrices * tokens, bytes=(parameters + lookup) * itemsize)
 
 
 def _attention_cost(cfg, batch: int, seq_len: int, context_len: int, itemsize: int) -> Cost:
     total = context_len + seq_len
-    kv_per_position = 2 * cfg.n_kv_heads * cfg.head_dim       # K and V, one layer
+    kv_per_position = 2 * cfg.n_kv_heads * cfg.head_dim  # K and V, one layer
     written = batch * seq_len * kv_per_position
     read = batch * total * kv_per_position
     flops = 4 * cfg.n_heads * cfg.head_dim * seq_len * total * batch
     return Cost(flops=cfg.n_layers * flops, bytes=cfg.n_layers * (written + read) * itemsize)
 
 
-def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-               dtype: torch.dtype = torch.float32) -> Cost:
+def phase_cost(
+    config,
+    phase: str,
+    batch: int = 1,
+    seq_len: int = 1,
+    context_len: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Cost:
     """Cost of one pass of a Llama-style `config` stored in `dtype`."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
@@ -90,11 +97,13 @@ def phase_cost(config, phase: str, batch: int = 1, seq_len: int = 1, context_len
     if context_len + seq_len > config.max_seq_len:
         raise ValueError(f"{context_len} + {seq_len} positions exceed max_seq_len {config.max_seq_len}")
     itemsize = dtype.itemsize
-    return (_weights_cost(config, batch * seq_len, itemsize)
-            + _attention_cost(config, batch, seq_len, context_len, itemsize))
+    return _weights_cost(config, batch * seq_len, itemsize) + _attention_cost(
+        config, batch, seq_len, context_len, itemsize
+    )
 
 
 # ------------------------------------------------------------------------------ the roof
+
 
 def arithmetic_intensity(cost: Cost) -> float:
     if cost.bytes <= 0:
@@ -165,22 +174,24 @@ def _timed_median(run: Callable[[], object], repeats: int, device: torch.device)
     return median(samples)
 
 
-def measure_bandwidth(nbytes: int | None = None, repeats: int = 5,
-                      device: str | torch.device = "cpu") -> float:
+def measure_bandwidth(
+    nbytes: int | None = None, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     dev = torch.device(device)
     if nbytes is None:
         llc = last_level_cache_bytes() if dev.type == "cpu" else 0
         nbytes = 4 * llc if llc else 1 << 30
     if nbytes < 1 or repeats < 1:
         raise ValueError(f"nbytes and repeats must be >= 1 (nbytes={nbytes}, repeats={repeats})")
-    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)     # written: pages faulted in
+    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)  # written: pages faulted in
     dst = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
     seconds = _timed_median(lambda: dst.copy_(src), repeats, dev)
     return 2.0 * nbytes / seconds
 
 
-def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5,
-                       device: str | torch.device = "cpu") -> float:
+def measure_peak_flops(
+    n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5, device: str | torch.device = "cpu"
+) -> float:
     dev = torch.device(device)
     if n < 1 or repeats < 1:
         raise ValueError(f"n and repeats must be >= 1 (n={n}, repeats={repeats})")
@@ -189,11 +200,12 @@ def measure_peak_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeat
     b = torch.rand(n, n, generator=gen).to(device=dev, dtype=dtype)
     out = torch.empty(n, n, device=dev, dtype=dtype)
     seconds = _timed_median(lambda: torch.mm(a, b, out=out), repeats, dev)
-    return 2.0 * n ** 3 / seconds
+    return 2.0 * n**3 / seconds
 
 
-def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0,
-                  repeats: int = 5) -> Measurement:
+def measure_phase(
+    model, phase: str, batch: int = 1, seq_len: int = 1, context_len: int = 0, repeats: int = 5
+) -> Measurement:
     cfg = model.config
     param = next(iter(model.parameters()))
     cost = phase_cost(cfg, phase, batch, seq_len, context_len, param.dtype)
@@ -227,9 +239,12 @@ def measure_phase(model, phase: str, batch: int = 1, seq_len: int = 1, context_l
 
 # ------------------------------------------------------------------------------ plotting
 
-def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float,
-                  path: str | Path):
+
+def plot_roofline(
+    points: Mapping[str, tuple[float, float]], peak_flops: float, bandwidth: float, path: str | Path
+):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -248,10 +263,16 @@ def plot_roofline(points: Mapping[str, tuple[float, float]], peak_flops: float, 
     bottom, top = min(all_y) / 4, max(all_y) * 4
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.loglog(xs, ys, color="tab:blue", linewidth=2,
-              label=f"roof: {peak_flops / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s")
-    ax.scatter([ridge], [peak_flops], marker="x", color="tab:blue", zorder=3,
-               label=f"ridge at {ridge:.3g} FLOP/byte")
+    ax.loglog(
+        xs,
+        ys,
+        color="tab:blue",
+        linewidth=2,
+        label=f"roof: {peak_flops / 1e9:.3g} GFLOP/s, {bandwidth / 1e9:.3g} GB/s",
+    )
+    ax.scatter(
+        [ridge], [peak_flops], marker="x", color="tab:blue", zorder=3, label=f"ridge at {ridge:.3g} FLOP/byte"
+    )
     for name, (x, y) in pts.items():
         ax.scatter([x], [y], s=50, zorder=4, label=f"{name}: {x:.3g} FLOP/B, {y / 1e9:.3g} GFLOP/s")
         ax.text(x, y, f" {name}", va="bottom")

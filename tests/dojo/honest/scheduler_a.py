@@ -69,8 +69,16 @@ class Scheduler:
         blocks = ceil_div(len(prompt) + max_new_tokens - 1, self.cfg.block_size)
         if blocks > self.cfg.num_blocks:
             raise ValueError(f"request needs {blocks} blocks, cache only has {self.cfg.num_blocks}")
-        self.reqs[request_id] = dict(seq=list(prompt), n_prompt=len(prompt), limit=max_new_tokens, t0=arrival,
-                                     stop=stop_token, done=0, active=False, times=[])
+        self.reqs[request_id] = dict(
+            seq=list(prompt),
+            n_prompt=len(prompt),
+            limit=max_new_tokens,
+            t0=arrival,
+            stop=stop_token,
+            done=0,
+            active=False,
+            times=[],
+        )
 
     def _is_decoding(self, r: dict) -> bool:
         return r["active"] and len(r["seq"]) > r["n_prompt"] and r["done"] == len(r["seq"]) - 1
@@ -114,7 +122,7 @@ class Scheduler:
             stop_at = r["done"] + take
             r["active"] = True
             self.held[rid] = ceil_div(stop_at, self.cfg.block_size)
-            pre.append(Chunk(rid, r["done"], tuple(r["seq"][r["done"]:stop_at]), stop_at == len(r["seq"])))
+            pre.append(Chunk(rid, r["done"], tuple(r["seq"][r["done"] : stop_at]), stop_at == len(r["seq"])))
             left -= take
         self.outstanding = StepPlan(pre, dec, evicted)
         return self.outstanding
@@ -125,7 +133,9 @@ class Scheduler:
         work = self.outstanding.prefills + self.outstanding.decodes
         expect = {c.request_id for c in work if c.sample}
         if set(outputs) != expect:
-            raise ValueError(f"outputs cover {sorted(outputs)} but the sampling requests are {sorted(expect)}")
+            raise ValueError(
+                f"outputs cover {sorted(outputs)} but the sampling requests are {sorted(expect)}"
+            )
         self.outstanding = None
         for c in work:
             self.reqs[c.request_id]["done"] = c.start + len(c.ids)
@@ -134,7 +144,7 @@ class Scheduler:
             r = self.reqs[rid]
             r["seq"].append(outputs[rid])
             r["times"].append(now)
-            made = r["seq"][r["n_prompt"]:]
+            made = r["seq"][r["n_prompt"] :]
             if outputs[rid] == r["stop"] or len(made) >= r["limit"]:
                 times = r["times"]
                 tpot = (times[-1] - times[0]) / (len(made) - 1) if len(made) > 1 else None

@@ -93,8 +93,14 @@ class Scheduler:
     def pending(self) -> int:
         return len(self.by_id)
 
-    def add(self, request_id: str, prompt: Sequence[int], max_new_tokens: int, arrival: float,
-            stop_token: int | None = None) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        arrival: float,
+        stop_token: int | None = None,
+    ) -> None:
         if request_id in self.by_id:
             raise ValueError(f"{request_id!r} is already pending")
         if not prompt:
@@ -103,7 +109,9 @@ class Scheduler:
             raise ValueError(f"{request_id!r}: max_new_tokens must be >= 1")
         positions = len(prompt) + max_new_tokens - 1
         if math.ceil(positions / self.config.block_size) > self.config.num_blocks:
-            raise ValueError(f"{request_id!r}: {positions} positions do not fit in {self.config.num_blocks} blocks")
+            raise ValueError(
+                f"{request_id!r}: {positions} positions do not fit in {self.config.num_blocks} blocks"
+            )
         seq = Seq(request_id, self.counter, list(prompt), max_new_tokens, arrival, stop_token)
         self.counter += 1
         self.by_id[request_id] = seq
@@ -150,7 +158,11 @@ class Scheduler:
                 self.waiting.remove(seq)
                 self.running.append(seq)
             self.pool.grow(seq, math.ceil((seq.cached + n) / bs))
-            prefills.append(Chunk(seq.rid, seq.cached, tuple(ids[seq.cached:seq.cached + n]), seq.cached + n == len(ids)))
+            prefills.append(
+                Chunk(
+                    seq.rid, seq.cached, tuple(ids[seq.cached : seq.cached + n]), seq.cached + n == len(ids)
+                )
+            )
             tokens_left -= n
         self.last_plan = StepPlan(prefills, decodes, dropped)
         return self.last_plan
@@ -174,8 +186,14 @@ class Scheduler:
             seq.last_at = now
             if tok == seq.eos or len(seq.output) == seq.budget:
                 n = len(seq.output)
-                done.append(Finished(seq.rid, tuple(seq.output), seq.first_at - seq.arrival,
-                                     None if n == 1 else (seq.last_at - seq.first_at) / (n - 1)))
+                done.append(
+                    Finished(
+                        seq.rid,
+                        tuple(seq.output),
+                        seq.first_at - seq.arrival,
+                        None if n == 1 else (seq.last_at - seq.first_at) / (n - 1),
+                    )
+                )
                 self._forget(seq)
         return done
 

@@ -70,8 +70,14 @@ class Scheduler:
     def pending(self) -> int:
         return len(self._ids)
 
-    def add(self, request_id: str, prompt: Sequence[int], max_new_tokens: int, arrival: float,
-            stop_token: int | None = None) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        arrival: float,
+        stop_token: int | None = None,
+    ) -> None:
         problems = []
         if request_id in self._state:
             problems.append("that id is pending already")
@@ -80,7 +86,9 @@ class Scheduler:
         if max_new_tokens < 1:
             problems.append(f"max_new_tokens is {max_new_tokens}")
         elif prompt and self._nblk(len(prompt) + max_new_tokens - 1) > self._c.num_blocks:
-            problems.append(f"it needs {self._nblk(len(prompt) + max_new_tokens - 1)} blocks of {self._c.num_blocks}")
+            problems.append(
+                f"it needs {self._nblk(len(prompt) + max_new_tokens - 1)} blocks of {self._c.num_blocks}"
+            )
         if problems:
             raise ValueError(f"cannot add {request_id!r}: " + "; ".join(problems))
         self._ids.append(request_id)
@@ -119,8 +127,11 @@ class Scheduler:
         later += [j for j in self._ids if self._state[j] == WAITING and not plan.preempted]
         for i in later:
             lo = self._kv[i]
-            hi = lo + min(len(self._toks[i]) - lo, cap - spend,
-                          (self._blk[i] + self.free_blocks) * self._c.block_size - lo)
+            hi = lo + min(
+                len(self._toks[i]) - lo,
+                cap - spend,
+                (self._blk[i] + self.free_blocks) * self._c.block_size - lo,
+            )
             if hi <= lo:
                 break
             self._state[i], self._blk[i] = RUNNING, self._nblk(hi)
@@ -135,7 +146,9 @@ class Scheduler:
         chunks = list(self._out.prefills) + list(self._out.decodes)
         sampled = {ch.request_id for ch in chunks if ch.sample}
         if sampled ^ set(outputs):
-            raise ValueError(f"complete(): sampled this step {sorted(sampled)}, outputs given for {sorted(outputs)}")
+            raise ValueError(
+                f"complete(): sampled this step {sorted(sampled)}, outputs given for {sorted(outputs)}"
+            )
         self._out = None
         for ch in chunks:
             self._kv[ch.request_id] = ch.start + len(ch.ids)
@@ -144,17 +157,34 @@ class Scheduler:
             tok = outputs[i]
             self._toks[i].append(tok)
             self._stamps[i].append(now)
-            gen = self._toks[i][self._plen[i]:]
+            gen = self._toks[i][self._plen[i] :]
             if tok != self._stop[i] and len(gen) < self._cap[i]:
                 continue
             s = self._stamps[i]
-            finished.append(Finished(i, tuple(gen), s[0] - self._t_in[i], (s[-1] - s[0]) / (len(gen) - 1) if len(gen) > 1 else None))
+            finished.append(
+                Finished(
+                    i,
+                    tuple(gen),
+                    s[0] - self._t_in[i],
+                    (s[-1] - s[0]) / (len(gen) - 1) if len(gen) > 1 else None,
+                )
+            )
             self._remove(i)
         return finished
 
     def _remove(self, i: str) -> None:
         self._ids.remove(i)
-        for table in (self._toks, self._plen, self._cap, self._stop, self._t_in, self._stamps, self._kv, self._blk, self._state):
+        for table in (
+            self._toks,
+            self._plen,
+            self._cap,
+            self._stop,
+            self._t_in,
+            self._stamps,
+            self._kv,
+            self._blk,
+            self._state,
+        ):
             del table[i]
 
     def abort(self, request_id: str) -> None:

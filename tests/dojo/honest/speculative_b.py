@@ -44,8 +44,9 @@ def _draw(weights: Tensor, generator) -> int:
     return int(torch.multinomial(weights, 1, generator=generator).item())
 
 
-def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def verify(
+    draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     if draft_tokens.ndim != 2:
         raise ValueError("draft_tokens must be 2-D (B, k)")
     rows, k = draft_tokens.shape
@@ -53,7 +54,9 @@ def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
         raise ValueError(f"draft_probs should be ({rows}, {k}, V); got {tuple(draft_probs.shape)}")
     vocab = draft_probs.shape[2]
     if tuple(target_probs.shape) != (rows, k + 1, vocab):
-        raise ValueError(f"target_probs should be ({rows}, {k + 1}, {vocab}); got {tuple(target_probs.shape)}")
+        raise ValueError(
+            f"target_probs should be ({rows}, {k + 1}, {vocab}); got {tuple(target_probs.shape)}"
+        )
     n_acc, nxt = [], []
     for b in range(rows):
         j = 0
@@ -83,7 +86,7 @@ def _rate_ok(alpha, k):
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
     _rate_ok(alpha, k)
-    return float(sum(alpha ** i for i in range(k + 1)))
+    return float(sum(alpha**i for i in range(k + 1)))
 
 
 def expected_speedup(alpha: float, k: int, c: float) -> float:
@@ -97,10 +100,18 @@ def _distribution(logits: Tensor, temperature: float) -> Tensor:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
-def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: int, k: int = 4,
-                         temperature: float = 0.0, seed: int | None = None,
-                         eos_token_id: int | list[int] | None = None,
-                         on_token: Callable[[int], None] | None = None) -> SpeculativeResult:
+def speculative_generate(
+    target,
+    draft,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> SpeculativeResult:
     V = target.config.vocab_size
     if draft.config.vocab_size != V:
         raise ValueError("target and draft vocab_size differ")
@@ -114,7 +125,11 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
         raise ValueError("k must be >= 1")
     if temperature < 0:
         raise ValueError("temperature must be >= 0")
-    stops = set() if eos_token_id is None else ({eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id))
+    stops = (
+        set()
+        if eos_token_id is None
+        else ({eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id))
+    )
 
     g = None
     if temperature > 0:
@@ -131,7 +146,7 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
         budget = min(k, max_new_tokens - len(out) - 1)
         proposal, qs = [], []
         if budget > 0:
-            missing = history[dc.length:]
+            missing = history[dc.length :]
             last = draft.prefill(torch.tensor([missing], dtype=torch.long), dc)[0, -1]
             for i in range(budget):
                 if g is None:
@@ -143,9 +158,9 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
                 proposal.append(tok)
                 if i + 1 < budget:
                     last = draft.decode_step(torch.tensor([tok], dtype=torch.long), dc)[0]
-        feed = history[tc.length:] + proposal
+        feed = history[tc.length :] + proposal
         scores = target.prefill(torch.tensor([feed], dtype=torch.long), tc)[0]
-        scores = scores[len(feed) - budget - 1:]
+        scores = scores[len(feed) - budget - 1 :]
         stats["rounds"] += 1
         if g is None:
             n = 0
@@ -157,8 +172,12 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
         else:
             ps = _distribution(scores, temperature)
             qstack = torch.stack(qs) if qs else torch.zeros(0, V)
-            a, t = verify(torch.tensor([proposal], dtype=torch.long).view(1, budget), qstack.unsqueeze(0),
-                          ps.unsqueeze(0), g)
+            a, t = verify(
+                torch.tensor([proposal], dtype=torch.long).view(1, budget),
+                qstack.unsqueeze(0),
+                ps.unsqueeze(0),
+                g,
+            )
             n, extra = int(a[0]), int(t[0])
         stats["drafted"] += budget
         stats["accepted"] += n

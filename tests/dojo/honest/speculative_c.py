@@ -33,8 +33,9 @@ def acceptance_probability(p: Tensor, q: Tensor) -> float:
     return (p.double() - (p.double() - q.double()).relu()).sum().item()
 
 
-def verify(draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor,
-           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def verify(
+    draft_tokens: Tensor, draft_probs: Tensor, target_probs: Tensor, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     B, k = draft_tokens.shape
     if list(draft_probs.shape[:2]) != [B, k] or draft_probs.dim() != 3:
         raise ValueError(f"draft_probs: expected (B={B}, k={k}, V), got {list(draft_probs.shape)}")
@@ -101,10 +102,18 @@ class _Side:
         self.cache.truncate(min(length, self.cache.length))
 
 
-def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: int, k: int = 4,
-                         temperature: float = 0.0, seed: int | None = None,
-                         eos_token_id: int | list[int] | None = None,
-                         on_token: Callable[[int], None] | None = None) -> SpeculativeResult:
+def speculative_generate(
+    target,
+    draft,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> SpeculativeResult:
     vocab = target.config.vocab_size
     if vocab != draft.config.vocab_size:
         raise ValueError(f"vocab_size mismatch: target {vocab}, draft {draft.config.vocab_size}")
@@ -135,7 +144,7 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
         guesses: list[int] = []
         q_rows: list[Tensor] = []
         if n:
-            logits = small.feed(context[small.cache.length:])[-1]
+            logits = small.feed(context[small.cache.length :])[-1]
             while True:
                 q = small.dist(logits)
                 q_rows.append(q)
@@ -143,8 +152,8 @@ def speculative_generate(target, draft, prompt: list[int], *, max_new_tokens: in
                 if len(guesses) == n:
                     break
                 logits = small.feed(guesses[-1:])[-1]
-        fed = context[big.cache.length:] + guesses
-        p = big.dist(big.model.prefill(torch.tensor([fed]), big.cache)[0, len(fed) - n - 1:])
+        fed = context[big.cache.length :] + guesses
+        p = big.dist(big.model.prefill(torch.tensor([fed]), big.cache)[0, len(fed) - n - 1 :])
         res.rounds += 1
         q = torch.stack(q_rows) if q_rows else p.new_zeros((0, vocab))
         acc, nxt = verify(torch.tensor([guesses], dtype=torch.long).reshape(1, n), q[None], p[None], rng)

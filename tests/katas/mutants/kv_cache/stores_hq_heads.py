@@ -18,9 +18,10 @@ EDITS = [
         r"""        return sum(t.numel() * t.element_size() for t in self.k + self.v if t is not None)""",
     ),
     (
-        r"""            shape is None or len(shape) != 4 or shape[0] != self.batch_size or shape[1] != self.n_kv_heads
+        r"""            or shape[0] != self.batch_size
+            or shape[1] != self.n_kv_heads
 """,
-        r"""            shape is None or len(shape) != 4 or shape[0] != self.batch_size
+        r"""            or shape[0] != self.batch_size
 """,
     ),
     (

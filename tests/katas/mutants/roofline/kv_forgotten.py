@@ -5,7 +5,7 @@ Mutant of solutions/roofline.py for the roofline kata: one realistic bug, the re
 
 EDITS = [
     (
-        r"""                     bytes=c.n_layers * (kv_written + kv_read))""",
-        r"""                     bytes=0)""",
+        r"""        bytes=c.n_layers * (kv_written + kv_read),""",
+        r"""        bytes=0,""",
     ),
 ]

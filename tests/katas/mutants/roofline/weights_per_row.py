@@ -5,7 +5,7 @@ Mutant of solutions/roofline.py for the roofline kata: one realistic bug, the re
 
 EDITS = [
     (
-        r"""                   bytes=(matmul_params + norm_params + tokens * c.d_model) * size)""",
-        r"""                   bytes=(batch * (matmul_params + norm_params) + tokens * c.d_model) * size)""",
+        r"""bytes=(matmul_params + norm_params + tokens * c.d_model) * size""",
+        r"""bytes=(batch * (matmul_params + norm_params) + tokens * c.d_model) * size""",
     ),
 ]

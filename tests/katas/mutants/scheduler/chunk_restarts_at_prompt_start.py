@@ -5,7 +5,7 @@ Mutant of solutions/scheduler.py for the scheduler suite.
 
 EDITS = [
     (
-        """            prefills.append(Chunk(request.id, request.computed, tuple(request.tokens[request.computed:end]),""",
-        """            prefills.append(Chunk(request.id, request.computed, tuple(request.tokens[:n]),""",
+        """                    tuple(request.tokens[request.computed : end]),""",
+        """                    tuple(request.tokens[:n]),""",
     ),
 ]

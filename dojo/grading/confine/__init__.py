@@ -1,0 +1,1 @@
+"""What confines a submission: the bubblewrap sandbox, the audit hook, bounded children for its data."""

@@ -1,0 +1,290 @@
+"""The serving engine: continuous batching of many requests on one model thread.
+
+`Engine.submit` takes prompt token ids and sampling parameters and returns an async token stream.
+The loop runs the scheduler kata's step / complete cycle (solutions.scheduler) on the paged KV cache
+kata's blocks (solutions.paged_kv): each step's prefill chunks, then one batched decode over every
+decoding request, so the weights are read once per step. A client that goes away aborts its request
+and frees its blocks. Not here: batched prefills, prefix sharing, stop strings, logprobs, n > 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+import torch
+from torch import Tensor
+
+from solutions.generate import _filtered_probs
+from solutions.paged_kv import PagedKVCache
+from solutions.scheduler import Scheduler, SchedulerConfig
+
+
+@dataclass
+class SamplingParams:
+    """How to choose each token: temperature 0 is greedy; else sampling with top-p (and a seed)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        if not 0 <= self.temperature:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+@dataclass
+class EngineConfig:
+    """The KV pool (num_blocks blocks of block_size positions) and the tokens one step may feed."""
+
+    num_blocks: int = 1024  # 16,384 positions of SmolLM2's fp32 keys and values: 0.75 GB
+    block_size: int = 16
+    max_tokens_per_step: int = 256  # decodes plus prefill chunks in one step
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"EngineConfig.{f.name} must be a positive int, got {value!r}")
+
+
+@dataclass
+class EngineStats:
+    pending: int  # requests submitted and not finished (waiting or running)
+    blocks_in_use: int  # KV blocks held in the paged cache
+    steps: int  # forward steps run so far
+    max_batch_seen: int  # the most requests one decode step has served
+    preemptions: int  # requests whose blocks were taken back, to be recomputed
+
+
+@dataclass(eq=False)
+class _Request:
+    id: int
+    prompt: list[int]
+    params: SamplingParams
+    emit: Callable[[object], None]  # hands a token id, None (done) or an exception to the stream
+    generator: torch.Generator | None = None  # sampling only
+    in_cache: bool = False
+    cancelled: bool = False
+    arrival: float = field(default_factory=time.perf_counter)
+
+
+class TokenStream:
+    """A request's new token ids as an async iterator (its end token, if it samples one, comes last).
+
+    `aclose()` (a client gone) cancels the request: the engine drops it and frees its blocks.
+    Iterating raises RuntimeError if the engine stops first.
+    """
+
+    def __init__(self, engine: Engine, request: _Request, queue: asyncio.Queue):
+        self._engine, self._request, self._queue = engine, request, queue
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> int:
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        self._engine._cancel(self._request)
+
+
+class Engine:
+    """Serves `model` (solutions.model's protocol) to concurrent requests; `eos_token_id` ends one.
+
+    Call `start()` before `submit`, and `close()` at the end.
+    """
+
+    def __init__(self, model, eos_token_id: int, config: EngineConfig | None = None):
+        self.model, self.eos = model, eos_token_id
+        self.config = config = config or EngineConfig()
+        c = model.config
+        self.cache = PagedKVCache(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            config.num_blocks,
+            config.block_size,
+            dtype=model.norm.dtype,
+            device=model.norm.device,
+        )
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_tokens_per_step, config.num_blocks, config.block_size)
+        )
+        self.context = min(
+            c.max_seq_len, config.num_blocks * config.block_size
+        )  # positions one request may use
+        self._ids = itertools.count()
+        self._requests: dict[int, _Request] = {}  # pending, engine thread only
+        self._inbox: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self._steps = self._max_batch_seen = self._preemptions = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the loop; streams still open end with RuntimeError."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def stats(self) -> EngineStats:
+        with self._wake:
+            pending = len(self._requests) + len(self._inbox)
+        return EngineStats(
+            pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen, self._preemptions
+        )
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> TokenStream:
+        """Queue a request; call from the event loop that will read the stream.
+
+        Raises ValueError for an empty prompt, a token outside the vocabulary, or a prompt plus
+        max_tokens past `context` (the model's context, or the KV pool if smaller), and
+        RuntimeError if the engine is closed.
+        """
+        vocab = self.model.config.vocab_size
+        if not prompt or any(not 0 <= t < vocab for t in prompt):
+            raise ValueError(f"the prompt must be a non-empty list of token ids in [0, {vocab})")
+        if len(prompt) + params.max_tokens > self.context:
+            raise ValueError(
+                f"{len(prompt)} prompt tokens + max_tokens {params.max_tokens} exceed the "
+                f"context of {self.context} tokens"
+            )
+        loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+        request = _Request(next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item))
+        if params.temperature > 0:
+            request.generator = torch.Generator()
+            if params.seed is None:
+                request.generator.seed()
+            else:
+                request.generator.manual_seed(params.seed)
+        with self._wake:
+            if self._closing:
+                raise RuntimeError("the engine is closed")
+            self._inbox.append(request)
+            self._wake.notify()
+        return TokenStream(self, request, queue)
+
+    def _cancel(self, request: _Request) -> None:
+        with self._wake:
+            request.cancelled = True  # a no-op once it has finished; else dropped before the next step
+            self._wake.notify()
+
+    # ------------------------------------------------------------------ the model thread
+
+    def _loop(self) -> None:
+        try:
+            with torch.inference_mode():
+                while self._take_requests():
+                    if self._requests:
+                        self._step()
+        except BaseException as exc:  # the model failed: every open stream hears it, none hangs
+            self._end_all(RuntimeError(f"the engine stopped: {type(exc).__name__}: {exc}"))
+            raise
+        self._end_all(RuntimeError("the engine was closed"))
+
+    def _take_requests(self) -> bool:
+        """Wait for work; hand new requests to the scheduler, drop cancelled ones. False once closing."""
+        with self._wake:
+            while not self._closing and not (self._inbox or self._requests):
+                self._wake.wait()
+            if self._closing:
+                return False
+            new, self._inbox = list(self._inbox), deque()
+            for request in new:
+                self._requests[request.id] = request
+            gone = [r for r in self._requests.values() if r.cancelled]
+        for request in new:
+            self.scheduler.add(
+                str(request.id), request.prompt, request.params.max_tokens, request.arrival, self.eos
+            )
+        for request in gone:
+            self.scheduler.abort(str(request.id))
+            self._retire(request)
+        return True
+
+    def _step(self) -> None:
+        """Run one plan of the scheduler: prefill chunks, one batched decode, then report the tokens."""
+        plan = self.scheduler.step()
+        for rid in plan.preempted:
+            self._free_blocks(self._requests[int(rid)])
+            self._preemptions += 1
+        sampling: list[tuple[_Request, Tensor]] = []  # (request, its logits (V,))
+        for chunk in plan.prefills:
+            request = self._requests[int(chunk.request_id)]
+            if not request.in_cache:
+                self.cache.add_sequence(request.id)
+                request.in_cache = True
+            view = self.cache.view([request.id])
+            logits = self.model.prefill(torch.tensor([chunk.ids]), view, last_only=True)  # (1, 1, V)
+            if chunk.sample:
+                sampling.append((request, logits[0, -1]))
+        if plan.decodes:
+            batch = [self._requests[int(c.request_id)] for c in plan.decodes]
+            view = self.cache.view([r.id for r in batch])
+            mask = view.attention_mask() if len(batch) > 1 else None  # (B, length + 1): rows differ in length
+            logits = self.model.decode_step(
+                torch.tensor([c.ids[0] for c in plan.decodes]), view, mask
+            )  # (B, V)
+            sampling += zip(batch, logits)
+            self._max_batch_seen = max(self._max_batch_seen, len(batch))
+        self._steps += 1
+        chosen = {str(r.id): _choose(r.params, r.generator, row) for r, row in sampling}
+        finished = self.scheduler.complete(chosen, time.perf_counter())
+        for request, _ in sampling:
+            request.emit(chosen[str(request.id)])
+        for done in finished:
+            request = self._requests[int(done.request_id)]
+            self._retire(request)  # before the stream ends: a client that reads its end finds the blocks free
+            request.emit(None)
+
+    def _free_blocks(self, request: _Request) -> None:
+        if request.in_cache:
+            self.cache.free(request.id)
+            request.in_cache = False
+
+    def _retire(self, request: _Request) -> None:
+        self._free_blocks(request)
+        with self._wake:
+            self._requests.pop(request.id, None)
+
+    def _end_all(self, error: Exception) -> None:
+        with self._wake:
+            for request in list(self._requests.values()) + list(self._inbox):
+                request.emit(error)
+
+
+def _choose(params: SamplingParams, generator: torch.Generator | None, logits: Tensor) -> int:
+    """The next token from one row's logits (V,): argmax, or a draw under temperature and top-p."""
+    if params.temperature == 0:
+        return int(logits.argmax())
+    probs = _filtered_probs(logits[None], params.temperature, None, params.top_p)  # (1, V)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item) -> None:
+    """Hand `item` to a stream from the model thread; a closed event loop has no one to hear it."""
+    try:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+    except RuntimeError:
+        pass

@@ -1,0 +1,363 @@
+"""An OpenAI-compatible HTTP server for the engine: chat and text completions, streamed or whole.
+
+`build_app(engine, tokenizer, model_id)` returns a Starlette (ASGI) app: POST /v1/chat/completions,
+POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream": true` answers
+come as server-sent events. Sampling follows OpenAI's parameters, and errors come in OpenAI's shape
+with a 4xx (a 500 for a failure inside). A client that disconnects mid-stream cancels its request.
+Not here: n > 1, stop strings, logprobs, tools, penalties, images, authentication.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from solutions.system.serving.engine import SamplingParams
+
+MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
+
+# parameters a client may send that this server does not implement, and the value that means "unused"
+UNSUPPORTED = {
+    "n": 1,
+    "stop": None,
+    "logprobs": None,
+    "top_logprobs": None,
+    "tools": None,
+    "functions": None,
+    "tool_choice": None,
+    "best_of": 1,
+    "echo": False,
+    "suffix": None,
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "logit_bias": None,
+}
+
+
+class APIError(Exception):
+    """A request the server refuses: HTTP status and OpenAI's error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def response(self) -> JSONResponse:
+        error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+class TextDelta:
+    """Turns a growing list of token ids into the new text since last time, whole characters only."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.ids, self.shown = tokenizer, [], 0
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+            return ""
+        new, self.shown = text[self.shown :], len(text)
+        return new
+
+
+def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
+    """The ASGI app serving `engine` (solutions.system.serving.engine.Engine) as `model_id`."""
+    eos, vocab = tokenizer.eos_token_id, engine.model.config.vocab_size
+    created = int(time.time())
+    model_card = {"id": model_id, "object": "model", "created": created, "owned_by": "decode-dojo"}
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [model_card]})
+
+    async def model(request: Request) -> Response:
+        _check_model(request.path_params["model"], model_id)
+        return JSONResponse(model_card)
+
+    async def chat(request: Request) -> Response:
+        body = await _json_body(request)
+        _check_model(body.get("model"), model_id)
+        prompt = tokenizer.encode(tokenizer.apply_chat_template(_messages(body.get("messages"))))
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
+        return await _complete(body, prompt, max_name, max_tokens, chat=True)
+
+    async def completions(request: Request) -> Response:
+        body = await _json_body(request)
+        _check_model(body.get("model"), model_id)
+        return await _complete(
+            body, _prompt_ids(body.get("prompt"), tokenizer), "max_tokens", body.get("max_tokens"), chat=False
+        )
+
+    async def _complete(body: dict, prompt: list[int], max_name: str, max_tokens, *, chat: bool) -> Response:
+        if any(not 0 <= t < vocab for t in prompt):
+            raise APIError(400, f"prompt token ids must lie in [0, {vocab})", "prompt")
+        params = _sampling(
+            body, len(prompt), engine.context, max_name, max_tokens, "messages" if chat else "prompt"
+        )
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
+        kind = "chatcmpl" if chat else "cmpl"
+        head = {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model_id}
+        tokens = engine.submit(prompt, params)
+        if stream:
+            usage = (body.get("stream_options") or {}).get("include_usage", False)
+            return StreamingResponse(
+                _events(tokens, head, chat, len(prompt), usage), media_type="text/event-stream"
+            )
+        text, new = TextDelta(tokenizer), []
+        async for token in tokens:
+            new.append(token)
+        answer = "".join(text.add(t) for t in new if t != eos)
+        finish = "stop" if new and new[-1] == eos else "length"
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": answer}}
+            if chat
+            else {"index": 0, "text": answer}
+        )
+        return JSONResponse(
+            head
+            | {
+                "object": "chat.completion" if chat else "text_completion",
+                "choices": [choice | {"finish_reason": finish, "logprobs": None}],
+                "usage": _usage(len(prompt), len(new)),
+            }
+        )
+
+    async def _events(
+        tokens: AsyncIterator[int], head: dict, chat: bool, n_prompt: int, usage: bool
+    ) -> AsyncIterator[str]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(piece: str | None, finish: str | None = None) -> str:
+            if chat:
+                delta = {} if piece is None else {"content": piece}
+                choice = {"index": 0, "delta": delta}
+            else:
+                choice = {"index": 0, "text": piece or "", "logprobs": None}
+            return _sse(head | {"object": obj, "choices": [choice | {"finish_reason": finish}]})
+
+        text, n_new, last = TextDelta(tokenizer), 0, None
+        try:
+            if chat:
+                yield _sse(
+                    head
+                    | {
+                        "object": obj,
+                        "choices": [
+                            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                        ],
+                    }
+                )
+            async for token in tokens:
+                n_new, last = n_new + 1, token
+                if token != eos and (piece := text.add(token)):
+                    yield chunk(piece)
+            yield chunk(None, "stop" if last == eos else "length")
+            if usage:
+                yield _sse(head | {"object": obj, "choices": [], "usage": _usage(n_prompt, n_new)})
+            yield "data: [DONE]\n\n"
+        finally:
+            await tokens.aclose()  # a client gone mid-stream: the engine drops the request now
+
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        return APIError(
+            exc.status_code,
+            f"{request.method} {request.url.path}: {exc.detail}",
+            code="not_found" if exc.status_code == 404 else None,
+        ).response()
+
+    async def refused(request: Request, exc: APIError) -> Response:
+        return exc.response()
+
+    async def failed(request: Request, exc: Exception) -> Response:  # the engine stopped, or a bug
+        return APIError(500, f"{type(exc).__name__}: {exc}", kind="server_error").response()
+
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/models/{model:path}", model),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes, exception_handlers={HTTPException: not_found, APIError: refused, Exception: failed}
+    )
+
+
+@contextmanager
+def running(app, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve `app` with uvicorn in a background thread; yields its base URL (port 0: any free
+    port) and always shuts it down on leaving. Raises RuntimeError if it does not start in 30 s."""
+    sock = bind(host, port)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        yield url_of(sock)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: a free one the OS picks). OSError if taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+async def _json_body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(
+            400, f"the request body must be a JSON object, got {type(body).__name__}", code="invalid_json"
+        )
+    for name, unused in UNSUPPORTED.items():
+        if body.get(name, unused) not in (unused, [], {}):
+            raise APIError(
+                400, f"{name}={body[name]!r} is not supported by this server", name, "unsupported_parameter"
+            )
+    return body
+
+
+def _check_model(name, model_id: str) -> None:
+    if name != model_id:
+        raise APIError(
+            404,
+            f"The model `{name}` does not exist: this server serves `{model_id}` (GET /v1/models)",
+            "model",
+            "model_not_found",
+        )
+
+
+def _messages(messages) -> list[dict[str, str]]:
+    """The chat messages as {"role", "content": str}; content given as text parts is joined."""
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "messages must be a non-empty list of {role, content} objects", "messages")
+    plain = []
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str) or m.get("role") not in ("system", "user", "assistant"):
+            raise APIError(
+                400,
+                f"messages[{i}] needs a role (system, user or assistant) and text content",
+                f"messages[{i}]",
+            )
+        plain.append({"role": m["role"], "content": content})
+    return plain
+
+
+def _prompt_ids(prompt, tokenizer) -> list[int]:
+    """One prompt: a string, a list holding one string, or a list of token ids."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return tokenizer.encode(prompt)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        return prompt
+    raise APIError(
+        400,
+        "prompt must be one non-empty string or list of token ids "
+        "(several prompts per request are not supported)",
+        "prompt",
+    )
+
+
+def _sampling(
+    body: dict, n_prompt: int, context: int, max_name: str, max_tokens, prompt_name: str
+) -> SamplingParams:
+    """SamplingParams from the request; APIError (400) naming the parameter that cannot work."""
+    if n_prompt >= context:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {context} tokens, and the prompt alone has {n_prompt}.",
+            prompt_name,
+            "context_length_exceeded",
+        )
+    if max_tokens is None:
+        max_tokens = context - n_prompt
+    elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise APIError(400, f"{max_name} must be a positive integer, got {max_tokens!r}", max_name)
+    elif n_prompt + max_tokens > context:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {context} tokens. However, you "
+            f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the prompt, "
+            f"{max_tokens} in the completion).",
+            max_name,
+            "context_length_exceeded",
+        )
+    values = {}
+    for name, default, low, high in (("temperature", 1.0, 0.0, 2.0), ("top_p", 1.0, 0.0, 1.0)):
+        value = body.get(name)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise APIError(400, f"{name} must be a number in [{low:g}, {high:g}], got {value!r}", name)
+        values[name] = float(value)
+    if values["top_p"] == 0:
+        raise APIError(400, "top_p must be above 0", "top_p")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise APIError(400, f"seed must be an integer, got {seed!r}", "seed")
+    return SamplingParams(max_tokens, values["temperature"], values["top_p"], seed)
+
+
+def _usage(n_prompt: int, n_new: int) -> dict:
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_new, "total_tokens": n_prompt + n_new}
+
+
+def _sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
