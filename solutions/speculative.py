@@ -28,8 +28,8 @@ class SpeculativeResult:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (0.0 when nothing was drafted): the draft acceptance rate. Below Leviathan's
-        alpha once a draft is rejected, since the drafts after a rejection count but are never tested."""
+        """accepted / drafted (0.0 when nothing was drafted): the draft acceptance rate. Leviathan's alpha on
+        average at k = 1, below it for k > 1: the drafts after a rejection count but are never tested."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
 
