@@ -207,7 +207,9 @@ def _folder_problem(path: Path, exc: OSError) -> str:
     if path.is_symlink():
         return f"{path} is a symbolic link: give the folder itself (links are never followed)"
     if path.exists() and not path.is_dir():
-        return f"{path} is not a folder"
+        return (
+            f"{path} is not a folder: each PATH is a folder of kata files (<slug>.py) or a notebook (.ipynb)"
+        )
     return f"{path} cannot be read: {exc.strerror}"
 
 

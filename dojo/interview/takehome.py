@@ -40,7 +40,15 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
     submissions, ready = [], []
     with tempfile.TemporaryDirectory(prefix="dojo-takehome-") as private:  # 0700: the copies are this user's
+        seen: dict[str, Path] = {}
         for i, folder in enumerate(map(Path, folders)):
+            first = seen.setdefault(os.path.realpath(folder), folder)
+            if first is not folder:  # graded once, at its first mention
+                why = f"{folder} is given twice (also as {first}): graded once, at its first mention"
+                submissions.append(
+                    {"path": _shown(Path(os.path.abspath(folder))), "katas": {}, "errors": [why]}
+                )
+                continue
             prepared = _prepare(folder, list(katas), Path(private) / str(i))
             sub = {"path": _shown(prepared.path), "katas": {}, "errors": prepared.errors}
             for slug, (file, why) in prepared.refused.items():

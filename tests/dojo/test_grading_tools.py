@@ -35,10 +35,24 @@ def test_grade_submissions_writes_one_report(dojo, tmp_path):
     assert not dojo.db.exists()  # a grader's runs are not the grader's own practice
 
 
-def test_grade_rejects_a_file_path(dojo, tmp_path):
-    """grade wants directories: a file is a usage error"""
-    out = dojo("grade", str(dojo.reference))
-    assert out.returncode == 2 and "not a directory" in out.stderr
+def test_a_bad_path_is_its_own_error_and_the_others_are_graded(dojo, tmp_path):
+    """a PATH that is a plain file, one that does not exist, and one given twice each get their own error
+    in the summary and report.json; the good submission beside them is graded; the exit status is 1"""
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "toy.py").write_text(dojo.reference.read_text())
+    missing, report = tmp_path / "nowhere", tmp_path / "report.json"
+    out = dojo("grade", str(dojo.reference), str(missing), str(good), str(good), "--json", str(report))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    subs = json.loads(report.read_text())["submissions"]
+    assert [s["path"] for s in subs] == [str(dojo.reference), str(missing), str(good), str(good)]
+    plain, gone, graded, twice = subs
+    assert graded["katas"]["toy"]["points"] == 6 and graded["passed"], "the good submission was not graded"
+    assert "is not a folder" in plain["errors"][0] and not plain["katas"]
+    assert "cannot be read" in gone["errors"][0] and not gone["katas"]
+    assert "given twice" in twice["errors"][0] and not twice["katas"]
+    for why in ("is not a folder", "cannot be read", "given twice"):
+        assert why in out.stdout, f"the summary does not say {why!r}"
 
 
 def test_check_katas_passes_on_a_sound_kata(dojo):
