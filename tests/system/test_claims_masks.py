@@ -3,7 +3,8 @@
 A fully masked row filled with -inf gives NaN. A finite large negative (-1e9, finfo.min) gives no NaN
 but a uniform softmax, so the query returns the mean of the hidden values: wrong, and silently so.
 finfo.min added to an ordinary score stays finite in fp32; two finfo.min masks added together
-overflow to -inf, and in fp16 finfo.min plus a score of -16 already does. -1e9 does not fit in fp16.
+overflow to -inf, and in fp16 finfo.min plus a score of -16 already does. -1e9 does not fit in fp16:
+masked_fill with it raises an overflow error, and a -1e9 tensor cast to fp16 is -inf.
 """
 
 from __future__ import annotations
@@ -65,5 +66,9 @@ def test_finfo_min_plus_a_score_overflows_in_fp16():
 
 
 def test_minus_1e9_does_not_fit_in_fp16():
-    """-1e9 written in fp16 is -inf (fp16's largest magnitude is 65504)"""
-    assert torch.tensor(-1e9, dtype=torch.float16) == float("-inf"), "-1e9 is finite in fp16"
+    """fp16's largest magnitude is 65504: masked_fill of fp16 scores with -1e9 raises an overflow error,
+    and a -1e9 tensor cast to fp16 is -inf"""
+    scores = SCORES.half()
+    with pytest.raises(RuntimeError, match="overflow"):
+        scores.masked_fill(torch.ones_like(scores, dtype=torch.bool), -1e9)
+    assert torch.tensor(-1e9).half() == float("-inf"), "-1e9 cast to fp16 is finite"
