@@ -36,7 +36,8 @@ SANDBOX_NOTE = (
 )
 JUDGE_NOTE = (
     "judge mode: your code ran in its own process; the tests' verdicts were decided in another that "
-    "never ran it (points from tests marked 'measured in your process' excepted)"
+    "never ran it; tests only your own process can measure are claims not verified, reported apart and "
+    "never in the score"
 )
 
 
@@ -144,7 +145,8 @@ def grade(
         if judged:
             notes.append(JUDGE_NOTE)
         notes += _tampering(kata, before)
-    points, total, passed = score(tests, error)
+    # judge mode scores only what the judge decided: what the candidate's process measured is reported apart
+    points, total, passed = score([t for t in tests if not (judged and t.candidate_process)], error)
     return GradeResult(
         slug=slug,
         target=str(target),

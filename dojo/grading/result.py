@@ -102,7 +102,8 @@ class GradeResult:
             "integrity": self.integrity,
             "digest": self.digest,
             "judged": self.judged,
-            # points measured in the candidate's process: judge mode cannot vouch for these
+            # points measured in the candidate's process: judge mode cannot vouch for these, so under it they
+            # are claims not verified, outside points and total
             "candidate_process_points": dict(zip(("points", "total"), self.candidate_points)),
             "inconclusive": [t.id for t in unsure],
             "tests": [

@@ -203,8 +203,8 @@ def findings(doc: dict) -> list[str]:
         apart = sub.get("candidate_process_points", {})
         if apart.get("total"):
             lines.append(
-                f"measured in the candidate's process: {sub['path']}: {apart['points']}/{apart['total']} of "
-                f"its points (timings, buffers, in-place gradients: judge mode cannot vouch for these)"
+                f"claims not verified: {sub['path']}: {apart['points']}/{apart['total']} points' worth of tests "
+                f"only the candidate's process measured (timings, buffers, in-place gradients): not in the score"
             )
     similar = doc["similar"]
     share = (

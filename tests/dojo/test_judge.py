@@ -417,3 +417,22 @@ def test_a_lent_generators_frame_does_not_reach_the_judge(toy, monkeypatch):
         scores[name] = (result.points, result.total)
     assert scores["escape"] == scores["plain"], scores
     assert scores["escape"][0] < scores["escape"][1] / 2, scores
+
+
+def test_points_only_the_candidates_process_measures_are_never_in_a_judged_score():
+    """Judge mode scores what the judge decided: kv_cache's in-place tests (measured in the candidate's
+    process, so forgeable there) are claims not verified, reported apart and outside points and total;
+    in practice (not judged) they count as any other test."""
+    judged = grade.grade("kv_cache", "solutions", sandboxed=True)
+    plain = grade.grade("kv_cache", "solutions")
+    apart = judged.candidate_points
+    assert apart[1] > 0, (
+        "kv_cache has no test measured in the candidate's process any more: pick another kata"
+    )
+    assert apart == (apart[1], apart[1]), f"the reference failed a candidate-process test: {apart}"
+    assert judged.passed and judged.points == judged.total, (judged.points, judged.total)
+    assert judged.total == plain.total - apart[1], (
+        f"judged total {judged.total}, practice total {plain.total}: the {apart[1]} candidate-process "
+        "points were counted in the judged score"
+    )
+    assert any("claims not verified" in n for n in judged.notes), judged.notes
