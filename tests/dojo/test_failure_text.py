@@ -141,3 +141,12 @@ def test_case_label_is_readable(request, content, line, dtype):
 
     assert case_label(request.node) == "float16, content='bpe v1\\npatern null\\n', line=2"
     assert request.node.name.endswith("]") and "-" in request.node.name  # pytest's own id: what is not shown
+
+
+@pytest.mark.parametrize("call, name", [("alpha", "alpha"), ("pq", "p|q")])
+def test_case_label_says_a_repeated_value_once(request, call, name):
+    """a case whose parameters show the same text ("alpha", "alpha") is labelled "alpha", once; different
+    texts are both kept"""
+    from dojo.grading.suite.failures import case_label
+
+    assert case_label(request.node) == {"alpha": "alpha", "pq": "pq, p|q"}[call]

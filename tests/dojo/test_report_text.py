@@ -165,3 +165,24 @@ def test_plain_output_never_wraps():
     message = "x" * 300
     out = shown(a_result([TestResult("t::a", "test_a", "p", 1, False, "failed", message)]))
     assert f"        {message}\n" in out
+
+
+def test_a_property_wrapped_over_two_lines_is_not_cut():
+    """a test's property is its docstring's first paragraph whole: a sentence the docstring wraps over two
+    lines reads to its end, not to the first line break ("... not the draft's (chi-square per")"""
+    from types import SimpleNamespace
+
+    from dojo.grading.suite.plugin import property_of
+
+    def test_sampled():
+        """Sampled output follows the target's distribution, not the draft's (chi-square per
+        previous token over 3000 tokens)
+
+        Details a report does not show."""
+
+    item = SimpleNamespace(function=test_sampled, name="test_sampled")
+    assert property_of(item) == (
+        "Sampled output follows the target's distribution, not the draft's (chi-square per previous token "
+        "over 3000 tokens)"
+    )
+    assert property_of(SimpleNamespace(function=None, name="test_no_doc_here")) == "no doc here"

@@ -112,7 +112,8 @@ def case_label(item: pytest.Item) -> str:
     spec = getattr(item, "callspec", None)
     if spec is None:
         return ""
-    return ", ".join(_shown(name, value) for name, value in spec.params.items())
+    shown = [_shown(name, value) for name, value in spec.params.items()]
+    return ", ".join(dict.fromkeys(shown))  # ("alpha", "alpha") reads "alpha", once
 
 
 def _shown(name: str, value) -> str:

@@ -2,7 +2,7 @@
 
 A kata suite sets `KATA = "<slug>"`; its tests ask for the `kata` fixture (the implementation under
 test, from `--target`) and carry `points(n)`, `example`, `builds_on(...)`, `machine` or
-`candidate_process` markers; the first line of a test's docstring is its property. The plugin writes
+`candidate_process` markers; the first paragraph of a test's docstring is its property. The plugin writes
 a row per test to the grader's signed channel (dojo.grading.channel) or to `--dojo-results FILE`, and
 fails a test that runs past `--dojo-test-timeout`. Loaded for every pytest run (pyproject.toml's
 addopts). It decides no grade: dojo.grading.outcomes reads its records.
@@ -163,9 +163,11 @@ def _audit(config: pytest.Config, path: Path) -> None:
 
 
 def property_of(item: pytest.Item) -> str:
+    """The test's docstring's first paragraph on one line (a sentence wrapped over two lines is kept whole,
+    never cut mid-phrase), else its name in words."""
     doc = getattr(getattr(item, "function", None), "__doc__", None)
     if doc and doc.strip():
-        return doc.strip().splitlines()[0].strip()
+        return " ".join(doc.strip().split("\n\n", 1)[0].split())
     return item.name.removeprefix("test_").replace("_", " ")
 
 
