@@ -342,16 +342,25 @@ def test_matmul_rejects_mismatched_x(kata):
 @pytest.mark.points(2)
 @pytest.mark.candidate_process  # allocations are traced where they happen
 def test_matmul_never_builds_the_full_fp32_matrix(kata):
-    """matmul_q4_1 peaks below half the fp32 matrix's size in memory: it works a slab at a time."""
+    """matmul_q4_1 peaks below half the fp32 matrix's size in memory: it works a slab at a time, and the
+    product it returns meanwhile is still x @ dequantize(W).T (a measurement checks what it measures)."""
     n, k = 8192, 256  # fp32 W: 8 MiB; Q4_1: 1.25 MiB
-    raw, x = random_q4_1(n, k, 13), np.ones((1, k), np.float32)
+    raw = random_q4_1(n, k, 13)
+    x = np.random.default_rng(14).standard_normal((1, k)).astype(np.float32)
+    want = x @ oracle_dequantize_q4_1(raw, (n, k)).T  # before tracing: the oracle's W is the full matrix
     kata.matmul_q4_1(x, raw, (n, k))  # warm up imports and caches
     tracemalloc.start()
     try:
-        kata.matmul_q4_1(x, raw, (n, k))
+        got = kata.matmul_q4_1(x, raw, (n, k))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"matmul_q4_1 of x (1, {k}) by W ({n}, {k}): shape {got.shape}"
+    err = float(np.abs(got - want).max())
+    assert err < 1e-3, (
+        f"matmul_q4_1 of x (1, {k}) by W ({n}, {k}) is off by {err:.3g} while its memory was traced"
+    )
     assert peak < n * k * 4 / 2, (
         f"matmul_q4_1 of W ({n}, {k}) allocated {peak / 2**20:.1f} MiB at peak; the fp32 W is {n * k * 4 / 2**20:.0f} MiB"
     )
