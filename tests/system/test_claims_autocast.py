@@ -175,3 +175,39 @@ def test_skipped_first_step_still_advances_the_scheduler_with_a_warning():
     assert any("lr_scheduler.step()` before `optimizer.step()" in str(w.message) for w in caught), (
         "no warning that the scheduler stepped before the optimizer"
     )
+
+
+def cuda_fp32_ops() -> set[str]:
+    """The ops CUDA autocast runs in fp32: AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE of the
+    installed torch's ATen/autocast_mode.h (the lists autocast_mode.cpp registers for CUDA)."""
+    import re
+    from pathlib import Path
+
+    header = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+    text = header.read_text()
+    ops = set()
+    for macro in ("AT_FORALL_FP32", "AT_FORALL_FP32_SET_OPT_DTYPE"):
+        body = re.search(rf"#define {macro}\(_\)(.*?)(?:\n\s*\n|\n#)", text, re.S)
+        assert body, f"{header} has no {macro} list: the claim's source moved"
+        ops |= set(re.findall(r"_\((\w+)", body.group(1)))
+    return ops
+
+
+def test_cuda_autocast_keeps_softmax_sums_norms_and_losses_in_fp32_but_not_every_reduction():
+    """mixed_precision's and BANK's answers: on CUDA, softmax, sums, norms and the losses run in fp32;
+    mean, max, amax and var are on no fp32 list (they keep the input's dtype)."""
+    ops = cuda_fp32_ops()
+    fp32 = {
+        "softmax",
+        "log_softmax",
+        "sum",
+        "prod",
+        "cumsum",
+        "layer_norm",
+        "rms_norm",
+        "nll_loss",
+        "mse_loss",
+    }
+    assert fp32 <= ops, f"not on CUDA autocast's fp32 lists: {sorted(fp32 - ops)}"
+    kept = {"mean", "max", "amax", "var"} & ops
+    assert not kept, f"on CUDA autocast's fp32 lists after all: {sorted(kept)}"
