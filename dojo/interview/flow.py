@@ -107,7 +107,8 @@ def cmd_submit(args) -> int:
 def _submit(s: Session, out, *, by: str) -> Session:
     if by == "time":
         out.print(f"Time is up ({s.minutes:g} min): {_file(s)} is graded as it stands.", markup=False)
-    s, result = session.submit(s, by=by)
+    with report.working(out, f"Grading {s.kata} on the full hidden suite, sandboxed"):
+        s, result = session.submit(s, by=by)
     if result is not None:
         report.show_result(result, out, title=catalog.get(s.kata).title)
     return s

@@ -1,9 +1,10 @@
 """What a learner reads after grading, and the results file a grader reads.
 
 `console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and pipes
-read it). `show_result` prints one line per property (pass, FAIL, or "?" for a timing test left
-inconclusive), the cases of a parametrised test folded (dojo.practice.fold), then the score and the
-notes. `write_results` writes the Exercism-style JSON atomically.
+read it). `working` says that a long grading is under way (a spinner on a terminal). `show_result`
+prints one line per property (pass, FAIL, or "?" for a timing test left inconclusive), the cases of a
+parametrised test folded (dojo.practice.fold), then the score and the notes. `write_results` writes the
+Exercism-style JSON atomically.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -28,6 +31,27 @@ def console(stderr: bool = False) -> Console:
     if stream.isatty() and not os.environ.get("NO_COLOR"):
         return Console(file=stream, highlight=False)
     return Console(file=stream, highlight=False, color_system=None, width=10_000, soft_wrap=True, emoji=False)
+
+
+@contextmanager
+def working(out: Console, what: str) -> Iterator[None]:
+    """`what` ("Grading ...") while the block runs: on a terminal a spinner and the time elapsed, erased
+    when the block ends; elsewhere one plain line before it."""
+    if not out.is_terminal:
+        out.print(f"{what} ...", markup=False)
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        TimeElapsedColumn(),
+        console=out,
+        transient=True,
+    ) as bar:
+        bar.add_task(what, total=None)
+        yield
 
 
 def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:

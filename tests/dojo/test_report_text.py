@@ -186,3 +186,22 @@ def test_a_property_wrapped_over_two_lines_is_not_cut():
         "over 3000 tokens)"
     )
     assert property_of(SimpleNamespace(function=None, name="test_no_doc_here")) == "no doc here"
+
+
+def test_working_shows_a_spinner_and_the_time_on_a_terminal_and_a_line_elsewhere():
+    """a long grading says it is under way: on a terminal a spinner beside the words and the time elapsed
+    (erased when it ends); in a pipe one plain line before it, nothing drawn"""
+    import time
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=80, highlight=False)
+    with report.working(terminal, "Grading toy [full suite]"):
+        time.sleep(0.3)
+    drawn = terminal.file.getvalue()
+    assert "Grading toy [full suite]" in drawn and "0:00:00" in drawn, repr(drawn)
+    assert any(frame in drawn for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), f"no spinner frame in {drawn!r}"
+
+    pipe = report.console()  # stdout under pytest is no terminal: plain text
+    pipe.file = io.StringIO()
+    with report.working(pipe, "Grading toy [full suite]"):
+        pass
+    assert pipe.file.getvalue() == "Grading toy [full suite] ...\n"
