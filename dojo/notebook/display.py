@@ -2,8 +2,9 @@
 
 `NotebookReport` is what the grading cell returns: HTML for Jupyter (`_repr_html_`), plain text for
 everything else (`repr`). Its first line says which version was graded ("as saved at 10:42:07, 3 min
-ago"), then any warning, then dojo.practice.report's lines. The HTML uses JupyterLab's theme colours,
-with fixed fallbacks; never terminal escape codes.
+ago"; in bold yellow when the kernel ran solution code since), then any warning, then
+dojo.practice.report's lines. The HTML uses JupyterLab's theme colours, with fixed fallbacks; never
+terminal escape codes.
 """
 
 from __future__ import annotations
@@ -42,19 +43,39 @@ _CELL_LINE = re.compile(r"\bcell \d+, line \d+")
 def saved_line(name: str, saved_at: float, now: float | None = None) -> str:
     """ "Graded toy.ipynb as saved at 10:42:07, 3 min ago": which version of the notebook a grade is of."""
     now = time.time() if now is None else now
-    ago = max(0, int(now - saved_at))
-    if ago < 60:
-        since = f"{ago} s ago"
-    elif ago < 3600:
-        since = f"{ago // 60} min ago"
-    else:
-        since = f"{ago // 3600} h {ago % 3600 // 60} min ago"
+    return f"Graded {name} as saved at {_clock(saved_at, now)}, {_span_of(now - saved_at)} ago"
+
+
+def stale_line(saved_at: float, run: int, newer: float, *, at_least: bool, now: float | None = None) -> str:
+    """ "Graded the saved notebook (saved 22:43:37); your last run of a solution cell (In [7]) is 2 min newer:
+    ...": the saved-version line when the kernel ran solution code `newer` seconds after the save
+    (`at_least`: that many or more)."""
+    now = time.time() if now is None else now
+    newer_by = f"{'at least ' if at_least else ''}{_span_of(newer)} newer"
+    return (
+        f"Graded the saved notebook (saved {_clock(saved_at, now)}); your last run of a solution cell "
+        f"(In [{run}]) is {newer_by}: save (Ctrl-S / Cmd-S) and run this cell again."
+    )
+
+
+def _span_of(seconds: float) -> str:
+    """ "9 s", "3 min", "2 h 1 min" (whole units, never negative)."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def _clock(at: float, now: float) -> str:
+    """ "10:42:07" on the day of `now`, else "2026-12-01 10:42:07" (local time)."""
     day = (
         ""
-        if time.localtime(saved_at)[:3] == time.localtime(now)[:3]
-        else time.strftime("%Y-%m-%d ", time.localtime(saved_at))
+        if time.localtime(at)[:3] == time.localtime(now)[:3]
+        else time.strftime("%Y-%m-%d ", time.localtime(at))
     )
-    return f"Graded {name} as saved at {day}{time.strftime('%H:%M:%S', time.localtime(saved_at))}, {since}"
+    return day + time.strftime("%H:%M:%S", time.localtime(at))
 
 
 class NotebookReport:
@@ -67,6 +88,7 @@ class NotebookReport:
         error: str | None = None,
         warning: str | None = None,
         saved: str | None = None,
+        stale: str | None = None,
         verdict: str = "",
         title: str = "",
     ):
@@ -82,7 +104,9 @@ class NotebookReport:
             soft_wrap=True,
             emoji=False,
         )
-        if saved:
+        if stale:  # the save is older than the kernel's solution code: this line instead of `saved`
+            con.print(Text(stale, style="bold yellow"))
+        elif saved:
             con.print(Text(saved, style="bold"))
         if warning:
             con.print(Text(f"Warning: {warning}", style="bold yellow"))

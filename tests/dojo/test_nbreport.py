@@ -89,6 +89,29 @@ def test_saved_line_says_when_the_graded_version_was_saved():
     assert repr(shown).splitlines()[0] == "Graded toy.ipynb as saved at 10:42:07, 3 min ago"
 
 
+def test_stale_line_leads_the_report_in_bold():
+    """A save older than the kernel's last solution run: the first line says when it was saved, which run is
+    newer and by how much (a lower bound said as such), what to do, in bold, in place of the saved line"""
+    t = time.mktime((2026, 12, 1, 22, 43, 37, 0, 0, -1))
+    line = nbreport.stale_line(t, 7, 130, at_least=False, now=t + 200)
+    assert line == (
+        "Graded the saved notebook (saved 22:43:37); your last run of a solution cell (In [7]) is 2 min "
+        "newer: save (Ctrl-S / Cmd-S) and run this cell again."
+    )
+    assert "(In [2]) is at least 9 s newer" in nbreport.stale_line(t, 2, 9.5, at_least=True, now=t + 20)
+    assert "(saved 2026-12-01 22:43:37)" in nbreport.stale_line(t, 2, 90, at_least=False, now=t + 86400)
+    shown = nbreport.NotebookReport(
+        a_result("boom"), saved="Graded toy.ipynb as saved at 22:43:37", stale=line
+    )
+    assert repr(shown).splitlines()[0] == line and "as saved at" not in repr(shown), repr(shown)
+    first = re.search(
+        r'<div class="dojo-report"[^>]*><div[^>]*><span style="([^"]*)">([^<]*)</span>', shown.html
+    )
+    assert first and first.group(2) == line and "font-weight: bold" in first.group(1), (
+        f"the first line is not bold: {shown.html[:400]}"
+    )
+
+
 def test_html_lines_keep_their_indent_when_wrapped():
     """Each report line is one block that wraps at spaces (never mid-word) with its indent as padding,
     so a wrapped failure message stays under its test line"""
