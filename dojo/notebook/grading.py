@@ -2,8 +2,9 @@
 
 `grade_notebook()` turns the solution cells into a temporary module (dojo.notebook.extract), grades it
 with dojo.grading.grade, and rewrites the report to name the notebook's cells ("cell 3, line 5").
-`grade_here()` is what a kata notebook's last cell calls: the report leads with the version graded and
-warns while the kernel has run other solution code (dojo.notebook.kernel). It grades the saved file only.
+`grade_here()` is what a kata notebook's last cell calls: the report leads with the version graded (a
+warning in its place when the kernel ran solution code after that save) and warns while the kernel has run
+other solution code (dojo.notebook.kernel). It grades the saved file only.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from dojo.grading import grade
 from dojo.grading.result import GradeResult
 from dojo.notebook import extract as nbextract
 from dojo.notebook import kernel as nbkernel
-from dojo.notebook.display import NotebookReport, saved_line
+from dojo.notebook.display import NotebookReport, saved_line, stale_line
 from dojo.notebook.extract import SOLUTION_TAG, NotebookError
 from dojo.practice import history, report, workspace
+
+# A save more than this older than the kernel's last run of solution code was followed by more work (why 5 s:
+# docs/notebooks.md); within it, a save and a run in quick succession in either order are not flagged.
+STALE_AFTER_S = 5.0
 
 
 def kata_of(path: Path, nb=None) -> str:
@@ -50,6 +55,7 @@ class Graded:
     saved_at: float  # the graded file's modification time (seconds since the epoch): when it was saved
     solution: list[str]  # the graded solution cells' sources, in order
     cells: list[nbkernel.SavedCell] = dataclasses.field(default_factory=list)  # the saved code cells
+    locked: bool = False  # every solution cell is read-only (a reference notebook): no edits to miss
 
     def saved_line(self, now: float | None = None) -> str:
         """The line that says which version was graded: "Graded toy.ipynb as saved at 10:42:07, 3 min ago"."""
@@ -135,7 +141,10 @@ def grade_saved(
             memory_limit=memory_limit,
             sandboxed=sandboxed,
         )
-    return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution, cells)
+    locked = all(
+        (c.get("metadata") or {}).get("editable") is False for c in nb["cells"] if nbextract.is_solution(c)
+    )
+    return Graded(_in_notebook_terms(result, extracted, module, path), saved_at, solution, cells, locked)
 
 
 def _read_version(path: Path) -> tuple[dict, float]:
@@ -171,6 +180,20 @@ def _in_notebook_terms(
         notes=[extracted.rewrite(note, module) for note in result.notes],
         integrity=[extracted.rewrite(finding, module) for finding in result.integrity],
     )
+
+
+def stale_save(graded: Graded) -> str | None:
+    """The report's first line when this kernel's last run of solution code is more than STALE_AFTER_S
+    newer than the saved notebook graded (the editor likely holds newer code): None when it is not, the
+    solution is locked, or outside IPython."""
+    if graded.locked:
+        return None
+    runs = nbkernel.input_history()
+    run = nbkernel.last_solution_run(graded.solution, runs) if runs else None
+    ran = nbkernel.run_time(run) if run is not None else None
+    if ran is None or ran[0] - graded.saved_at <= STALE_AFTER_S:
+        return None
+    return stale_line(graded.saved_at, run, ran[0] - graded.saved_at, at_least=not ran[1])
 
 
 def check_notebook(
@@ -210,9 +233,11 @@ def grade_here(
 
     The notebook is `path`, else the one the kernel was started for (see dojo.notebook.kernel.this_notebook).
     `record`: write results and record the attempt, as `dojo check` does. The report leads with the version
-    graded ("as saved at ...") and warns while this kernel has run solution code other than the saved.
-    Problems come back as a report saying what is wrong, not a traceback.
+    graded ("as saved at ...", a warning in its place when this kernel ran solution code more than
+    STALE_AFTER_S after that save) and warns while this kernel has run solution code other than the saved. Problems come back
+    as a report saying what is wrong, not a traceback.
     """
+    nbkernel.record_runs()  # times this kernel's runs from now on (IPython keeps none)
     try:
         where = nbkernel.this_notebook(slug, path)
         slug = slug or kata_of(where)
@@ -228,6 +253,7 @@ def grade_here(
     return NotebookReport(
         graded.result,
         saved=graded.saved_line(),
+        stale=stale_save(graded),
         warning=nbkernel.unsaved_warning(graded.solution, graded.cells),
         verdict=verdict(graded.result, slug, in_notebook=True),
         title=kata.title,

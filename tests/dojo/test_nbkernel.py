@@ -3,6 +3,7 @@ report's saved-version line and unsaved-code warning through the states of an ed
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -93,6 +94,7 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     assert graded()[1] is False, "warned with the saved cell run"
     edited = stub.replace("raise NotImplementedError", "return a + b", 1)
     assert edited != stub
+    os.utime(path)  # saved just before the run below: the line for a save older than a run is tested apart
     run(kernel, edited)  # edited and run, not saved
     text, warned = graded()
     assert warned and "In [3]" in text and "Score 0/6" in text, (
@@ -100,6 +102,10 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     )
     assert "unsaved edits: In [3]" in text and "Run cell" not in text, (
         f"not the one case that applies:\n{text}"
+    )
+    warning = next(line for line in text.splitlines() if line.startswith("Warning:"))
+    assert "ran add as it is in no saved cell" in warning and "count_words" not in warning, (
+        f"the warning does not name just the definition edited (add), count_words is as saved:\n{warning}"
     )
     nb = nbformat.read(path, as_version=4)
     nb.cells[2].source, nb.cells[2].execution_count = (
@@ -116,6 +122,65 @@ def test_report_says_which_version_it_graded_and_warns_only_while_true(toy_env, 
     assert "cell 3 was edited and saved since it ran (In [3])" in text and "unsaved" not in text, text
     run(kernel, nb.cells[2].source)  # ... until the saved cell is run
     assert not graded()[1], "warned after running the saved cell"
+
+
+def test_report_leads_with_a_save_older_than_the_last_solution_run(toy_env, kernel):
+    """In a real kernel: when the saved notebook is more than STALE_AFTER_S older than the kernel's last run
+    of solution code, the report's first line says so in bold, the run's time known (noted from the first
+    grading on) or bounded by the kernel's start; a fresh save, or a read-only solution, gives the usual line"""
+    from dojo.notebook.grading import STALE_AFTER_S
+
+    dojo = toy_env
+    assert dojo("notebook", "toy").returncode == 0
+    path = dojo.workspace / "toy.ipynb"
+    stub = nbformat.read(path, as_version=4).cells[2].source
+    grade = f'from dojo.notebook import grade_here\ngrade_here("toy", {str(path)!r})'
+    saved = time.time() - 150
+    assert 150 > STALE_AFTER_S + 60
+
+    def first_line() -> str:
+        return run(kernel, grade).splitlines()[0]
+
+    def backdate():
+        os.utime(path, (saved, saved))
+
+    def stale(n: int, newer: str) -> str:
+        return (
+            f"Graded the saved notebook (saved {time.strftime('%H:%M:%S', time.localtime(saved))}); your last "
+            f"run of a solution cell (In [{n}]) is {newer}: save (Ctrl-S / Cmd-S) and run this cell again."
+        )
+
+    backdate()  # saved 2.5 min ago, before this kernel started
+    run(kernel, stub)  # In [1]: run before any grading, so only known to follow the kernel's start
+    assert first_line() == stale(1, "at least 2 min newer"), "no bold line for a save older than the kernel"
+    backdate()  # grading recorded nothing in the file, but keep the save where it was
+    run(kernel, stub)  # In [3], timed
+    assert first_line() == stale(3, "2 min newer"), "no bold line for a save older than a timed run"
+    os.utime(path)  # saved now
+    assert re.fullmatch(r"Graded toy\.ipynb as saved at [\d:]+, \d+ s ago", first_line()), (
+        "the bold line stayed after a save"
+    )
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].metadata["editable"] = False
+    nbformat.write(nb, path)
+    run(kernel, stub)
+    backdate()
+    assert first_line().startswith("Graded toy.ipynb as saved at"), "a read-only solution cannot be unsaved"
+
+
+def test_changed_definitions_name_only_what_differs_from_the_saved_cells():
+    """The unsaved-code warning names the top-level functions, classes and assignments whose source is not
+    the saved one (new ones included), never those as saved; decorators count, IPython lines do not"""
+    saved = "import math\n\ndef add(a, b):\n    return a - b\n\nclass Box:\n    pass\n\nLIMIT = 3\n"
+    changed = nbkernel.changed_definitions
+    assert changed(saved, [saved]) == []
+    assert changed(saved.replace("a - b", "a + b"), [saved]) == ["add"]
+    assert changed(saved.replace("LIMIT = 3", "LIMIT: int = 4"), [saved]) == ["LIMIT"]
+    assert changed(saved + "\nx, *rest = 1, 2\nLIMIT += 1\n", [saved]) == ["LIMIT", "rest", "x"]
+    assert changed(saved.replace("class Box", "@dataclass\nclass Box"), [saved]) == ["Box"]
+    assert changed("%time y = 1\n" + saved, [saved]) == [], "a magic line is not a definition"
+    assert changed("def add(a, b):\n    return a - b\n", ["", saved]) == [], "compared with every saved cell"
+    assert changed("def add(a, b):\n    return a +", [saved]) is None, "a run that does not parse"
 
 
 def test_stale_runs_compare_each_saved_cell_with_its_latest_run():
