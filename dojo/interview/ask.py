@@ -3,7 +3,8 @@ the prompts the interview's follow-ups share with them.
 
 An answer (dojo.interview.answer) is shown back rendered, then the model answer and numbered rubric;
 the learner marks the points covered ("1 3", "all", or Enter for none), and a blank answer covers
-none. `dojo ask` records each marked drill and asks the first matching question not drilled yet.
+none. Each marked point is shown with its evidence in the answer (dojo.interview.evidence), or as
+self-assessed. `dojo ask` records each marked drill and asks the first matching question not drilled yet.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from rich.markdown import Markdown
 from rich.markup import escape
 
 from dojo import catalog
-from dojo.interview import answer, bank, session
+from dojo.interview import answer, bank, evidence, session
 from dojo.practice import history, prose, report
 
 BLANK = "No answer given: it covers none of the rubric points."
+NOT_FOUND = "self-assessed, not found in the answer"
 
 
 def read_line(prompt: str) -> str:
@@ -74,6 +76,20 @@ def mark(out, given: str, n: int) -> list[int]:
     return read_points(out, n)
 
 
+def show_marked(out, points: list[dict], question: int | None = None) -> None:
+    """Each marked point (`session.marked`), numbered "N." (or "Q<question>.N"), and the evidence its
+    answer holds, or NOT_FOUND with what it counts."""
+    for p in points:
+        number = f"{p['number']}." if question is None else f"Q{question}.{p['number']}"
+        out.print(f"  {number} {prose.render_plain(p['point'])}", markup=False)
+        said = (
+            f"found: {', '.join(p['found'])}"
+            if p["found"]
+            else f"{NOT_FOUND} (counts {session.UNFOUND_CREDIT:g})"
+        )
+        out.print(f"       {said}", markup=False)
+
+
 def cmd_interviewer(args) -> int:
     out = report.console()
     p = bank.packet(catalog.get(args.slug))
@@ -100,7 +116,9 @@ def cmd_interviewer(args) -> int:
         "Follow-up questions, model answers and rubric",
         "\n\n".join(
             f"Q{i}: {q.question}\nModel answer: {q.answer}\nRubric:\n"
-            + "\n".join(f"  - {r}" for r in q.rubric)
+            + "\n".join(
+                f"  - {r}\n    evidence: {', '.join(t.text for t in evidence.terms(r))}" for r in q.rubric
+            )
             for i, q in enumerate(p.questions, start=1)
         )
         or "(no questions)",
@@ -133,6 +151,12 @@ def cmd_ask(args) -> int:
         covered = mark(out, given, len(q.rubric))
     except EOFError:
         return 0
-    out.print(f"Covered {len(covered)} of {len(q.rubric)} rubric points.")
+    points = session.marked(q.rubric, given, covered)
+    unfound = sum(1 for p in points if not p["found"])
+    out.print(
+        f"Covered {len(covered)} of {len(q.rubric)} rubric points"
+        + (f" ({unfound} {NOT_FOUND})." if unfound else ".")
+    )
+    show_marked(out, points)
     history.record_event("bank", "ask", f"{len(covered)}/{len(q.rubric)} {q.question}")
     return 0

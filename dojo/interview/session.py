@@ -2,7 +2,8 @@
 
 Scoring, and the verdict thresholds:
     code    = hidden-suite points / total (inconclusive tests left out), minus HINT_COST (0.10) per hint, >= 0
-    answers = rubric points covered / rubric points offered (a blank answer covers none)
+    answers = rubric credit / points offered: a marked point earns 1 when the answer holds any of its key
+              terms or numbers, 0.5 when not ("self-assessed, not found in the answer"); a blank answer 0
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire
 Nothing here prints or asks: dojo.interview.flow does the talking.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from dojo import catalog
 from dojo.catalog import Kata
 from dojo.grading import grade
-from dojo.interview import bank
+from dojo.interview import bank, evidence
 from dojo.practice import history, report, workspace
 
 HINT_COST = 0.10
@@ -27,6 +28,7 @@ CODE_WEIGHT, ANSWERS_WEIGHT = 0.7, 0.3
 VERDICTS = ((0.85, "strong hire"), (0.70, "hire"), (0.50, "lean no"), (0.0, "no hire"))
 KATA_QUESTIONS = 2  # the kata's own follow-ups asked, before one from the bank
 RECENT_S = 7 * 24 * 3600  # a kata passed this recently is not picked for an interview
+UNFOUND_CREDIT = 0.5  # a marked point whose answer holds none of its evidence: self-assessed, half
 
 
 class SessionOpen(RuntimeError):
@@ -227,11 +229,30 @@ def verdict(score: float, all_passed: bool) -> str:
     return VERDICTS[-1][1]
 
 
+def marked(rubric: list[str], answer: str, covered: list[int]) -> list[dict]:
+    """Each point of `rubric` marked in `covered` (1-based), with the evidence `answer` holds for it:
+    {"number", "point", "found": its terms the answer contains (none: self-assessed, not found)}."""
+    return [
+        {"number": n, "point": rubric[n - 1], "found": evidence.found(rubric[n - 1], answer)} for n in covered
+    ]
+
+
+def credit(points: list[dict]) -> float:
+    """What `marked` points earn: 1 each with evidence in the answer, UNFOUND_CREDIT each without."""
+    return sum(1.0 if p["found"] else UNFOUND_CREDIT for p in points)
+
+
 def scorecard(s: Session) -> dict:
     """The scorecard of a submitted session, from its stored rows."""
     answers = answered(s)
     offered = sum(len(q["rubric"]) for q in s.questions)
-    covered = sum(len(a["covered"]) for a in answers.values() if a["answer"].strip())  # blank earns nothing
+    follow_ups = [
+        {"number": n, "marked": marked(s.questions[n - 1]["rubric"], a["answer"], a["covered"])}
+        for n, a in sorted(answers.items())
+        if a["answer"].strip()  # blank earns nothing
+    ]
+    points = [p for f in follow_ups for p in f["marked"]]
+    covered = credit(points)
     blank = sum(1 for a in answers.values() if not a["answer"].strip())
     code = max(0.0, (s.points or 0) / max(s.total or 0, 1) - HINT_COST * len(s.hints))
     answers_part = covered / offered if offered else 1.0
@@ -258,7 +279,10 @@ def scorecard(s: Session) -> dict:
         "hint_cost": round(HINT_COST * len(s.hints), 2),
         "rubric_covered": covered,
         "rubric_offered": offered,
+        "rubric_marked": len(points),
+        "self_assessed": sum(1 for p in points if not p["found"]),  # marked, no evidence in the answer
         "blank_answers": blank,
+        "follow_ups": follow_ups,
         "code": round(code, 3),
         "answers": round(answers_part, 3),
         "score": round(score, 3),

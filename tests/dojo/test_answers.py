@@ -15,7 +15,7 @@ import pytest
 from test_interview import T0, run, solve
 
 from dojo import KATAS_DIR, catalog
-from dojo.interview import answer, ask, session
+from dojo.interview import answer, ask, bank, evidence, session
 from dojo.practice import report
 
 
@@ -97,9 +97,77 @@ def test_interview_takes_multi_line_answers(dojo):
         and "**" not in out.stdout.split("Question 1")[1].split("Model")[0]
     )
     assert "No answer given: it covers none of the rubric points." in out.stdout
-    assert "Rubric coverage: 2/8 (1 blank answer(s): no points, whatever was marked)" in out.stdout
+    assert (
+        "Rubric coverage: 1.5/8 (1 blank answer(s): no points, whatever was marked; 1 point(s) self-assessed,"
+        " not found in the answer: 0.5 each)" in out.stdout  # "regex" is nowhere in the answer
+    )
     with sqlite3.connect(dojo.db) as conn:
         stored = conn.execute(
             "SELECT number, answer, covered FROM session_answers ORDER BY number"
         ).fetchall()
     assert stored == [(1, "It is **kept**:\n- cat, and cat differ", "[1, 2]"), (2, "", "[]")]
+
+
+NONSENSE = "banana banana the GPU is purple, 42 requests because giraffes."
+QUESTIONS = [q for k in catalog.load() for q in k.questions()] + [e.question for e in bank.bank()]
+
+
+def test_nonsense_marked_all_is_half_marks():
+    """the nonsense answer marked "all" on kv_cache's bytes-per-token question (5 points) earns 2.5: every
+    point self-assessed, none found in the answer"""
+    q = catalog.get("kv_cache").questions()[0]
+    points = session.marked(q.rubric, NONSENSE, list(range(1, len(q.rubric) + 1)))
+    assert [p["found"] for p in points] == [[]] * 5
+    assert session.credit(points) == 2.5
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.question[:50])
+def test_model_answer_marked_all_keeps_its_marks(q):
+    """every question's own model answer, marked "all", holds evidence for all its points but at most one"""
+    points = session.marked(q.rubric, q.answer, list(range(1, len(q.rubric) + 1)))
+    unfound = [p["point"] for p in points if not p["found"]]
+    assert len(unfound) <= 1, f"the model answer shows no evidence of {unfound}"
+    assert session.credit(points) >= len(q.rubric) - session.UNFOUND_CREDIT
+
+
+def test_an_answer_with_the_key_terms_scores_them():
+    """key terms and numbers are found whatever their case, punctuation, inflection or unit: kv_cache's
+    points 2 and 3 are found in an answer that writes their numbers differently, point 5 is not"""
+    rubric = catalog.get("kv_cache").questions()[0].rubric
+    given = "SmolLM2: 46,080 bytes a token in FP32. The 7B: 512 KiB per token, 2 GiB a 4096-token sequence."
+    points = session.marked(rubric, given, [2, 3, 5])
+    assert [bool(p["found"]) for p in points] == [True, True, False]
+    assert "46 080 B" in points[0]["found"] and {"0.5 MiB", "4k"} <= set(points[1]["found"])
+    assert session.credit(points) == 2.5
+
+
+@pytest.mark.parametrize(
+    ("point", "given", "term"),
+    [
+        ("Blocks + a per-sequence block table, like a KV cache", "the kv-cache's blocks", "KV"),
+        ("Blocks + a per-sequence block table, like a KV cache", "one kvcache", "kvcache"),
+        ("Merges replace left to right", "merging goes leftwards", "Merges"),
+        ("Quantizing the cache as a capacity lever", "quantise the KV_cache", "Quantizing"),
+        ("TTFT grows with prompt length", "time to first token", "time to first token"),
+        ("Costs 23 040 bytes in fp16", "23040 B", "23 040 bytes"),
+        ("~2 GiB per sequence", "2147483648 bytes", "2 GiB"),
+        ("3x for SmolLM2", "three times: 3 x", "3x"),
+    ],
+)
+def test_matcher_is_case_punctuation_and_unit_insensitive(point, given, term):
+    """a term is found in its other spellings: case, hyphens and underscores, inflections, British -ise,
+    an acronym spelled out, thousands grouped or not, a size in another unit"""
+    assert term in evidence.found(point, given), [t.text for t in evidence.terms(point)]
+
+
+@pytest.mark.parametrize(
+    ("point", "given"),
+    [
+        ("Gets SmolLM2 right: 46 080 B/token fp32", "46 081 is close but no"),
+        ("Uses a heap", "heat"),
+        ("Q4_1 scales", "1"),  # no number 1 in an identifier
+    ],
+)
+def test_matcher_finds_only_the_terms(point, given):
+    """a near number, a near word and a digit inside an identifier are not evidence"""
+    assert evidence.found(point, given) == []

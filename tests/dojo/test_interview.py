@@ -17,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from dojo import KATAS_DIR, ROOT
+from dojo import KATAS_DIR, ROOT, catalog
+from dojo.interview import evidence
 from dojo.practice import history
 
 T0 = 1_800_000_000.0  # the fake clock's start
+# answers holding every rubric point's key terms, marked "all": the toy's question, then the bank's (tokenization)
+COVERED = (
+    "punctuation is kept; a regex strips it\n.\nall\n"
+    "bytes, overlaps, ties by rank, a heap, regex chunks, special tokens\n.\nall\n"
+)
+NONSENSE = "banana banana the GPU is purple, 42 requests because giraffes."
 
 
 @pytest.fixture
@@ -74,7 +81,10 @@ def test_full_session(dojo):
     assert "Interview in progress: toy. Time left: 3:30 of 5 min. Check runs: 2, hints: 0" in out.stdout
 
     out = run(
-        dojo, "submit", at=T0 + 120, stdin="it keeps punctuation\n.\n1\nbytes, overlaps, a heap\n.\n1 2 4 5\n"
+        dojo,
+        "submit",
+        at=T0 + 120,
+        stdin="it keeps punctuation\n.\n1\nbytes, overlaps, a heap, regex splits\n.\n1 2 4 5\n",
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "add works for negative numbers" in out.stdout and "Score 6/6 points" in out.stdout
@@ -157,7 +167,7 @@ def test_resume_after_the_process_is_killed(dojo):
     watchdog = threading.Timer(60, proc.kill)
     watchdog.start()
     try:
-        proc.stdin.write("punctuation stays\n.\nall\n")
+        proc.stdin.write("punctuation stays, a regex strips it\n.\nall\n")
         proc.stdin.flush()
         for line in proc.stdout:
             if line.startswith("Question 2 of 2"):
@@ -188,7 +198,7 @@ def test_submission_at_time_out(dojo):
     assert "dojo interview --resume" in out.stdout
     out = run(dojo, "check", at=T0 + 302)  # submitted already: an ordinary check now
     assert "Time is up" not in out.stdout
-    out = run(dojo, "interview", "--resume", at=T0 + 900, stdin="a\n.\nall\nb\n.\nall\n")
+    out = run(dojo, "interview", "--resume", at=T0 + 900, stdin=COVERED)
     assert out.returncode == 0, out.stdout + out.stderr
     assert (
         "Time used:       5.0 min of 5 (time ran out)" in out.stdout and "Points:          3/6" in out.stdout
@@ -215,12 +225,34 @@ def test_hints_cost_points(dojo):
     assert "Hint 2 of 2" in run(dojo, "hint").stdout
     assert "All 2 hints used" in run(dojo, "hint").stdout
     solve(dojo)
-    out = run(dojo, "submit", at=T0 + 60, stdin="a\n.\nall\nb\n.\nall\n")
+    out = run(dojo, "submit", at=T0 + 60, stdin=COVERED)
     assert "Hints:           2 (-20% of the code score)" in out.stdout
     assert (
         "Score:           86%" in out.stdout and "Verdict:         strong hire" in out.stdout
     )  # 0.7 x 0.8 + 0.3 x 1
     assert rows(dojo, "SELECT hints FROM sessions") == [("[1, 2]",)]
+
+
+def test_self_marked_nonsense_is_not_full_marks(dojo):
+    """an answer holding none of a point's key terms or numbers, marked "all", earns half a point per point,
+    and the scorecard shows each one as "self-assessed, not found in the answer"; answers that hold the
+    terms, marked "all", keep full marks"""
+    run(dojo, "interview", "toy")
+    solve(dojo)
+    out = run(dojo, "submit", at=T0 + 60, stdin=f"{NONSENSE}\n.\nall\n{NONSENSE}\n.\nall\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = "self-assessed, not found in the answer"
+    assert f"Rubric coverage: 4/8 (8 point(s) {said}: 0.5 each)" in out.stdout, out.stdout
+    assert f"Q1.1 says punctuation is kept\n       {said} (counts 0.5)" in out.stdout, out.stdout
+    assert out.stdout.count(f"{said} (counts 0.5)") == 8
+    card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
+    assert (card["rubric_covered"], card["self_assessed"], card["answers"]) == (4, 8, 0.5)
+
+    run(dojo, "interview", "toy", at=T0 + 1000)
+    solve(dojo)
+    out = run(dojo, "submit", at=T0 + 1060, stdin=COVERED)
+    assert "Rubric coverage: 8/8\n" in out.stdout and said not in out.stdout, out.stdout
+    assert "Q1.2 suggests a regex to strip it\n       found: regex, strip" in out.stdout, out.stdout
 
 
 def test_scorecard_written_exactly_once(dojo):
@@ -277,6 +309,11 @@ def test_interviewer_packet_for_bpe():
     ):
         assert f"== {heading}" in out.stdout
     assert "Hint 1 (around minute" in out.stdout and "Rubric:" in out.stdout
+    point = (
+        catalog.get("bpe").questions()[0].rubric[0]
+    )  # each rubric point, then what the scorecard looks for
+    shown = ", ".join(t.text for t in evidence.terms(point))
+    assert f"  - {point}\n    evidence: {shown}" in out.stdout, out.stdout
     mutants = sorted((ROOT / "tests" / "katas" / "mutants" / "bpe").glob("*.py"))
     assert mutants
     for path in mutants:

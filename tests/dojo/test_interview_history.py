@@ -30,11 +30,12 @@ def _interview(dojo, answers: str, at: float = T0) -> None:
 def test_history_n_shows_a_scorecard_in_full(dojo):
     """`dojo history 1` prints that session's whole scorecard, its lines' values in one column, and what
     each follow-up earned; an N out of range is a usage error"""
-    _interview(dojo, "punctuation is kept\n.\nall\n.\n")
+    _interview(dojo, "punctuation is kept, and a regex strips it\n.\nall\n.\n")
     out = run(dojo, "history", "1")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    card = [line for line in lines if line.startswith("  ") and ":" in line and not line.startswith("  Q")]
+    top = lines[: next(i for i, line in enumerate(lines) if line.startswith("Thresholds"))]
+    card = [line for line in top if line.startswith("  ") and ":" in line]
     names = (
         "Tests passed",
         "Points",
@@ -50,7 +51,8 @@ def test_history_n_shows_a_scorecard_in_full(dojo):
     assert [line.split(":")[0].strip() for line in card] == list(names)
     assert len({line.index(line.split(":", 1)[1].strip()) for line in card}) == 1, "values not in one column"
     assert "Rubric coverage: 2/8 (1 blank answer(s): no points, whatever was marked)" in out.stdout
-    follow = [line for line in lines if line.startswith("  Q")]
+    assert "  Q1.2 suggests a regex to strip it\n       found: regex, strip" in out.stdout
+    follow = [line for line in lines[lines.index("Follow-ups") :] if line.startswith("  Q")]
     assert follow[0].split()[:2] == ["Q1", "2/2"] and follow[1].split()[:2] == ["Q2", "blank"]
     out = run(dojo, "history", "2")
     assert out.returncode == 2 and "no interview 2" in out.stderr
