@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from dojo import catalog
-from dojo.interview import bank, session
+from dojo.interview import bank, evidence, session
 
 KATAS = [k for k in catalog.load() if k.questions()]
 
@@ -95,3 +95,17 @@ def test_ask_kv_cache_from_the_command_line(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "Bank question (kv-cache)" in out.stdout
+
+
+POINTS = [(k.slug, p) for k in KATAS for q in k.questions() for p in q.rubric] + [
+    ("BANK.md", p) for e in bank.bank() for p in e.question.rubric
+]
+
+
+@pytest.mark.parametrize(("source", "point"), POINTS, ids=[f"{s}: {p[:40]}" for s, p in POINTS])
+def test_every_rubric_point_has_evidence_to_find(source, point):
+    """every rubric point of every kata's QUESTIONS.md and of BANK.md yields a key term or number for the
+    scorecard to look for in an answer, so no self-marked point is unmatchable"""
+    found = evidence.terms(point)
+    assert found, f"{source}: rubric point {point!r} has no key term or number the scorecard could find"
+    assert evidence.found(point, point), f"{source}: rubric point {point!r} does not find its own terms"
