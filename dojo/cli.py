@@ -152,7 +152,8 @@ def _add_builtins(parser: argparse.ArgumentParser, sub) -> None:
     p.set_defaults(func=practice.cmd_reset)
     p = sub.add_parser("solution", help="show the reference, once the kata has passed")
     p.add_argument("slug")
-    p.add_argument("--force", action="store_true", help="show it anyway (recorded as a reveal)")
+    p.add_argument("--force", action="store_true", help="show it anyway (recorded as a reveal), after asking")
+    p.add_argument("--yes", action="store_true", help="with --force: do not ask")
     p.set_defaults(func=practice.cmd_solution)
     p = sub.add_parser(
         "grade",

@@ -90,7 +90,7 @@ def cmd_welcome(args) -> int:
         "Interview: dojo interview \\[kata] · submit · ask \\[topic] · interviewer <kata> · history · stats"
     )
     out.print(
-        'The model: dojo demo "question" · roofline · bench batching|latency   '
+        'The model: dojo demo "question" · serve · roofline · bench batching|latency|serve   '
         "Grading: dojo grade PATH   All: dojo --help"
     )
     return 0
@@ -99,6 +99,7 @@ def cmd_welcome(args) -> int:
 def cmd_list(args) -> int:
     out = report.console()
     progress = history.progress()
+    revealed = history.revealed()
     rows = []
     for kata in catalog.load():
         p = progress.get(kata.slug)
@@ -112,6 +113,8 @@ def cmd_list(args) -> int:
             status += " (notebook)"
         if not kata.has_suite:
             status += " (no tests yet)"
+        if kata.slug in revealed:
+            status += " (reference revealed before a pass)"
         title = (
             f"({kata.note}) {kata.title}" if kata.note else kata.title
         )  # first: a narrow terminal cuts the end
@@ -302,6 +305,9 @@ def cmd_solution(args) -> int:
             f"`dojo solution {kata.slug} --force` shows it now, recorded as a reveal."
         )
         return 1
+    if not passed and not args.yes and not _confirm_reveal(kata.slug):
+        out.print("Nothing shown.")
+        return 1
     history.record_reveal(kata.slug, forced=not passed)
     code = kata.reference.read_text()
     header = (
@@ -312,6 +318,18 @@ def cmd_solution(args) -> int:
     if not passed:
         out.print(f"(shown before a pass: recorded as a reveal of {kata.slug})")
     return 0
+
+
+def _confirm_reveal(slug: str) -> bool:
+    """Whether the learner, asked on a terminal, wants the reference of an unpassed kata now. Raises
+    UsageError off a terminal: --yes says so there."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            f"{slug} has not passed: showing its reference now is recorded as a reveal. "
+            f"Confirm with `dojo solution {slug} --force --yes`"
+        )
+    answer = input(f"Show the reference of {slug} before it passes? It is recorded as a reveal. [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _shown_path(path: Path) -> str:
@@ -351,6 +369,8 @@ def cmd_status(args) -> int:
     else:
         out.print("Not checked yet.")
     out.print(f"Hints seen: {len(history.hints_seen(current))} of {len(kata.hints())}")
+    if current in history.revealed():
+        out.print("Reference revealed before a pass (`dojo solution --force`): recorded as a reveal.")
     out.print(f"Next: {how_to_check(kata.slug)}", markup=False)
     return 0
 

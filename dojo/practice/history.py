@@ -270,6 +270,14 @@ def events(kata: str | None = None, kind: str | None = None, *, path: Path | Non
         return conn.execute(sql + " ORDER BY at, id", args).fetchall()
 
 
+def revealed(*, path: Path | None = None) -> set[str]:
+    """The katas whose reference was shown before they passed (`dojo solution --force`)."""
+    with connect(path) as conn:
+        return {
+            r[0] for r in conn.execute("SELECT kata FROM events WHERE kind = 'reveal' AND detail = 'forced'")
+        }
+
+
 def has_passed(kata: str, *, path: Path | None = None) -> bool:
     """Whether any full (not examples-only) attempt at `kata` passed every test."""
     with connect(path) as conn:

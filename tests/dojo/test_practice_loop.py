@@ -16,6 +16,7 @@ def test_welcome_suggests_the_first_kata(dojo):
     assert out.returncode == 0, out.stderr
     assert "2 katas" in out.stdout and "0 of 2 passing" in out.stdout
     assert "dojo start toy" in out.stdout
+    assert "· serve ·" in out.stdout, "the welcome screen names dojo serve"
 
 
 def test_list_shows_every_kata_with_status(dojo):
@@ -178,10 +179,14 @@ def test_reset_asks_and_keeps_a_backup(dojo):
 
 
 def test_solution_only_after_a_pass_or_forced(dojo):
-    """solution is locked until the kata passes; --force shows it and records a reveal"""
+    """solution is locked until the kata passes; --force shows it and records a reveal, once confirmed
+    (off a terminal only with --yes); status and list say so afterwards"""
     out = dojo("solution", "toy")
     assert out.returncode == 1 and "--force" in out.stdout and "def add" not in out.stdout
     out = dojo("solution", "toy", "--force")
+    assert out.returncode == 2 and "--force --yes" in out.stderr and "count_words" not in out.stdout
+    assert "Reference revealed" not in dojo("status").stdout
+    out = dojo("solution", "toy", "--force", "--yes")
     assert (
         out.returncode == 0 and "counts[word] = counts.get(word, 0) + 1" in out.stdout
     )  # no markup mangling
@@ -192,10 +197,34 @@ def test_solution_only_after_a_pass_or_forced(dojo):
         assert conn.execute("SELECT kata, kind, detail FROM events WHERE kind='reveal'").fetchall() == [
             ("toy", "reveal", "forced")
         ]
+    dojo("start", "toy")
+    assert "Reference revealed before a pass" in dojo("status").stdout
+    toy_row = next(line for line in dojo("list").stdout.splitlines() if " toy " in line)
+    assert "reference revealed before a pass" in toy_row, toy_row
     shutil.copy(dojo.reference, dojo.write(""))
     assert dojo("check", "toy").returncode == 0
+    stats = next(line for line in dojo("stats").stdout.splitlines() if line.startswith("toy "))
+    assert "reference revealed before a pass" in stats, stats
     out = dojo("solution", "toy")
     assert out.returncode == 0 and "def count_words" in out.stdout and "reveal" not in out.stdout
+
+
+@pytest.mark.parametrize("answer, shown", [("y", True), ("", False)])
+def test_forced_solution_asks_first_on_a_terminal(toy_env, monkeypatch, capsys, answer, shown):
+    """on a terminal, --force asks before it shows the reference of an unpassed kata: yes shows it and
+    records the reveal; anything else shows nothing and records nothing"""
+    import argparse
+
+    from dojo.practice import commands, history
+
+    asked = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or answer)
+    code = commands.cmd_solution(argparse.Namespace(slug="toy", force=True, yes=False))
+    assert asked and "recorded as a reveal" in asked[0], asked
+    assert code == (0 if shown else 1)
+    assert ("def count_words" in capsys.readouterr().out) == shown
+    assert history.revealed() == ({"toy"} if shown else set())
 
 
 def test_status_shows_the_kata_in_progress(dojo):

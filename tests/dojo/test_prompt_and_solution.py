@@ -23,8 +23,8 @@ def test_prompt_again(dojo):
 
 
 def test_solution_has_a_header_naming_the_file(dojo):
-    """`dojo solution toy --force` opens with the reference's path and length, then the code"""
-    out = dojo("solution", "toy", "--force")
+    """`dojo solution toy --force --yes` opens with the reference's path and length, then the code"""
+    out = dojo("solution", "toy", "--force", "--yes")
     assert out.returncode == 0, out.stderr
     first, rest = out.stdout.split("\n", 1)
     lines = dojo.reference.read_text().count("\n")
