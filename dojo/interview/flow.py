@@ -16,7 +16,15 @@ from rich.table import Table
 from dojo import catalog
 from dojo.errors import UsageError
 from dojo.interview import answer, session
-from dojo.interview.ask import cmd_ask, cmd_interviewer, mark, show_answer, show_model_answer
+from dojo.interview.ask import (
+    NOT_FOUND,
+    cmd_ask,
+    cmd_interviewer,
+    mark,
+    show_answer,
+    show_marked,
+    show_model_answer,
+)
 from dojo.interview.session import Session
 from dojo.practice import check, history, prose, report, workspace
 
@@ -164,15 +172,7 @@ def show_card(card: dict, out) -> None:
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
         ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
-        (
-            "Rubric coverage",
-            f"{card['rubric_covered']}/{card['rubric_offered']}"
-            + (
-                f" ({card['blank_answers']} blank answer(s): no points, whatever was marked)"
-                if card.get("blank_answers")
-                else ""
-            ),
-        ),
+        ("Rubric coverage", f"{card['rubric_covered']:g}/{card['rubric_offered']}" + _coverage_notes(card)),
         (
             "Score",
             (
@@ -196,6 +196,20 @@ def show_card(card: dict, out) -> None:
     out.print(
         "Thresholds: strong hire >= 85% with every test passing, hire >= 70%, lean no >= 50%, no hire below."
     )
+    if any(f["marked"] for f in card.get("follow_ups", [])):  # cards written before evidence have none
+        out.print("Rubric points marked, and the evidence in the answer:")
+        for f in card["follow_ups"]:
+            show_marked(out, f["marked"], question=f["number"])
+
+
+def _coverage_notes(card: dict) -> str:
+    """What the coverage figure leaves out: blank answers, and marked points the answers show no sign of."""
+    notes = []
+    if card.get("blank_answers"):
+        notes.append(f"{card['blank_answers']} blank answer(s): no points, whatever was marked")
+    if card.get("self_assessed"):
+        notes.append(f"{card['self_assessed']} point(s) {NOT_FOUND}: {session.UNFOUND_CREDIT:g} each")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _clock(s: Session) -> str:
@@ -322,7 +336,7 @@ def cmd_history(args) -> int:
             f"{c['time_used_s'] / 60:.1f} min",
             str(c["check_runs"]),
             str(c["hints"]),
-            f"{c['rubric_covered']}/{c['rubric_offered']}",
+            f"{c['rubric_covered']:g}/{c['rubric_offered']}",
             f"{c['score']:.0%}",
             c["verdict"],
             f"{found} finding(s)" if found else "-",
