@@ -172,3 +172,92 @@ def test_hostile_requests_are_refused_with_their_line(tmp_path):
         assert marker in lines[found[0]["line"] - 1], (name, found)
         # sys.addaudithook swallows a hook's RuntimeError: the new hook is not added, and nothing is raised
         assert refused == (name != "another hook"), (name, refused)
+
+
+LAUNDERED = """
+import code, doctest, functools, json, pdb, runpy, sys, threading, timeit, typing, warnings
+from concurrent.futures import ThreadPoolExecutor
+
+TEMPLATE = "def inner(_it, _timer{init}):\\n    import sys; sys._getframe(0)\\n    return 0.0\\n"
+
+class Hinted:
+    x: "list[int]"
+    y: "__import__('sys')._getframe(0)"
+
+def fine():
+    return 1
+
+def doc():
+    '''
+    >>> x = 1
+    '''
+
+def honest():
+    timeit.timeit(fine, number=2)
+    typing.get_type_hints(fine)
+    warnings.warn("fine")
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(warnings.warn, "fine").result()
+    threading.Thread(target=json.dumps, args=([1],)).start()
+    functools.wraps(json.dumps)(fine)
+
+def joined(thread):
+    thread.start()
+    thread.join()
+
+LAUNDERED = {
+    "timeit stmt": lambda: timeit.timeit(stmt="import sys; sys._getframe(0)", number=1),
+    "timeit setup": lambda: timeit.Timer(fine, setup="x = 1"),
+    "timeit template": lambda: (setattr(timeit, "template", TEMPLATE), timeit.timeit(fine, number=1)),
+    "code": lambda: code.InteractiveInterpreter().runsource("x = 1"),
+    "runpy": lambda: runpy.run_path(__file__.replace("cheat.py", "other.py")),
+    "doctest": lambda: doctest.run_docstring_examples(doc, {}),
+    "pdb": lambda: pdb.run("x = 1"),
+    "typing": lambda: typing.get_type_hints(Hinted),
+    "update_wrapper": lambda: functools.update_wrapper(json.JSONDecoder, fine, assigned=("decode",)),
+    "wraps": lambda: functools.wraps(fine)(json.JSONEncoder),
+    "a library function's code": lambda: functools.update_wrapper(json.dumps, fine, ("__code__",), ()),
+    "thread exec": lambda: joined(threading.Thread(target=exec, args=("x = 1",))),
+    "thread frames": lambda: joined(threading.Thread(target=sys._getframe)),
+    "thread of a thread": lambda: joined(threading.Thread(target=joined, args=(threading.Thread(target=sys._getframe),))),
+    "pool": lambda: ThreadPoolExecutor(1).submit(sys._getframe).exception(),
+}
+"""
+
+LAUNDERED_RUN = """
+    import importlib.util, json, sys, threading
+    from dojo.grading.confine import audit
+    found = []
+    audit.install({PATH}, found.append)
+    threading.excepthook = lambda args: None  # a refusal inside a thread ends that thread only
+    spec = importlib.util.spec_from_file_location("cheat", PATH)
+    mod = sys.modules["cheat"] = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod.honest()
+    honest = list(found)
+    routes = {}
+    for name, fn in mod.LAUNDERED.items():
+        before = len(found)
+        try:
+            fn()
+        except Exception:  # a refusal, or the route's own error after it did its work (update_wrapper)
+            pass
+        routes[name] = found[before:]
+    print(json.dumps({"honest": honest, "routes": routes}))
+"""
+
+
+def test_code_the_stdlib_runs_for_the_candidate_is_the_candidates(tmp_path):
+    """text the candidate hands to timeit, code, runpy, doctest, pdb or typing, class writes through
+    functools, and requests from threads it started are refused and recorded on the candidate's line that
+    set them off; timeit of a callable, plain string annotations, warnings and threads running library
+    code are not"""
+    path = tmp_path / "cheat.py"
+    path.write_text(LAUNDERED)
+    (tmp_path / "other.py").write_text("x = 1\n")
+    result = run(LAUNDERED_RUN.replace("PATH", repr(str(path))))
+    assert result["honest"] == []
+    lines = LAUNDERED.splitlines()
+    for name, found in result["routes"].items():
+        assert found and found[0]["file"] == "cheat.py", (name, found)
+        marker = "thread.start()" if name.startswith("thread") else f'"{name}":'
+        assert marker in lines[found[0]["line"] - 1], (name, found)
