@@ -78,15 +78,11 @@ def mark(out, given: str, n: int) -> list[int]:
 
 def show_marked(out, points: list[dict], question: int | None = None) -> None:
     """Each marked point (`session.marked`), numbered "N." (or "Q<question>.N"), and the evidence its
-    answer holds, or NOT_FOUND with what it counts."""
+    answer holds, or NOT_FOUND."""
     for p in points:
         number = f"{p['number']}." if question is None else f"Q{question}.{p['number']}"
         out.print(f"  {number} {prose.render_plain(p['point'])}", markup=False)
-        said = (
-            f"found: {', '.join(p['found'])}"
-            if p["found"]
-            else f"{NOT_FOUND} (counts {session.UNFOUND_CREDIT:g})"
-        )
+        said = f"found: {', '.join(p['found'])}" if p["found"] else f"{NOT_FOUND} (no credit)"
         out.print(f"       {said}", markup=False)
 
 

@@ -172,7 +172,7 @@ def show_card(card: dict, out) -> None:
         ("Time used", used),
         ("Check runs", str(card["check_runs"])),
         ("Hints", f"{card['hints']} (-{card['hint_cost']:.0%} of the code score)" if card["hints"] else "0"),
-        ("Rubric coverage", f"{card['rubric_covered']:g}/{card['rubric_offered']}" + _coverage_notes(card)),
+        ("Rubric coverage", f"{card['rubric_covered']}/{card['rubric_offered']}" + _coverage_notes(card)),
         (
             "Score",
             (
@@ -208,7 +208,7 @@ def _coverage_notes(card: dict) -> str:
     if card.get("blank_answers"):
         notes.append(f"{card['blank_answers']} blank answer(s): no points, whatever was marked")
     if card.get("self_assessed"):
-        notes.append(f"{card['self_assessed']} point(s) {NOT_FOUND}: {session.UNFOUND_CREDIT:g} each")
+        notes.append(f"{card['self_assessed']} marked point(s) {NOT_FOUND}: no credit")
     return f" ({'; '.join(notes)})" if notes else ""
 
 
@@ -336,7 +336,7 @@ def cmd_history(args) -> int:
             f"{c['time_used_s'] / 60:.1f} min",
             str(c["check_runs"]),
             str(c["hints"]),
-            f"{c['rubric_covered']:g}/{c['rubric_offered']}",
+            f"{c['rubric_covered']}/{c['rubric_offered']}",
             f"{c['score']:.0%}",
             c["verdict"],
             f"{found} finding(s)" if found else "-",

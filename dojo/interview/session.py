@@ -2,8 +2,8 @@
 
 Scoring, and the verdict thresholds:
     code    = hidden-suite points / total (inconclusive tests left out), minus HINT_COST (0.10) per hint, >= 0
-    answers = rubric credit / points offered: a marked point earns 1 when the answer holds any of its key
-              terms or numbers, 0.5 when not ("self-assessed, not found in the answer"); a blank answer 0
+    answers = marked rubric points whose answer holds any of their key terms or numbers / points offered
+              (a mark without is "self-assessed, not found in the answer"; a blank answer covers none)
     score   = 0.7 * code + 0.3 * answers
     strong hire: score >= 0.85 and every hidden test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire
 Nothing here prints or asks: dojo.interview.flow does the talking.
@@ -28,7 +28,6 @@ CODE_WEIGHT, ANSWERS_WEIGHT = 0.7, 0.3
 VERDICTS = ((0.85, "strong hire"), (0.70, "hire"), (0.50, "lean no"), (0.0, "no hire"))
 KATA_QUESTIONS = 2  # the kata's own follow-ups asked, before one from the bank
 RECENT_S = 7 * 24 * 3600  # a kata passed this recently is not picked for an interview
-UNFOUND_CREDIT = 0.5  # a marked point whose answer holds none of its evidence: self-assessed, half
 
 
 class SessionOpen(RuntimeError):
@@ -237,11 +236,6 @@ def marked(rubric: list[str], answer: str, covered: list[int]) -> list[dict]:
     ]
 
 
-def credit(points: list[dict]) -> float:
-    """What `marked` points earn: 1 each with evidence in the answer, UNFOUND_CREDIT each without."""
-    return sum(1.0 if p["found"] else UNFOUND_CREDIT for p in points)
-
-
 def scorecard(s: Session) -> dict:
     """The scorecard of a submitted session, from its stored rows."""
     answers = answered(s)
@@ -252,7 +246,7 @@ def scorecard(s: Session) -> dict:
         if a["answer"].strip()  # blank earns nothing
     ]
     points = [p for f in follow_ups for p in f["marked"]]
-    covered = credit(points)
+    covered = sum(1 for p in points if p["found"])  # a mark the answer shows no sign of earns nothing
     blank = sum(1 for a in answers.values() if not a["answer"].strip())
     code = max(0.0, (s.points or 0) / max(s.total or 0, 1) - HINT_COST * len(s.hints))
     answers_part = covered / offered if offered else 1.0

@@ -98,8 +98,9 @@ def test_interview_takes_multi_line_answers(dojo):
     )
     assert "No answer given: it covers none of the rubric points." in out.stdout
     assert (
-        "Rubric coverage: 1.5/8 (1 blank answer(s): no points, whatever was marked; 1 point(s) self-assessed,"
-        " not found in the answer: 0.5 each)" in out.stdout  # "regex" is nowhere in the answer
+        "Rubric coverage: 1/8 (1 blank answer(s): no points, whatever was marked; 1 marked point(s)"
+        " self-assessed, not found in the answer: no credit)"
+        in out.stdout  # "regex" is nowhere in the answer
     )
     with sqlite3.connect(dojo.db) as conn:
         stored = conn.execute(
@@ -112,13 +113,12 @@ NONSENSE = "banana banana the GPU is purple, 42 requests because giraffes."
 QUESTIONS = [q for k in catalog.load() for q in k.questions()] + [e.question for e in bank.bank()]
 
 
-def test_nonsense_marked_all_is_half_marks():
-    """the nonsense answer marked "all" on kv_cache's bytes-per-token question (5 points) earns 2.5: every
-    point self-assessed, none found in the answer"""
+def test_nonsense_marked_all_finds_nothing():
+    """the nonsense answer marked "all" on kv_cache's bytes-per-token question (5 points): every point
+    self-assessed, no evidence of any in the answer"""
     q = catalog.get("kv_cache").questions()[0]
     points = session.marked(q.rubric, NONSENSE, list(range(1, len(q.rubric) + 1)))
     assert [p["found"] for p in points] == [[]] * 5
-    assert session.credit(points) == 2.5
 
 
 @pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.question[:50])
@@ -127,7 +127,6 @@ def test_model_answer_marked_all_keeps_its_marks(q):
     points = session.marked(q.rubric, q.answer, list(range(1, len(q.rubric) + 1)))
     unfound = [p["point"] for p in points if not p["found"]]
     assert len(unfound) <= 1, f"the model answer shows no evidence of {unfound}"
-    assert session.credit(points) >= len(q.rubric) - session.UNFOUND_CREDIT
 
 
 def test_an_answer_with_the_key_terms_scores_them():
@@ -136,9 +135,8 @@ def test_an_answer_with_the_key_terms_scores_them():
     rubric = catalog.get("kv_cache").questions()[0].rubric
     given = "SmolLM2: 46,080 bytes a token in FP32. The 7B: 512 KiB per token, 2 GiB a 4096-token sequence."
     points = session.marked(rubric, given, [2, 3, 5])
-    assert [bool(p["found"]) for p in points] == [True, True, False]
+    assert [bool(p["found"]) for p in points] == [True, True, False]  # 2 of the 3 marks earn a point
     assert "46 080 B" in points[0]["found"] and {"0.5 MiB", "4k"} <= set(points[1]["found"])
-    assert session.credit(points) == 2.5
 
 
 @pytest.mark.parametrize(

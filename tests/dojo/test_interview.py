@@ -234,19 +234,20 @@ def test_hints_cost_points(dojo):
 
 
 def test_self_marked_nonsense_is_not_full_marks(dojo):
-    """an answer holding none of a point's key terms or numbers, marked "all", earns half a point per point,
-    and the scorecard shows each one as "self-assessed, not found in the answer"; answers that hold the
-    terms, marked "all", keep full marks"""
+    """an answer holding none of a point's key terms or numbers, marked "all", earns none of its points, and
+    the scorecard shows each one as "self-assessed, not found in the answer"; answers that hold the terms,
+    marked "all", keep full marks"""
     run(dojo, "interview", "toy")
     solve(dojo)
     out = run(dojo, "submit", at=T0 + 60, stdin=f"{NONSENSE}\n.\nall\n{NONSENSE}\n.\nall\n")
     assert out.returncode == 0, out.stdout + out.stderr
     said = "self-assessed, not found in the answer"
-    assert f"Rubric coverage: 4/8 (8 point(s) {said}: 0.5 each)" in out.stdout, out.stdout
-    assert f"Q1.1 says punctuation is kept\n       {said} (counts 0.5)" in out.stdout, out.stdout
-    assert out.stdout.count(f"{said} (counts 0.5)") == 8
+    assert f"Rubric coverage: 0/8 (8 marked point(s) {said}: no credit)" in out.stdout, out.stdout
+    assert f"Q1.1 says punctuation is kept\n       {said} (no credit)" in out.stdout, out.stdout
+    assert out.stdout.count(f"{said} (no credit)") == 8
+    assert "Score:           70%" in out.stdout and "Verdict:         hire" in out.stdout  # the code alone
     card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
-    assert (card["rubric_covered"], card["self_assessed"], card["answers"]) == (4, 8, 0.5)
+    assert (card["rubric_covered"], card["self_assessed"], card["answers"]) == (0, 8, 0.0)
 
     run(dojo, "interview", "toy", at=T0 + 1000)
     solve(dojo)
