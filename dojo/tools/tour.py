@@ -2,9 +2,10 @@
 
 `python -m dojo.tools.tour [--kata kv_cache]` types, in a detached tmux session and a fresh temporary
 workspace, what a newcomer types: `dojo`, `dojo start`, `dojo check` (fails), `dojo hint`, the reference
-copied in, `dojo check` (passes), `dojo interview`, `dojo submit` with the follow-ups answered, `dojo
-history`. After each step it checks the phrases a person should see and the exit status: one PASS or
-FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
+copied in, `dojo check` (passes), `dojo interview`, `dojo submit` with the follow-ups answered, a second
+interview answered with nonsense and marked "all" (its scorecard: "self-assessed, not found in the
+answer"), `dojo history`. After each step it checks the phrases a person should see and the exit status:
+one PASS or FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ANSWER = (
     "Per token the cache holds 2 (keys and values) x layers x KV heads x head_dim x bytes per element; "
     "grouped-query attention divides it by the group size."
 )
+NONSENSE = "banana banana the GPU is purple, 42 requests because giraffes."  # the self-marking leg's answer
 
 
 @dataclass
@@ -205,6 +207,7 @@ def steps(slug: str, workspace: Path) -> list[Step]:
     path = re.escape(str(workspace / f"{slug}.py"))
     solution = shlex.quote(str(targets.solutions_dir() / f"{slug}.py"))
     copy = f'cp {solution} "$DOJO_WORKSPACE/{slug}.py"'
+    nonsense = shlex.quote(str(workspace.parent / "nonsense.sh"))  # written by _setup
     return [
         Step(
             "the welcome screen",
@@ -258,6 +261,22 @@ def steps(slug: str, workspace: Path) -> list[Step]:
             ),
             absent=(r"\bFAIL\b", r"blank answer", r"Stopped before question"),
         ),
+        # the self-marking leg: every follow-up answered with nonsense and marked "all"; a mark the answer
+        # shows no sign of earns nothing, and the scorecard says which ones
+        Step("a second mock interview", f"dojo interview {slug}", expect=(f"Mock interview: {slug}",)),
+        Step("solve it again", copy),
+        Step(
+            "answer with nonsense, mark every point: the scorecard says the marks are not in the answers",
+            f'eval "EDITOR={nonsense} dojo submit"',  # $EDITOR for this command only
+            answers=(("Which points did you cover?", "all"),),
+            expect=(
+                f"Scorecard: {slug}",
+                r"Rubric coverage: \d+/\d+ \(\d+ marked point\(s\) self-assessed, not found in the answer: "
+                r"no credit\)",
+                r"Q1\.1 .* self-assessed, not found in the answer \(no credit\)",
+            ),
+            absent=(r"Rubric coverage: (\d+)/\1\b", r"Stopped before question"),  # full marks; cut short
+        ),
         Step(
             "the interview history",
             "dojo history",
@@ -274,6 +293,9 @@ def _setup(folder: Path, workspace: Path) -> tuple[dict[str, str], Path]:
     editor = folder / "editor.sh"  # the learner's $EDITOR: writes an answer below the question and quits
     editor.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(ANSWER)} >> \"$1\"\n")
     editor.chmod(0o755)
+    nonsense = folder / "nonsense.sh"  # the self-marking leg's $EDITOR: an answer that covers nothing
+    nonsense.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(NONSENSE)} >> \"$1\"\n")
+    nonsense.chmod(0o755)
     rc = folder / "bashrc"
     rc.write_text(
         "PS1='$ '\nunset PROMPT_COMMAND\nHISTFILE=/dev/null\n"

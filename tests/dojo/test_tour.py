@@ -56,3 +56,16 @@ def test_the_tour_walks_the_loop_in_order_on_a_real_kata(tmp_path):
     assert any("starts from the stub" in e for e in interview.expect) and any(
         "backed up" in e for e in interview.expect
     )
+
+
+def test_the_tour_answers_one_interview_with_nonsense(tmp_path):
+    """the self-marking leg: one `dojo submit` runs with $EDITOR writing nonsense, marks every point, and
+    wants the scorecard to call the marks self-assessed, not found in the answer"""
+    workspace = tmp_path / "workspace"
+    tour._setup(tmp_path, workspace)
+    assert tour.NONSENSE in (tmp_path / "nonsense.sh").read_text()
+    leg = [
+        s for s in tour.steps("kv_cache", workspace) if ("Which points did you cover?", "all") in s.answers
+    ]
+    assert len(leg) == 1 and str(tmp_path / "nonsense.sh") in leg[0].command
+    assert any("self-assessed, not found in the answer" in e for e in leg[0].expect)
