@@ -1,21 +1,22 @@
 """Similar submissions: which take-homes share their code for a kata, and which copy the reference.
 
 Greedy String Tiling, as JPlag compares programs: each file becomes a token stream with what a copier
-changes for free normalised away (layout, comments, names, constants, statements that do nothing),
-and two streams are covered by their longest common runs first (`MIN_MATCH` tokens at least). Tokens
+changes for free normalised away (its mechanical rewrites undone by `canonical`, then layout, comments,
+names, constants, statements that do nothing), and two streams are covered by their longest common runs first (`MIN_MATCH` tokens at least). Tokens
 the kata's stub accounts for count for neither side. `find` lists the pairs, and the copies of the
 reference, at `THRESHOLD` or more: evidence for a person to read, not a verdict.
 """
 
 from __future__ import annotations
 
-import ast
 import builtins
 import io
 import keyword
 import tokenize
 from dataclasses import dataclass
 from itertools import combinations
+
+from dojo.grading.scan import canonical
 
 MIN_MATCH = 10  # shortest tile, in tokens: shorter runs recur in independent code
 THRESHOLD = 0.75  # share of the shorter stream covered by tiles
@@ -39,55 +40,21 @@ class Stream:
 
 
 def tokens(source: str) -> list[str]:
-    """The normalised token stream of `source` (empty when it does not tokenize). Calls of the file's own
-    pass-through functions (`def _i(v): return v`, `_i = lambda v: v`) are read as their argument: wrapping
-    every other name in one would otherwise break every long run."""
+    """The normalised token stream of `source`, its mechanical rewrites undone first (`canonical`);
+    empty when it does not tokenize."""
     out: list[str] = []
     statement: list[str] = []
-    skip = _pass_throughs(source)
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(io.StringIO(canonical.source(source)).readline):
             if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
                 if not _no_op(statement):
                     out += statement
                 statement = []
-            elif tok.type == tokenize.NAME and tok.string in skip:
-                continue
             elif tok.type not in LAYOUT:
                 statement += _normal(tok, statement[-1] if statement else "")
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     return out
-
-
-def _pass_throughs(source: str) -> set[str]:
-    """Names of the file's functions that return their first argument unchanged."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        fn, name = None, None
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = [
-                b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
-            ]
-            fn, name = (
-                (body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None),
-                node.name,
-            )
-            args = node.args
-        elif (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Lambda)
-        ):
-            fn, name, args = node.value.body, node.targets[0].id, node.value.args
-        if fn is not None and isinstance(fn, ast.Name) and args.args and fn.id == args.args[0].arg:
-            found.add(name)
-    return found
 
 
 def _no_op(statement: list[str]) -> bool:
