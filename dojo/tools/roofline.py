@@ -3,26 +3,27 @@
 It measures copy bandwidth and matmul peak (solutions.roofline) before and after timing the model's
 prefill and one decode step, keeps the higher of each, prints a table and saves the plot under the
 workspace. Each weights mode (`--weights`) adds its decode step, credited with its own weight bytes,
-and its speed-up over fp32 beside its bytes ratio. On a CUDA GPU the fp32 phases run there too. The
-numbers come from `solutions.roofline`; this module chooses sizes, formats and prints.
+and its speed beside fp32's. On a CUDA GPU the fp32 phases run there too. Before measuring it says how
+long it will take: one short pass of each model, scaled by the roofline at the ceilings just measured.
+The numbers come from `solutions.roofline`; this module chooses sizes, estimates, formats and prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-from dojo.practice import report
+from dojo.tools.roofline_progress import Counted, duration, phases, plan, probe
 
 if TYPE_CHECKING:  # torch loads only when the command runs: `dojo` itself starts fast
-    from solutions.roofline import Measurement
+    from solutions.roofline import Cost, Measurement
+
+FAR_BELOW = 0.25  # a phase under this share of its attainable roof is bound by neither ceiling
+PROBE_TOKENS = 128  # the estimate's prefill probe: a quarter of the default prompt, long enough to scale from
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,14 @@ class Ceilings:
         return roofline.ridge_point(self.peak_flops, self.bandwidth)
 
 
-def measure_ceilings(device: str, copy_bytes: int | None, matmul_n: int, repeats: int) -> Ceilings:
+def measure_ceilings(
+    device: str,
+    copy_bytes: int | None,
+    matmul_n: int,
+    repeats: int,
+    advance: Callable[[int, int], object] = lambda done, total: None,
+) -> Ceilings:
+    """Both ceilings of `device`; `advance(done, 2)` after each."""
     import torch
 
     from solutions import roofline
@@ -52,7 +60,9 @@ def measure_ceilings(device: str, copy_bytes: int | None, matmul_n: int, repeats
         llc = roofline.last_level_cache_bytes() if device == "cpu" else 0
         copy_bytes = 4 * llc if llc else 1 << 30  # the contract's default, made visible
     bandwidth = roofline.measure_bandwidth(copy_bytes, repeats, device=device)
+    advance(1, 2)
     peak = roofline.measure_peak_flops(matmul_n, torch.float32, repeats, device=device)
+    advance(2, 2)
     threads = torch.get_num_threads()
     name = (
         f"cpu ({threads} thread{'s' * (threads != 1)})"
@@ -88,21 +98,68 @@ def mode_decode(
     """One decode step of a `mode` model, credited with fp32's FLOPs and its own weight bytes
     (phase_cost counts fp32 weights; the KV cache stays fp32 in every mode)."""
     from solutions import roofline
+
+    m = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
+    return replace(m, cost=pass_cost(model, fp32_weight_bytes, "decode", batch, 1, prompt_tokens))
+
+
+def pass_cost(model, fp32_weight_bytes: int, phase: str, batch: int, seq_len: int, context_len: int) -> Cost:
+    """phase_cost of one pass of `model`, its weights counted at their own bytes (a packed mode's are fewer)."""
+    from solutions import roofline
     from solutions.roofline import Cost
     from solutions.system.kernels.weight_modes import weight_bytes
 
-    m = roofline.measure_phase(model, "decode", batch, 1, prompt_tokens, repeats)
-    cost = Cost(m.cost.flops, m.cost.bytes - fp32_weight_bytes + weight_bytes(model))
-    return replace(m, cost=cost)
+    fp32 = roofline.phase_cost(model.config, phase, batch, seq_len, context_len)
+    return Cost(fp32.flops, fp32.bytes - fp32_weight_bytes + weight_bytes(model))
+
+
+def estimate(
+    models: dict, c: Ceilings, fp32_weight_bytes: int, batch: int, n: int, repeats: int, advance
+) -> dict[tuple[str, str], list[float]]:
+    """`plan` of each phase the run will measure, keyed (mode, "prefill" | "decode"): fp32's two and
+    each other model's decode, from a `probe` of each model; `advance(done, total)` after each probe."""
+    tokens = min(PROBE_TOKENS, n)
+    plans = {}
+    for done, (mode, model) in enumerate(models.items(), start=1):
+        prefill_s, decode_s = probe(model, batch, tokens)
+        costs = [
+            pass_cost(model, fp32_weight_bytes, *shape)
+            for shape in (
+                ("prefill", batch, tokens, 0),
+                ("prefill", batch, n, 0),
+                ("decode", batch, 1, tokens),
+                ("decode", batch, 1, n),
+            )
+        ]
+        for kind in ("prefill", "decode") if mode == "fp32" else ("decode",):
+            plans[mode, kind] = plan(kind, repeats, (prefill_s, *costs[:2]), (decode_s, *costs[2:]), c)
+        advance(done, len(models))
+    return plans
 
 
 def mode_lines(fp32: Measurement, modes: dict[str, Measurement]) -> list[str]:
-    """Per packed mode: how many times fewer bytes a decode step moves, and how much faster it ran."""
+    """Per packed mode: how many times fewer bytes a decode step moves, and how much faster (or slower)
+    it ran, each ratio read the way it goes ("1.72x slower", never "0.58x faster")."""
     return [
-        f"  {mode}: decode moves {fp32.cost.bytes / m.cost.bytes:.2f}x fewer bytes than fp32 and ran "
-        f"{fp32.seconds / m.seconds:.2f}x faster ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
+        f"  {mode}: decode moves {_times(fp32.cost.bytes / m.cost.bytes, 'fewer', 'more')} bytes than fp32 and ran "
+        f"{_times(fp32.seconds / m.seconds, 'faster', 'slower')} ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
         for mode, m in modes.items()
     ]
+
+
+def _times(ratio: float, up: str, down: str) -> str:
+    """2.5 -> "2.50x faster"; 0.58 -> "1.72x slower": the factor is never below 1."""
+    return f"{ratio:.2f}x {up}" if ratio >= 1 else f"{1 / ratio:.2f}x {down}"
+
+
+def verdict(share: float, intensity: float, c: Ceilings) -> str:
+    """What bounds a phase that reached `share` of its attainable FLOP/s: the ceiling on its side of the
+    ridge, or neither when it ran far below that roof (under FAR_BELOW of it)."""
+    from solutions import roofline
+
+    if share < FAR_BELOW:
+        return "below both ceilings: dispatch or a busy machine bounds it"
+    return roofline.bound(intensity, c.peak_flops, c.bandwidth) + "-bound"
 
 
 def _si(value: float, unit: str) -> str:
@@ -127,11 +184,11 @@ def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batc
     ]
     for label, m in zip(labels, phases):
         roof = roofline.attainable(m.intensity, c.peak_flops, c.bandwidth)
-        verdict = roofline.bound(m.intensity, c.peak_flops, c.bandwidth) + "-bound"
+        share = m.flops_per_s / roof
         lines.append(
             f"  {label:<28}{m.intensity:>10.3g}{_si(m.flops_per_s, 'FLOP/s'):>16}"
-            f"{_si(roof, 'FLOP/s'):>16}{m.flops_per_s / roof:>7.0%}{_si(m.bytes_per_s, 'B/s'):>14}"
-            f"  {verdict}"
+            f"{_si(roof, 'FLOP/s'):>16}{share:>7.0%}{_si(m.bytes_per_s, 'B/s'):>14}"
+            f"  {verdict(share, m.intensity, c)}"
         )
     decode = phases[-1]
     lines.append(
@@ -139,36 +196,6 @@ def table(ceilings: Ceilings, phases: list[Measurement], labels: list[str], batc
         f"{batch * c.bandwidth / decode.cost.bytes:.3g} ({decode.cost.bytes / 1e6:.1f} MB per step)"
     )
     return lines
-
-
-T = TypeVar("T")
-Phase = Callable[..., T]  # phase(name, work, counted=False) -> work's result
-
-
-@contextmanager
-def phases() -> Iterator[Phase]:
-    """`phase(name, work)` runs `work()` under its own progress bar on stderr (a terminal only), named
-    `name`; `work` may take a callback `advance(done, total)` when the phase counts its steps (then
-    pass `counted=True`)."""
-    columns = (
-        TextColumn("{task.description:<34}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeElapsedColumn(),
-    )
-    console = report.console(stderr=True)
-    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
-
-        def phase(name: str, work: Callable[..., T], counted: bool = False) -> T:
-            task = bar.add_task(name, total=None)
-            if counted:
-                result = work(lambda done, total: bar.update(task, completed=done, total=total))
-            else:
-                result = work()
-            bar.update(task, total=1, completed=1)
-            return result
-
-        yield phase
 
 
 def plot(points: dict[str, tuple[float, float]], ceilings: Ceilings, path: Path) -> None:
@@ -279,35 +306,70 @@ def run(args: argparse.Namespace) -> int:
         fp32_bytes = weight_bytes(models["fp32"])
         for device in devices:
             model = models["fp32"].to(device)
+            timed = {"fp32": model} | (
+                {m: models[m] for m in modes if m != "fp32"} if device == "cpu" else {}
+            )
+            clock = time.perf_counter()
             before = phase(
                 f"ceilings ({device})",
-                lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats),
+                lambda advance: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats, advance),
+                counted=True,
             )
+            ceilings_s = time.perf_counter() - clock
+            plans = phase(
+                f"estimating the time ({device})",
+                lambda advance: estimate(timed, before, fp32_bytes, args.batch, n, args.repeats, advance),
+                counted=True,
+            )
+            total = ceilings_s + sum(map(sum, plans.values()))
+            print(
+                f"{device}: about {duration(total)} to measure {len(plans)} phases ({args.repeats + 1} passes "
+                "each, the warm-up included) and the ceilings again; estimated from one "
+                f"{min(PROBE_TOKENS, n)}-token prefill and one decode step of each mode, scaled by the roofline "
+                "at the ceilings just measured"
+            )
+
+            def measured(name: str, mode: str, kind: str, work: Callable) -> Measurement:
+                steps = plans[mode, kind]
+                return phase(
+                    name, lambda advance: work(Counted(timed[mode], steps, advance)), True, sum(steps)
+                )
+
             phases_ = [
-                phase(
+                measured(
                     f"prefill {n} tokens (fp32, {device})",
-                    lambda: roofline.measure_phase(model, "prefill", args.batch, n, 0, args.repeats),
+                    "fp32",
+                    "prefill",
+                    lambda m: roofline.measure_phase(m, "prefill", args.batch, n, 0, args.repeats),
                 ),
-                phase(
+                measured(
                     f"decode after {n} (fp32, {device})",
-                    lambda: roofline.measure_phase(model, "decode", args.batch, 1, n, args.repeats),
+                    "fp32",
+                    "decode",
+                    lambda m: roofline.measure_phase(m, "decode", args.batch, 1, n, args.repeats),
                 ),
             ]
-            packed = (
-                {}
-                if device != "cpu"
-                else {
-                    m: phase(
-                        f"decode after {n} ({m}, {device})",
-                        lambda m=m: mode_decode(models[m], m, fp32_bytes, n, args.batch, args.repeats),
-                    )
-                    for m in modes
-                    if m != "fp32"
-                }
-            )
+            packed = {
+                mode: measured(
+                    f"decode after {n} ({mode}, {device})",
+                    mode,
+                    "decode",
+                    lambda m, mode=mode: mode_decode(m, mode, fp32_bytes, n, args.batch, args.repeats),
+                )
+                for mode in timed
+                if mode != "fp32"
+            }
             after = phase(
                 f"ceilings again ({device})",
-                lambda: measure_ceilings(device, copy_bytes, args.matmul_n, args.repeats),
+                lambda advance: measure_ceilings(
+                    device,
+                    copy_bytes,
+                    args.matmul_n,
+                    args.repeats,
+                    lambda done, steps: advance(ceilings_s * done / steps, ceilings_s),
+                ),
+                True,
+                ceilings_s,
             )
             ceilings, note = best_of(before, after)
             extra = [f"decode after {n}, {m}" for m in packed]
@@ -321,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
             }
             path = out_dir / f"roofline-{device}.png"
             phase(f"plot ({device})", lambda: plot(points, ceilings, path))
-            print(f"  plot: {path}\n")
+            print(f"  plot: {path}")
+            print(f"  measured in {duration(time.perf_counter() - clock)} (estimated {duration(total)})\n")
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0

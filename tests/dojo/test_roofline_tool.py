@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+
+import pytest
 
 from dojo import ROOT
 from dojo.tools.roofline import Ceilings, best_of, table
@@ -13,7 +16,8 @@ from solutions.roofline import Measurement, phase_cost
 
 
 def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
-    """dojo roofline --random-weights: ceilings, both phases with verdicts, and a PNG under the workspace"""
+    """dojo roofline --random-weights: an estimate before measuring, ceilings, both phases with verdicts, a PNG
+    under the workspace, and the time taken beside the estimate"""
     env = {**os.environ, "DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
     cmd = [
         sys.executable,
@@ -41,13 +45,19 @@ def test_roofline_command_prints_the_table_and_saves_the_plot(tmp_path):
         "ridge",
         "prefill 8 tokens, fp32",
         "decode after 8, fp32",
-        "memory-bound",
         "cpu (1 thread)",
         "copy of 8 MiB",
         "n = 128",
         "tokens/s",
     ):
         assert want in out, f"{want!r} missing from:\n{out}"
+    estimate = next(line for line in out.splitlines() if line.startswith("cpu: about "))
+    assert "to measure 2 phases (2 passes each" in estimate and "8-token prefill" in estimate, estimate
+    assert re.search(r"measured in \d+ s \(estimated \d+ s\)", out), out
+    rows = [line for line in out.splitlines() if line.startswith(("  prefill 8", "  decode after 8"))]
+    assert len(rows) == 2 and all(
+        row.endswith(("memory-bound", "compute-bound", "a busy machine bounds it")) for row in rows
+    ), rows
     plot = tmp_path / "roofline" / "roofline-cpu.png"
     assert f"plot: {plot}" in out, out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{plot} is not a PNG"
@@ -74,6 +84,20 @@ def test_table_shares_and_verdicts():
     assert tokens.split()[1] == f"{5e9 / decode_cost.bytes:.3g}", tokens  # half the ceiling's tokens/s
 
 
+def test_a_phase_far_below_its_roof_is_bound_by_neither_ceiling():
+    """a phase under a quarter of its attainable roof is not called memory-bound (or compute-bound): the
+    table says it is below both ceilings and what bounds it instead"""
+    smol = LlamaConfig.smollm2_135m()
+    ceilings = Ceilings("cpu", "cpu", bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 30, matmul_n=2048)
+    cost = phase_cost(smol, "decode", 1, 1, 512)
+    rows = {}
+    for share in (0.02, 0.24, 0.26):
+        (line,) = table(ceilings, [Measurement("decode", cost.bytes / (share * 1e10), cost)], ["d"], 1)[6:7]
+        rows[share] = line
+    assert rows[0.02].endswith("below both ceilings: dispatch or a busy machine bounds it"), rows[0.02]
+    assert "below both" in rows[0.24] and rows[0.26].endswith("memory-bound"), rows
+
+
 def test_best_of_keeps_the_higher_ceiling_and_warns_when_they_moved():
     """Two measurements of the ceilings: keep the higher of each; warn only if they differ by over 20%"""
     before = Ceilings(
@@ -97,6 +121,51 @@ def test_mode_lines_put_the_speed_up_beside_the_bytes_ratio():
     int4 = Measurement("decode", 0.012, Cost(270_000_000, 125_000_000))
     (line,) = mode_lines(fp32, {"int4": int4})
     assert "int4" in line and "4.32x fewer bytes" in line and "2.50x faster" in line, line
+
+
+def test_a_slower_mode_says_slower_not_a_fraction_faster():
+    """a mode that took longer than fp32 reads "1.39x slower", never "0.72x faster" (a factor below 1)"""
+    from dojo.tools.roofline import mode_lines
+    from solutions.roofline import Cost
+
+    fp32 = Measurement("decode", 0.030, Cost(270_000_000, 540_000_000))
+    int4 = Measurement("decode", 0.030 / 0.72, Cost(270_000_000, 125_000_000))
+    (line,) = mode_lines(fp32, {"int4": int4})
+    assert "ran 1.39x slower" in line and "faster" not in line, line
+
+
+def test_plan_scales_the_probe_by_the_roofline():
+    """a pass is estimated as the probe's seconds times the ratio of their roofline times: 16x the FLOPs of a
+    compute-bound probe take 16x as long, and a bandwidth-bound pass scales with its bytes; a decode phase
+    is one context prefill then 1 + repeats steps"""
+    from dojo.tools.roofline_progress import plan
+    from solutions.roofline import Cost
+
+    c = Ceilings("cpu", "cpu", bandwidth=1e10, peak_flops=1e11, copy_bytes=1 << 20, matmul_n=64)
+    prefill = (
+        0.5,
+        Cost(10**11, 10**9),
+        Cost(16 * 10**11, 10**9),
+    )  # compute-bound both: 1 s then 16 s of roof
+    decode = (0.02, Cost(10**8, 5 * 10**8), Cost(10**8, 10**9))  # bandwidth-bound both: 0.05 s then 0.1 s
+    assert plan("prefill", 2, prefill, decode, c) == [8.0, 8.0, 8.0]
+    assert plan("decode", 2, prefill, decode, c) == pytest.approx([8.0, 0.04, 0.04, 0.04])
+
+
+def test_a_measured_phase_moves_its_bar_pass_by_pass():
+    """measure_phase through Counted: the bar advances after every pass (the context prefill, the warm-up and
+    each timed step), by each pass's estimate, and ends at the plan's total"""
+    from dojo.tools.roofline_progress import Counted
+    from solutions import roofline
+    from solutions.model import tiny_model
+
+    seen = []
+    steps = [3.0, 0.5, 0.5, 0.5]  # the context prefill, a warm-up step, two timed steps
+    m = roofline.measure_phase(
+        Counted(tiny_model(0), steps, lambda d, t: seen.append((d, t))), "decode", 1, 1, 4, 2
+    )
+    assert m.phase == "decode" and m.seconds > 0
+    assert seen == [(3.0, 4.5), (3.5, 4.5), (4.0, 4.5), (4.5, 4.5)], seen
 
 
 def test_mode_decode_credits_the_modes_own_weight_bytes():
