@@ -139,6 +139,35 @@ CHEATS = {  # name: (kata, source, line the finding must name)
         "name = '{s}.{m}'.format(s='solutions', m='bpe')\n",
         1,
     ),
+    "timeit of a statement in text": (
+        "latency",
+        "import timeit\nt = timeit.timeit(stmt='import sys', number=1)\n",
+        2,
+    ),
+    "timeit's setup in text": ("latency", "from timeit import Timer\ns = 'x' + '=1'\nTimer(f, s)\n", 3),
+    "code's interpreter": ("bpe", "import code\ncode.InteractiveInterpreter().runsource('x = 1')\n", 2),
+    "runsource on any object": ("bpe", "def f(i):\n    i.runsource('x = 1')\n", 2),
+    "runpy": ("bpe", "import runpy\nrunpy.run_path('x.py')\n", 2),
+    "doctest": ("bpe", "import doctest\ndoctest.run_docstring_examples(f, {})\n", 2),
+    "pdb": ("bpe", "import pdb\npdb.run('x = 1')\n", 2),
+    "an annotation in text that runs code": (
+        "bpe",
+        "import typing\nclass K:\n    x: \"__import__('sys')._getframe(0)\"\nh = typing.get_type_hints(K)\n",
+        3,
+    ),
+    "an annotation that is a call": (
+        "bpe",
+        "from __future__ import annotations\ndef f(x: __import__('os').system('id')):\n    pass\n",
+        2,
+    ),
+    "a ForwardRef": ("bpe", "import typing\nr = typing.ForwardRef(src)\n", 2),
+    "__annotations__ by hand": ("bpe", "class K:\n    __annotations__ = {'x': int}\n", 2),
+    "update_wrapper onto a torch class": (
+        "kv_cache",
+        "import functools, torch\nfunctools.update_wrapper(torch.Tensor, X, assigned=('data_ptr',))\n",
+        2,
+    ),
+    "wraps onto an object's class": ("kv_cache", "from functools import wraps\nwraps(X)(type(t))\n", 2),
 }
 
 
@@ -219,6 +248,28 @@ HONEST = {  # name: (kata, source)
     "a method called compile": (
         "bpe",
         "class P:\n    def compile(self):\n        return 1\np = P().compile()\n",
+    ),
+    "timeit of a function": (
+        "latency",
+        (
+            "import timeit\ndef f():\n    return 1\ndef g(fn):\n"
+            "    return timeit.timeit(fn, number=3) + timeit.timeit(lambda: f(), number=2) + timeit.repeat(f, 'pass')[0]\n"
+        ),
+    ),
+    "functools.wraps onto its own wrapper": (
+        "bpe",
+        (
+            "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n        return fn(*a)\n"
+            "    return functools.update_wrapper(inner, fn)\n"
+        ),
+    ),
+    "annotations, in text too": (
+        "bpe",
+        (
+            "from __future__ import annotations\nimport typing\nfrom typing import Literal\nimport torch\n"
+            "def f(x: 'torch.Tensor', m: Literal['a b', 'c'] = 'c') -> list[int] | None:\n    return None\n"
+            "class K:\n    y: 'dict[str, tuple[int, ...]]'\nh = typing.get_type_hints(K)\n"
+        ),
     ),
 }
 

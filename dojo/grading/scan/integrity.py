@@ -28,7 +28,10 @@ from dojo.grading.scan.rules import (
     PATH_TEXT,
     PROJECT,
     SENSITIVE,
+    TEXT_TIMERS,
+    TYPE_TEXT,
     VALUE_SENSITIVE,
+    WRAPPERS,
     WRITERS,
 )
 
@@ -73,6 +76,7 @@ class _Scanner(ast.NodeVisitor):
         ] = {}  # local name -> dotted name it stands for (imported, or assigned: s = sys)
         self.consts: dict[str, ast.AST] = {}  # names bound once, to text the scan can fold ("sol" + "utions")
         self.defined: set[str] = set()  # names the file binds itself (a local `compile` is not the builtin)
+        self.callables: set[str] = set()  # names of its own functions, classes and parameters
         self.parent: dict[ast.AST, ast.AST] = {}
         self.found: list[tuple[int, str]] = []
 
@@ -145,6 +149,8 @@ class _Scanner(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id in BUILTINS and node.id not in self.defined:
             self.flag(node, BUILTINS[node.id])
+        if node.id == "__annotations__":  # class K: __annotations__ = {...}, a dataclass's fields as text
+            self.flag(node, ATTRIBUTES[node.id])
         module = self.aliases.get(node.id)
         if isinstance(node.ctx, ast.Load) and module in VALUE_SENSITIVE and not self._tracked_use(node):
             self.flag(node, f"uses module {module} as a value ({node.id}): an alias the scan cannot follow")
@@ -191,6 +197,21 @@ class _Scanner(ast.NodeVisitor):
                     self.flag(node, f"reaches into module {owner} by a computed name ({func})")
                 else:
                     self.check_name(node, f"{owner}.{name}")
+        if func in TEXT_TIMERS:
+            given = [*node.args[:2], *(k.value for k in node.keywords if k.arg in ("stmt", "setup"))]
+            for arg in given:
+                if not self.callable_like(arg):
+                    self.flag(arg, f"runs text as Python ({func} of a statement that is not a function)")
+        wrapper = self.wrapper_of(node, func)
+        if wrapper is not None and (
+            self.dotted(wrapper) or _type_of(wrapper) or isinstance(wrapper, ast.Call)
+        ):
+            onto = self.dotted(wrapper) or "an object's class"
+            self.flag(
+                node, f"writes attributes onto {onto} through {func or WRAPPERS[1]}, code it did not define"
+            )
+        if func == "typing.ForwardRef" and first is not None:
+            self.check_annotation(first)
         if func == "glob.glob" and any(k.arg == "recursive" for k in node.keywords):
             self.flag(node, "searches the filesystem (glob, recursive)")
         if func == "vars" and first is not None and (self.dotted(first) or "").split(".")[0] in SENSITIVE:
@@ -198,6 +219,68 @@ class _Scanner(ast.NodeVisitor):
         if isinstance(node.func, ast.Attribute) and node.func.attr in DICT_WRITES:
             self.check_namespace_write(node, node.func.value)
         self.check_folded(node)
+        self.generic_visit(node)
+
+    def callable_like(self, node: ast.AST) -> bool:
+        """A timeit statement that is a function (a lambda, its own def or parameter, a method,
+        functools.partial), or the default "pass"; anything else may be text."""
+        if isinstance(node, (ast.Lambda, ast.Attribute)) or self.fold(node) == "pass":
+            return True
+        if isinstance(node, ast.Call):
+            return (self.dotted(node.func) or _plain(node.func)) in ("functools.partial", "partial")
+        return isinstance(node, ast.Name) and node.id in self.callables
+
+    def wrapper_of(self, node: ast.Call, func: str | None) -> ast.AST | None:
+        """What functools.update_wrapper(wrapper, ...) or functools.wraps(...)(wrapper) writes onto."""
+        if func == WRAPPERS[0]:
+            given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "wrapper")]
+            return given[0] if given else None
+        inner = node.func
+        if isinstance(inner, ast.Call) and self.dotted(inner.func) == WRAPPERS[1] and node.args:
+            return node.args[0]
+        return None
+
+    # ---- annotations: typing.get_type_hints and dataclasses run annotation text as code ----
+    def check_annotation(self, node: ast.AST) -> None:
+        """An annotation (or text one parses to) that is more than names, attributes, subscripts, | and
+        constants runs code when typing evaluates it."""
+        for sub in ast.walk(node):
+            if type(sub).__name__ not in TYPE_TEXT or (
+                isinstance(sub, ast.BinOp) and type(sub.op).__name__ != "BitOr"
+            ):
+                self.flag(node, "an annotation that runs code when typing evaluates it (get_type_hints)")
+                return
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and not self._literal(sub):
+                try:
+                    inner = ast.parse(sub.value.strip(), mode="eval").body
+                except (SyntaxError, ValueError):
+                    continue
+                if any(type(n).__name__ not in TYPE_TEXT for n in ast.walk(inner)):
+                    self.flag(
+                        sub, "an annotation in text that runs code when typing evaluates it (get_type_hints)"
+                    )
+                    return
+
+    def _literal(self, node: ast.Constant) -> bool:
+        """A value inside Literal[...], not a type."""
+        parent = self.parent.get(node)
+        parent = self.parent.get(parent) if isinstance(parent, ast.Tuple) else parent
+        return isinstance(parent, ast.Subscript) and (_plain(parent.value) or "").endswith("Literal")
+
+    def visit_arg(self, node: ast.arg) -> None:
+        if node.annotation is not None:
+            self.check_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.returns is not None:
+            self.check_annotation(node.returns)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.check_annotation(node.annotation)
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -273,10 +356,12 @@ class _Scanner(ast.NodeVisitor):
                 self.parent[child] = sub
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defined.add(sub.name)
+                self.callables.add(sub.name)
             elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 self.defined.add(sub.id)
             elif isinstance(sub, ast.arg):
                 self.defined.add(sub.arg)
+                self.callables.add(sub.arg)
             elif isinstance(sub, ast.Import):
                 for a in sub.names:
                     local = a.asname or a.name.split(".")[0]

@@ -123,6 +123,27 @@ NAMES = {  # dotted names (after import aliases); a trailing "*" matches any suf
     "importlib.reload": "reloads modules (importlib.reload)",
     "importlib.__import__": "imports by a computed name (importlib.__import__)",
 }
+RUNNERS = {  # stdlib entry points that run text or trace code for their caller (joined to NAMES below)
+    "code.Interactive*": "runs text as Python (code.InteractiveInterpreter)",
+    "code.interact": "runs text as Python (code.interact)",
+    "code.compile_command": "compiles text (code.compile_command)",
+    "codeop.*": "compiles text (codeop)",
+    "runpy.run_*": "runs a file or module as Python (runpy)",
+    "doctest.run_docstring_examples": "runs docstrings as Python (doctest)",
+    "doctest.testmod": "runs docstrings as Python (doctest)",
+    "doctest.testfile": "runs a file's examples as Python (doctest)",
+    "doctest.DocTest*": "runs docstrings as Python (doctest)",
+    "doctest.debug*": "runs docstrings as Python under a debugger (doctest)",
+    "pdb.*": "runs text or traces code (pdb)",
+    "bdb.*": "runs text or traces code (bdb)",
+    "cProfile.run*": "runs text as Python (cProfile.run)",
+    "profile.run*": "runs text as Python (profile.run)",
+    "trace.Trace": "traces other code (trace)",
+    "typing.ForwardRef": "builds an annotation from text, which typing runs as code (typing.ForwardRef)",
+}
+TEXT_TIMERS = ("timeit.timeit", "timeit.repeat", "timeit.Timer")  # stmt, setup: text here is run as Python
+WRAPPERS = ("functools.update_wrapper", "functools.wraps")  # writes the wrapped's attributes onto the wrapper
+TYPE_TEXT = ("Name", "Attribute", "Subscript", "Constant", "Tuple", "List", "BinOp", "BitOr", "Load")
 ATTRIBUTES = {  # on any object
     "f_back": "walks stack frames (f_back)",
     "f_globals": "reads a frame's globals",
@@ -148,6 +169,9 @@ ATTRIBUTES = {  # on any object
     "co_consts": "reads a code object's constants (co_consts)",
     "co_code": "reads or swaps bytecode (co_code)",
     "co_names": "reads a code object's names (co_names)",
+    "runsource": "runs text as Python (code.InteractiveInterpreter.runsource)",
+    "runcode": "runs a code object (code.InteractiveInterpreter.runcode)",
+    "__annotations__": "reads or writes annotations by hand (dataclasses and typing run them as code)",
 }
 BUILTINS = {
     "exec": "exec of text",
@@ -158,7 +182,9 @@ BUILTINS = {
     "breakpoint": "calls breakpoint()",
 }
 COMPUTED = ("importlib.import_module", "__import__")  # fine with a constant name (then checked as an import)
-SENSITIVE = {n.split(".")[0] for n in (*NAMES, *MODULES)} | set(PROJECT)  # getattr(os, name) is a finding
+SENSITIVE = {n.split(".")[0] for n in (*NAMES, *RUNNERS, *MODULES)} | set(
+    PROJECT
+)  # getattr(os, name) is a finding
 PATH_TEXT = re.compile(
     r"(?:^|[/\\.\s'\"])(?:solutions|dojo)(?:[/\\]|\.\w|$)|tests[/\\]|\bmutants\b|\btest_\w+\.py\b|site-packages"
     r"|\.pth\b|/proc/(?:self|thread-self|\d)|DOJO_|PYTEST_CURRENT_TEST|^(?:tests|katas|mutants|conftest\.py)$",
@@ -168,3 +194,4 @@ PATH_TEXT = re.compile(
 BUILT_NAMES = (
     frozenset(n.rpartition(".")[2].rstrip("*") for n in NAMES) | frozenset(BUILTINS) | frozenset(ATTRIBUTES)
 )
+NAMES = {**NAMES, **RUNNERS}  # after BUILT_NAMES: "run", "debug" built from pieces are no finding
