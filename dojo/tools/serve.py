@@ -2,7 +2,8 @@
 
 Loads SmolLM2 as `dojo demo` does (the same start-up cache), starts the engine
 (solutions.system.serving.engine) and serves it with uvicorn (solutions.system.serving.server) on
-127.0.0.1 unless `--host` says otherwise, until Ctrl-C. Any OpenAI client works against it:
+127.0.0.1 unless `--host` says otherwise, until Ctrl-C, logging a line per request at `--log-level`
+info. Any OpenAI client works against it:
 `OpenAI(base_url=URL + "/v1", api_key="unused")`.
 """
 
@@ -45,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(
             build_app(engine, loaded.tokenizer),
             log_level=args.log_level,
+            log_config=log_config(args.log_level),
+            access_log=False,  # the server's own line per request says more (its time)
             lifespan="off",
             timeout_graceful_shutdown=2,
         )
@@ -55,6 +58,24 @@ def run(args: argparse.Namespace) -> int:
         engine.close()
         sock.close()
     return 0
+
+
+def log_config(level: str) -> dict:
+    """uvicorn's logging setup plus the server's request lines (server.REQUEST_LOG) on its stderr handler,
+    both at `level` ("debug", "info", "warning", "error")."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    from solutions.system.serving.server import REQUEST_LOG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"][REQUEST_LOG.name] = {
+        "handlers": ["default"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def register(subparsers) -> None:
@@ -82,8 +103,8 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--log-level",
-        default="warning",
+        default="info",
         choices=("debug", "info", "warning", "error"),
-        help="uvicorn's log level (info: one line per request)",
+        help="log level (default info: one line per request with its status and milliseconds; warning: none)",
     )
     p.set_defaults(func=run)

@@ -11,6 +11,8 @@ each, to keep it quick.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import subprocess
 import threading
 import time
@@ -23,7 +25,7 @@ import torch
 
 from solutions.generate import generate
 from solutions.system.serving.engine import Engine
-from solutions.system.serving.server import MODEL_ID, TextDelta, build_app, running
+from solutions.system.serving.server import MODEL_ID, REQUEST_LOG, TextDelta, build_app, running
 
 NEW = 12  # new tokens per request: enough to tell answers apart
 
@@ -231,3 +233,41 @@ def test_a_client_that_disconnects_frees_its_cache(server):
     stats = wait_idle(server.engine)
     assert stats.pending == 0 and stats.blocks_in_use == 0, f"after the client left: {stats}"
     assert stats.steps - steps < 1000, "the engine decoded on long after the client left"
+
+
+def test_each_request_logs_one_line_with_status_and_time(caplog):
+    """every request, a 404 or 400 included, logs one line at info: method, path, status and milliseconds"""
+    from starlette.testclient import TestClient
+
+    engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(vocab_size=8)))  # unused by these
+    app = build_app(engine, SimpleNamespace(eos_token_id=2))
+    caplog.set_level(logging.INFO, logger=REQUEST_LOG.name)
+    with TestClient(app) as client:
+        client.get("/health")
+        client.get("/v1/nowhere")
+        client.post("/v1/chat/completions", content=b"not json")
+    lines = [r.getMessage() for r in caplog.records if r.name == REQUEST_LOG.name]
+    assert [line.rsplit(" ", 2)[0] for line in lines] == [
+        "GET /health 200",
+        "GET /v1/nowhere 404",
+        "POST /v1/chat/completions 400",
+    ], lines
+    assert all(re.fullmatch(r".* \d+\.\d ms", line) for line in lines), lines
+    assert {r.levelno for r in caplog.records if r.name == REQUEST_LOG.name} == {logging.INFO}
+
+
+def test_dojo_serve_logs_requests_at_its_log_level():
+    """`dojo serve --log-level` sets the request lines' level: info shows them, warning hides them"""
+    import logging.config
+
+    from dojo.tools.serve import log_config
+
+    try:
+        for level, shown in (("info", True), ("warning", False)):
+            logging.config.dictConfig(log_config(level))
+            assert REQUEST_LOG.isEnabledFor(logging.INFO) == shown, level
+            assert REQUEST_LOG.handlers and not REQUEST_LOG.propagate
+    finally:
+        REQUEST_LOG.handlers.clear()
+        REQUEST_LOG.setLevel(logging.NOTSET)
+        REQUEST_LOG.propagate = True

@@ -4,12 +4,14 @@
 POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream": true` answers
 come as server-sent events. Sampling follows OpenAI's parameters, and errors come in OpenAI's shape
 with a 4xx (a 500 for a failure inside). A client that disconnects mid-stream cancels its request.
+Each request logs one line at info on REQUEST_LOG: method, path, status, milliseconds to its last byte.
 Not here: n > 1, stop strings, logprobs, tools, penalties, images, authentication.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -20,6 +22,7 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -27,6 +30,7 @@ from starlette.routing import Route
 from solutions.system.serving.engine import SamplingParams
 
 MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
+REQUEST_LOG = logging.getLogger("solutions.system.serving.requests")  # `dojo serve` gives it a handler
 
 # parameters a client may send that this server does not implement, and the value that means "unused"
 UNSUPPORTED = {
@@ -204,8 +208,35 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
     ]
     return Starlette(
-        routes=routes, exception_handlers={HTTPException: not_found, APIError: refused, Exception: failed}
+        routes=routes,
+        middleware=[Middleware(RequestLog)],
+        exception_handlers={HTTPException: not_found, APIError: refused, Exception: failed},
     )
+
+
+class RequestLog:
+    """ASGI middleware: one line per HTTP request on REQUEST_LOG at info, "POST /v1/completions 400 1.2 ms",
+    timed to the response's last byte (a stream's end). A request that raised is logged as its 500."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500  # subtle: an exception reaches the 500 handler after us
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            ms = 1000 * (time.perf_counter() - start)
+            REQUEST_LOG.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, ms)
 
 
 @contextmanager
