@@ -139,17 +139,20 @@ def estimate(
 
 def mode_lines(fp32: Measurement, modes: dict[str, Measurement]) -> list[str]:
     """Per packed mode: how many times fewer bytes a decode step moves, and how much faster (or slower)
-    it ran, each ratio read the way it goes ("1.72x slower", never "0.58x faster")."""
+    it ran, read the way it goes ("1.72x slower", never "0.58x faster")."""
     return [
-        f"  {mode}: decode moves {_times(fp32.cost.bytes / m.cost.bytes, 'fewer', 'more')} bytes than fp32 and ran "
-        f"{_times(fp32.seconds / m.seconds, 'faster', 'slower')} ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
+        f"  {mode}: decode moves {fp32.cost.bytes / m.cost.bytes:.2f}x fewer bytes than fp32 and ran "
+        f"{_faster(fp32.seconds / m.seconds)} ({1 / m.seconds:.3g} vs {1 / fp32.seconds:.3g} steps/s)"
         for mode, m in modes.items()
     ]
 
 
-def _times(ratio: float, up: str, down: str) -> str:
-    """2.5 -> "2.50x faster"; 0.58 -> "1.72x slower": the factor is never below 1."""
-    return f"{ratio:.2f}x {up}" if ratio >= 1 else f"{1 / ratio:.2f}x {down}"
+def _faster(ratio: float) -> str:
+    """2.5 -> "2.50x faster"; 0.58 -> "1.72x slower"; "as fast (1.00x)" when it rounds to 1 either way:
+    never a factor below 1."""
+    if f"{ratio:.2f}" == f"{1 / ratio:.2f}" == "1.00":
+        return "as fast (1.00x)"
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def verdict(share: float, intensity: float, c: Ceilings) -> str:

@@ -132,6 +132,8 @@ def test_a_slower_mode_says_slower_not_a_fraction_faster():
     int4 = Measurement("decode", 0.030 / 0.72, Cost(270_000_000, 125_000_000))
     (line,) = mode_lines(fp32, {"int4": int4})
     assert "ran 1.39x slower" in line and "faster" not in line, line
+    (same,) = mode_lines(fp32, {"int4": Measurement("decode", 0.0301, int4.cost)})
+    assert "ran as fast (1.00x)" in same, same
 
 
 def test_plan_scales_the_probe_by_the_roofline():
