@@ -175,7 +175,7 @@ def test_hostile_requests_are_refused_with_their_line(tmp_path):
 
 
 LAUNDERED = """
-import code, doctest, functools, json, pdb, runpy, sys, threading, timeit, typing, warnings
+import atexit, code, doctest, functools, json, pdb, runpy, sys, threading, timeit, typing, warnings, weakref
 from concurrent.futures import ThreadPoolExecutor
 
 TEMPLATE = "def inner(_it, _timer{init}):\\n    import sys; sys._getframe(0)\\n    return 0.0\\n"
@@ -221,20 +221,22 @@ LAUNDERED = {
     "thread frames": lambda: joined(threading.Thread(target=sys._getframe)),
     "thread of a thread": lambda: joined(threading.Thread(target=joined, args=(threading.Thread(target=sys._getframe),))),
     "pool": lambda: ThreadPoolExecutor(1).submit(sys._getframe).exception(),
+    "finalizer": lambda: weakref.finalize(Hinted(), exec, "x = 1"),
+    "exit callback": lambda: atexit.register(exec, "x = 1"),
 }
 """
 
 LAUNDERED_RUN = """
-    import importlib.util, json, sys, threading
+    import atexit, importlib.util, json, sys, threading
     from dojo.grading.confine import audit
-    found = []
+    found, routes = [], {}
+    atexit.register(lambda: print(json.dumps({"honest": honest, "routes": routes, "at exit": found[n:]})))
     audit.install({PATH}, found.append)
     threading.excepthook = lambda args: None  # a refusal inside a thread ends that thread only
     spec = importlib.util.spec_from_file_location("cheat", PATH)
     mod = sys.modules["cheat"] = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     mod.honest()
     honest = list(found)
-    routes = {}
     for name, fn in mod.LAUNDERED.items():
         before = len(found)
         try:
@@ -242,7 +244,8 @@ LAUNDERED_RUN = """
         except Exception:  # a refusal, or the route's own error after it did its work (update_wrapper)
             pass
         routes[name] = found[before:]
-    print(json.dumps({"honest": honest, "routes": routes}))
+    n = len(found)
+    routes["exit callback"] = []  # it runs at exit, after the printer above is registered: "at exit"
 """
 
 
@@ -256,6 +259,7 @@ def test_code_the_stdlib_runs_for_the_candidate_is_the_candidates(tmp_path):
     (tmp_path / "other.py").write_text("x = 1\n")
     result = run(LAUNDERED_RUN.replace("PATH", repr(str(path))))
     assert result["honest"] == []
+    result["routes"]["exit callback"] = result["at exit"]
     lines = LAUNDERED.splitlines()
     for name, found in result["routes"].items():
         assert found and found[0]["file"] == "cheat.py", (name, found)

@@ -4,13 +4,14 @@
 suite is imported, before the candidate's module is. When candidate code asks for code objects, frames,
 the object graph, processes, ctypes, tracing, unpickling or guarded attribute writes (`EVENTS`), or
 imports project or pytest code (`FORBIDDEN_IMPORTS`), it calls `record(finding)` and raises `Refused`.
-Candidate code: its files, code the stdlib ran from text on its behalf, and the threads it started.
+Candidate code: its files, code the stdlib ran from text on its behalf, threads and callbacks it set up.
 Defence in depth, not the boundary: CPython does not audit everything.
 """
 
 from __future__ import annotations
 
 import _thread
+import atexit
 import functools
 import os
 import sys
@@ -95,14 +96,14 @@ def install(
 
     def origin(frame: types.FrameType | None) -> tuple[str, int, str] | None:
         """(file, line, how) of the candidate line behind `frame` when its code is the candidate's: a
-        candidate file's, code run from text on its behalf, or the root of a thread it started."""
+        candidate file's, code run from text on its behalf, or the root of a thread or callback it set up."""
         if frame is None:
             return None
         code = frame.f_code
         if code.co_filename in files:
             return os.path.basename(code.co_filename), frame.f_lineno, ""
-        if code is thread_root.__code__:
-            return getattr(busy, "started_by", None)
+        if code is carried.__code__:
+            return frame.f_locals.get("by")
         return ran_from_text.get(code)
 
     def requester(frame: types.FrameType | None) -> tuple[str, int, str] | None:
@@ -195,39 +196,60 @@ def install(
         finally:
             busy.on = False
 
-    def thread_root(started_by: tuple, function: Callable, args: tuple, kwargs: dict) -> object:
-        busy.started_by = started_by
+    def behind() -> tuple[str, int, str] | None:
+        """requester() of the frame that called the caller of this (a wrapper below)."""
+        was, busy.on = getattr(busy, "on", False), True
+        try:
+            return None if was else requester(sys._getframe(2))
+        finally:
+            busy.on = was
+
+    def carried(by: tuple, function: Callable, /, *args, **kwargs) -> object:
+        """The root of a thread or callback the candidate set up: its frame is candidate code (origin)."""
         return function(*args, **kwargs)
 
     def start_new_thread(function: Callable, args: tuple, kwargs: dict | None = None) -> int:
         """_thread.start_new_thread, whose thread carries the candidate line that started it, if any."""
-        was, busy.on = getattr(busy, "on", False), True
-        try:
-            by = requester(sys._getframe(1))
-        finally:
-            busy.on = was
-        if by is None:
+        if (by := behind()) is None:
             return real_start(function, args, kwargs or {})
-        return real_start(
-            thread_root, ((by[0], by[1], by[2] or "a thread it started"), function, args, kwargs or {})
+        return real_start(carried, ((*by[:2], by[2] or "a thread it started"), function, *args), kwargs or {})
+
+    def register(function: Callable, /, *args, **kwargs) -> Callable:
+        """atexit.register, whose callback carries the candidate line that registered it, if any."""
+        if (by := behind()) is None:
+            return real_register(function, *args, **kwargs)
+        real_register(
+            carried, (*by[:2], by[2] or "an exit callback it registered"), function, *args, **kwargs
         )
+        return function
+
+    class finalize(weakref.finalize):
+        """weakref.finalize, whose callback carries the candidate line that set it up, if any."""
+
+        __slots__ = ()
+
+        def __init__(self, obj: object, function: Callable, /, *args, **kwargs) -> None:
+            if (by := behind()) is not None:
+                function, args = carried, ((*by[:2], by[2] or "a finalizer it set up"), function, *args)
+            super().__init__(obj, function, *args, **kwargs)
 
     def update_wrapper(wrapper: object, wrapped: object, *args, **kwargs) -> object:
         """functools.update_wrapper (so wraps too), refused when candidate code has it write onto a class or
         module the candidate did not define: most attribute writes raise no audit event."""
-        was, busy.on = getattr(busy, "on", False), True
-        try:
-            by = None if was else requester(sys._getframe(1))
-        finally:
-            busy.on = was
+        by = behind()
         if by is not None and isinstance(wrapper, (type, types.ModuleType)) and not owned(wrapper):
             name = getattr(wrapper, "__name__", type(wrapper).__name__)
             refuse(by, "functools.update_wrapper", f"writes attributes onto {name}, code it did not define")
         return real_update(wrapper, wrapped, *args, **kwargs)
 
-    real_start, real_update = _thread.start_new_thread, functools.update_wrapper
+    real_start, real_update, real_register = (
+        _thread.start_new_thread,
+        functools.update_wrapper,
+        atexit.register,
+    )
     functools.update_wrapper = update_wrapper
     _thread.start_new_thread = _thread.start_new = threading._start_new_thread = start_new_thread
+    atexit.register, weakref.finalize = register, finalize
     sys.addaudithook(hook)
 
 
