@@ -72,16 +72,30 @@ def test_function_name_drops_parameters():
 
 @pytest.mark.parametrize("suite", SUITES, ids=lambda p: p.stem)
 def test_every_basis_exists_and_comes_earlier(suite):
-    """each builds_on name is a test of the same suite, defined above the test that names it"""
+    """each builds_on name is a test of the same suite, defined above the test that names it (a name may come
+    from a module-level tuple of names: `builds_on(*BASICS)`)"""
     tree = ast.parse(suite.read_text())
     where = {node.name: node.lineno for node in tree.body if isinstance(node, ast.FunctionDef)}
+    tuples = {
+        target.id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
             continue
         for deco in node.decorator_list:
             if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") == causes.MARKER:
-                for arg in deco.args:
-                    name = ast.literal_eval(arg)
+                names = [
+                    n
+                    for arg in deco.args
+                    for n in (
+                        tuples[arg.value.id] if isinstance(arg, ast.Starred) else [ast.literal_eval(arg)]
+                    )
+                ]
+                for name in names:
                     assert name in where, (
                         f"{suite.name}: {node.name} builds on {name}, which is no test there"
                     )
