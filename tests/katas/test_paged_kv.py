@@ -161,107 +161,6 @@ def check_sharing(cache, oracle: Oracle, history: str) -> None:
         assert got == count, f"{history}: block {b} is in {count} block tables but has reference count {got}"
 
 
-# --------------------------------------------------------------------------- README examples
-
-
-@pytest.mark.example
-def test_readme_allocator_example(kata):
-    """allocate gives reference count 1; share adds one; release drops one and frees the block at 0"""
-    pool = kata.BlockAllocator(num_blocks=4)
-    b = pool.allocate()
-    assert (pool.refcount(b), pool.num_free) == (1, 3), (
-        f"after one allocate of 4 blocks: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 1, 3"
-    )
-    pool.share(b)
-    assert pool.refcount(b) == 2, f"allocate then share: refcount {pool.refcount(b)}, want 2"
-    pool.release(b)
-    pool.release(b)
-    assert (pool.refcount(b), pool.num_free) == (0, 4), (
-        f"allocate, share, release, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 4"
-    )
-
-
-@pytest.mark.example
-@pytest.mark.points(2)
-def test_readme_fork_example(kata):
-    """fork shares both blocks; the child's write copies the shared partial block; the parent is untouched"""
-    cache = kata.PagedKVCache(n_layers=1, n_kv_heads=1, head_dim=2, num_blocks=8, block_size=4)
-    cache.add_sequence(0)
-    k = torch.arange(12.0).reshape(1, 6, 2)
-    k_all, v_all = cache.update(0, 0, k, -k)
-    assert torch.equal(k_all, k) and torch.equal(v_all, -k), "update of 6 positions must return them"
-    got = (cache.num_tokens(0), len(cache.block_table(0)), cache.blocks_in_use)
-    assert got == (6, 2, 2), (
-        f"6 positions in blocks of 4: (num_tokens, table length, blocks_in_use) {got}, want (6, 2, 2)"
-    )
-    cache.fork(0, 1)
-    assert cache.block_table(1) == cache.block_table(0), "fork: the child's block table must be the parent's"
-    assert cache.blocks_in_use == 2, f"fork copied blocks: blocks_in_use {cache.blocks_in_use}, want 2"
-    counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
-    assert counts == [2, 2], f"after fork, the shared blocks' refcounts are {counts}, want [2, 2]"
-    need = (cache.blocks_needed(1, 1), cache.blocks_needed(1, 3))
-    assert need == (1, 2), (
-        f"6 tokens in blocks of 4, forked: blocks_needed for 1 and 3 more tokens {need}, want (1, 2)"
-    )
-    step = torch.full((1, 1, 2), 100.0)
-    cache.update(1, 0, step, -step)
-    assert cache.blocks_in_use == 3, (
-        f"child writes position 6 into the shared 2nd block: blocks_in_use {cache.blocks_in_use}, want 3 "
-        "(the 1st block still shared, the 2nd copied)"
-    )
-    t0, t1 = cache.block_table(0), cache.block_table(1)
-    assert t0[0] == t1[0] and t0[1] != t1[1], (
-        f"after the child's write: tables {t0} and {t1}, want the 1st block shared only"
-    )
-    assert torch.equal(cache.gather(0, 0)[0], k), (
-        "the child's write reached the parent (copy-on-write missing)"
-    )
-    assert cache.gather(1, 0)[0][0, 6].tolist() == [100.0, 100.0], "the child lost its own write"
-    cache.free(0)
-    counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
-    assert (cache.blocks_in_use, counts) == (2, [1, 1]), (
-        f"free the parent: blocks_in_use {cache.blocks_in_use}, child's refcounts {counts}; want 2, [1, 1]"
-    )
-
-
-@pytest.mark.example
-def test_readme_fragmentation_example(kata):
-    """sequences of 5, 17, 33 and 2 tokens in blocks of 16 use 7 blocks, the sum of ceil(n / 16)"""
-    cache = kata.PagedKVCache(n_layers=1, n_kv_heads=1, head_dim=1, num_blocks=32, block_size=16)
-    for s, n in enumerate([5, 17, 33, 2]):
-        cache.add_sequence(s)
-        cache.update(s, 0, torch.zeros(1, n, 1), torch.zeros(1, n, 1))
-    assert cache.blocks_in_use == 7, (
-        f"lengths [5, 17, 33, 2] in blocks of 16: blocks_in_use {cache.blocks_in_use}, want 7"
-    )
-
-
-@pytest.mark.example
-@pytest.mark.points(2)
-def test_readme_model_example(kata, model):
-    """two prompts prefilled alone, one batched decode step: the short row gets the logits it gets alone"""
-    cache = paged(kata, model, num_blocks=8, block_size=4)
-    for s, prompt in enumerate([[1, 2, 3, 4, 5], [6, 7]]):
-        cache.add_sequence(s)
-        model.prefill(torch.tensor([prompt]), cache.view([s]))
-    view = cache.view([0, 1])
-    mask = view.attention_mask(1)
-    assert view.length == 5, f"view over sequences of 5 and 2 tokens: length {view.length}, want 5"
-    want = [[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
-    assert mask.int().tolist() == want, (
-        f"attention_mask(1) for lengths 5 and 2: {mask.int().tolist()}, want {want}"
-    )
-    logits = model.decode_step(torch.tensor([9, 9]), view, mask)
-    got = (cache.num_tokens(0), cache.num_tokens(1), view.length)
-    assert got == (6, 3, 6), (
-        f"after one decode step: (num_tokens 0, num_tokens 1, view length) {got}, want (6, 3, 6)"
-    )
-    alone = model(torch.tensor([[6, 7, 9]]))[0, -1]
-    assert close(logits[1], alone), (
-        f"row 1 (2 tokens, left-padded by 3) differs from alone by {max_diff(logits[1], alone):.2e}"
-    )
-
-
 # --------------------------------------------------------------------------- the allocator
 
 
@@ -307,6 +206,24 @@ def test_allocator_refcounts_and_double_free(kata):
         raises(ValueError, lambda bad=bad: pool.refcount(bad), f"refcount({bad}) in a pool of 3")
     got = sorted(pool.allocate() for _ in range(3))
     assert got == [0, 1, 2], f"after the refused double free, 3 allocations gave {got}, want each block once"
+
+
+@pytest.mark.example
+@pytest.mark.builds_on("test_allocator_hands_out_each_block_once", "test_allocator_refcounts_and_double_free")
+def test_readme_allocator_example(kata):
+    """allocate gives reference count 1; share adds one; release drops one and frees the block at 0"""
+    pool = kata.BlockAllocator(num_blocks=4)
+    b = pool.allocate()
+    assert (pool.refcount(b), pool.num_free) == (1, 3), (
+        f"after one allocate of 4 blocks: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 1, 3"
+    )
+    pool.share(b)
+    assert pool.refcount(b) == 2, f"allocate then share: refcount {pool.refcount(b)}, want 2"
+    pool.release(b)
+    pool.release(b)
+    assert (pool.refcount(b), pool.num_free) == (0, 4), (
+        f"allocate, share, release, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 4"
+    )
 
 
 # --------------------------------------------------------------------------- the cache alone
@@ -368,6 +285,19 @@ def test_blocks_allocated_on_boundaries(kata):
         before = table
 
 
+@pytest.mark.example
+@pytest.mark.builds_on("test_blocks_allocated_on_boundaries")
+def test_readme_fragmentation_example(kata):
+    """sequences of 5, 17, 33 and 2 tokens in blocks of 16 use 7 blocks, the sum of ceil(n / 16)"""
+    cache = kata.PagedKVCache(n_layers=1, n_kv_heads=1, head_dim=1, num_blocks=32, block_size=16)
+    for s, n in enumerate([5, 17, 33, 2]):
+        cache.add_sequence(s)
+        cache.update(s, 0, torch.zeros(1, n, 1), torch.zeros(1, n, 1))
+    assert cache.blocks_in_use == 7, (
+        f"lengths [5, 17, 33, 2] in blocks of 16: blocks_in_use {cache.blocks_in_use}, want 7"
+    )
+
+
 @pytest.mark.builds_on("test_update_returns_all_positions")
 def test_length_moves_after_last_layer(kata):
     """num_tokens moves on once every layer has written; a layer writing twice before that is a ValueError"""
@@ -391,29 +321,7 @@ def test_length_moves_after_last_layer(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_update_returns_all_positions")
-def test_gather_follows_block_table_order(kata):
-    """gather reads the blocks in block-table order, whatever their physical order"""
-    cache = kata.PagedKVCache(1, 1, 2, num_blocks=4, block_size=2)
-    written = {}
-    for s in range(4):  # one block each: the pool is full
-        cache.add_sequence(s)
-        written[s] = append(cache, s, 1, 1, seed=s)[0]
-    keep = max(range(4), key=lambda s: cache.block_table(s)[0])  # the sequence holding the highest block id
-    for s in range(4):
-        if s != keep:
-            cache.free(s)
-    ((k, v),) = append(cache, keep, 1, 6, seed=9)  # 3 more blocks, each with a lower id than its first
-    table = cache.block_table(keep)
-    got_k, got_v = cache.gather(keep, 0)
-    want_k, want_v = torch.cat([written[keep][0], k], dim=1), torch.cat([written[keep][1], v], dim=1)
-    assert close(got_k, want_k) and close(got_v, want_v), (
-        f"7 positions in blocks {table} (logical order, not sorted): gather does not return them in order"
-    )
-
-
-@pytest.mark.points(2)
-@pytest.mark.builds_on("test_update_returns_all_positions")
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_allocator_refcounts_and_double_free")
 def test_fork_shares_until_written(kata):
     """fork shares every block (refcount 2, nothing copied); appending to either leaves the other unchanged"""
     for writer in ("child", "parent"):
@@ -444,7 +352,7 @@ def test_fork_shares_until_written(kata):
             assert close(got_k, want), f"fork, the {writer} appends 3: its own layer {layer} keys are wrong"
 
 
-@pytest.mark.builds_on("test_fork_shares_until_written")
+@pytest.mark.builds_on("test_blocks_allocated_on_boundaries", "test_fork_shares_until_written")
 def test_fork_at_block_boundary_copies_nothing(kata):
     """a fork at a block boundary shares only full blocks: an append takes one new block, no copy"""
     cache = kata.PagedKVCache(1, 1, 2, num_blocks=6, block_size=4)
@@ -460,7 +368,7 @@ def test_fork_at_block_boundary_copies_nothing(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_fork_shares_until_written")
+@pytest.mark.builds_on("test_blocks_allocated_on_boundaries", "test_fork_shares_until_written")
 def test_free_releases_blocks(kata):
     """free releases each block once: shared blocks stay with the other sequence, the rest are reusable"""
     cache = kata.PagedKVCache(1, 1, 2, num_blocks=6, block_size=2)
@@ -489,7 +397,33 @@ def test_free_releases_blocks(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_blocks_allocated_on_boundaries")
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_free_releases_blocks")
+def test_gather_follows_block_table_order(kata):
+    """gather reads the blocks in block-table order, whatever their physical order"""
+    cache = kata.PagedKVCache(1, 1, 2, num_blocks=4, block_size=2)
+    written = {}
+    for s in range(4):  # one block each: the pool is full
+        cache.add_sequence(s)
+        written[s] = append(cache, s, 1, 1, seed=s)[0]
+    keep = max(range(4), key=lambda s: cache.block_table(s)[0])  # the sequence holding the highest block id
+    for s in range(4):
+        if s != keep:
+            cache.free(s)
+    ((k, v),) = append(cache, keep, 1, 6, seed=9)  # 3 more blocks, each with a lower id than its first
+    table = cache.block_table(keep)
+    got_k, got_v = cache.gather(keep, 0)
+    want_k, want_v = torch.cat([written[keep][0], k], dim=1), torch.cat([written[keep][1], v], dim=1)
+    assert close(got_k, want_k) and close(got_v, want_v), (
+        f"7 positions in blocks {table} (logical order, not sorted): gather does not return them in order"
+    )
+
+
+@pytest.mark.points(2)
+@pytest.mark.builds_on(
+    "test_blocks_allocated_on_boundaries",
+    "test_fork_shares_until_written",
+    "test_free_releases_blocks",
+)
 def test_out_of_blocks_changes_nothing(kata):
     """an append the pool cannot hold raises OutOfBlocksError naming the numbers, and changes nothing"""
     cache = kata.PagedKVCache(2, 1, 2, num_blocks=3, block_size=2)
@@ -525,6 +459,54 @@ def test_out_of_blocks_changes_nothing(kata):
     )
 
 
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on(
+    "test_blocks_allocated_on_boundaries",
+    "test_fork_shares_until_written",
+    "test_free_releases_blocks",
+)
+def test_readme_fork_example(kata):
+    """fork shares both blocks; the child's write copies the shared partial block; the parent is untouched"""
+    cache = kata.PagedKVCache(n_layers=1, n_kv_heads=1, head_dim=2, num_blocks=8, block_size=4)
+    cache.add_sequence(0)
+    k = torch.arange(12.0).reshape(1, 6, 2)
+    k_all, v_all = cache.update(0, 0, k, -k)
+    assert torch.equal(k_all, k) and torch.equal(v_all, -k), "update of 6 positions must return them"
+    got = (cache.num_tokens(0), len(cache.block_table(0)), cache.blocks_in_use)
+    assert got == (6, 2, 2), (
+        f"6 positions in blocks of 4: (num_tokens, table length, blocks_in_use) {got}, want (6, 2, 2)"
+    )
+    cache.fork(0, 1)
+    assert cache.block_table(1) == cache.block_table(0), "fork: the child's block table must be the parent's"
+    assert cache.blocks_in_use == 2, f"fork copied blocks: blocks_in_use {cache.blocks_in_use}, want 2"
+    counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
+    assert counts == [2, 2], f"after fork, the shared blocks' refcounts are {counts}, want [2, 2]"
+    need = (cache.blocks_needed(1, 1), cache.blocks_needed(1, 3))
+    assert need == (1, 2), (
+        f"6 tokens in blocks of 4, forked: blocks_needed for 1 and 3 more tokens {need}, want (1, 2)"
+    )
+    step = torch.full((1, 1, 2), 100.0)
+    cache.update(1, 0, step, -step)
+    assert cache.blocks_in_use == 3, (
+        f"child writes position 6 into the shared 2nd block: blocks_in_use {cache.blocks_in_use}, want 3 "
+        "(the 1st block still shared, the 2nd copied)"
+    )
+    t0, t1 = cache.block_table(0), cache.block_table(1)
+    assert t0[0] == t1[0] and t0[1] != t1[1], (
+        f"after the child's write: tables {t0} and {t1}, want the 1st block shared only"
+    )
+    assert torch.equal(cache.gather(0, 0)[0], k), (
+        "the child's write reached the parent (copy-on-write missing)"
+    )
+    assert cache.gather(1, 0)[0][0, 6].tolist() == [100.0, 100.0], "the child lost its own write"
+    cache.free(0)
+    counts = [cache.allocator.refcount(b) for b in cache.block_table(1)]
+    assert (cache.blocks_in_use, counts) == (2, [1, 1]), (
+        f"free the parent: blocks_in_use {cache.blocks_in_use}, child's refcounts {counts}; want 2, [1, 1]"
+    )
+
+
 @pytest.mark.points(3)
 @SETTINGS
 @given(
@@ -536,7 +518,12 @@ def test_out_of_blocks_changes_nothing(kata):
         max_size=12,
     )
 )
-@pytest.mark.builds_on("test_fork_shares_until_written", "test_free_releases_blocks")
+@pytest.mark.builds_on(
+    "test_blocks_allocated_on_boundaries",
+    "test_gather_follows_block_table_order",
+    "test_fork_shares_until_written",
+    "test_free_releases_blocks",
+)
 def test_random_operations_match_oracle(kata, ops):
     """over any adds, appends, forks and frees: gather, blocks_in_use, sharing and refcounts match the oracle"""
     n_layers, num_blocks, bs = 2, 8, 3
@@ -634,7 +621,7 @@ def test_rejects_bad_input(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_update_returns_all_positions")
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_gather_follows_block_table_order")
 def test_view_left_pads_rows(kata):
     """a view's length is the longest row; its mask and update left-pad the shorter rows"""
     cache = kata.PagedKVCache(1, 1, 2, num_blocks=12, block_size=2)
@@ -675,7 +662,11 @@ def test_view_left_pads_rows(kata):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-@pytest.mark.builds_on("test_update_returns_all_positions", "test_length_moves_after_last_layer")
+@pytest.mark.builds_on(
+    "test_update_returns_all_positions",
+    "test_blocks_allocated_on_boundaries",
+    "test_length_moves_after_last_layer",
+)
 def test_decode_matches_contiguous_cache(kata, model, block_size):
     """prefill plus decode steps through the paged cache gives the contiguous cache's logits at every step"""
     prompt, steps = token_ids(6, seed=0), token_ids(7, seed=1)
@@ -741,6 +732,37 @@ def test_batched_decode_matches_each_alone(kata, model):
                 f"batch of sequences {rows} (prompts of {[len(prompts[r]) for r in rows]} tokens), step {i}: "
                 f"sequence {s} differs from its contiguous run by {max_diff(logits[row], want[s][i + 1]):.2e}"
             )
+
+
+@pytest.mark.example
+@pytest.mark.points(2)
+@pytest.mark.builds_on(
+    "test_view_left_pads_rows",
+    "test_decode_matches_contiguous_cache",
+    "test_batched_decode_matches_each_alone",
+)
+def test_readme_model_example(kata, model):
+    """two prompts prefilled alone, one batched decode step: the short row gets the logits it gets alone"""
+    cache = paged(kata, model, num_blocks=8, block_size=4)
+    for s, prompt in enumerate([[1, 2, 3, 4, 5], [6, 7]]):
+        cache.add_sequence(s)
+        model.prefill(torch.tensor([prompt]), cache.view([s]))
+    view = cache.view([0, 1])
+    mask = view.attention_mask(1)
+    assert view.length == 5, f"view over sequences of 5 and 2 tokens: length {view.length}, want 5"
+    want = [[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
+    assert mask.int().tolist() == want, (
+        f"attention_mask(1) for lengths 5 and 2: {mask.int().tolist()}, want {want}"
+    )
+    logits = model.decode_step(torch.tensor([9, 9]), view, mask)
+    got = (cache.num_tokens(0), cache.num_tokens(1), view.length)
+    assert got == (6, 3, 6), (
+        f"after one decode step: (num_tokens 0, num_tokens 1, view length) {got}, want (6, 3, 6)"
+    )
+    alone = model(torch.tensor([[6, 7, 9]]))[0, -1]
+    assert close(logits[1], alone), (
+        f"row 1 (2 tokens, left-padded by 3) differs from alone by {max_diff(logits[1], alone):.2e}"
+    )
 
 
 @pytest.mark.points(3)

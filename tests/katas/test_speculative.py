@@ -185,12 +185,31 @@ def test_example_expected_speedup(kata):
     )
 
 
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_expected_speedup")
+def test_expected_speedup_formula(kata):
+    """Tokens per round are 1 + alpha + ... + alpha^k; the speed-up divides them by k c + 1"""
+    for alpha in (0.0, 0.3, 0.75, 0.99, 1.0):
+        for k in (1, 3, 7):
+            tokens = sum(alpha**i for i in range(k + 1))
+            got = kata.expected_tokens_per_round(alpha, k)
+            assert got == pytest.approx(tokens, rel=1e-9), (
+                f"expected_tokens_per_round({alpha}, {k}): got {got}, want 1 + alpha + ... + alpha^k = {tokens}"
+            )
+            for c in (0.0, 0.05, 0.5):
+                got = kata.expected_speedup(alpha, k, c)
+                assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), (
+                    f"expected_speedup({alpha}, {k}, {c}): got {got}, want {tokens / (k * c + 1)}"
+                )
+
+
 # ---------------------------------------------------------------------------------------------
 # Greedy: exact.
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.builds_on("test_example_greedy_bigram")
 def test_greedy_equals_target_greedy(kata, target, draft, k):
     """Greedy speculative output is token for token the target's greedy output"""
     for prompt in PROMPTS:
@@ -202,20 +221,8 @@ def test_greedy_equals_target_greedy(kata, target, draft, k):
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("k", [2, 3])
-def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
-    """drafted, accepted and rounds equal a plain no-cache run of the README's rounds"""
-    for prompt in PROMPTS:
-        r = kata.speculative_generate(target, draft, prompt, max_new_tokens=15, k=k)
-        got = (r.tokens, r.drafted, r.accepted, r.rounds)
-        want = speculative_greedy_oracle(target, draft, prompt, 15, k)
-        assert got == want, (
-            f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
-        )
-
-
-@pytest.mark.points(2)
 @pytest.mark.parametrize("max_new_tokens, k", [(12, 3), (13, 3), (10, 4)])
+@pytest.mark.builds_on("test_example_greedy_bigram", "test_greedy_equals_target_greedy")
 def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, k):
     """A draft identical to the target has every draft accepted, k + 1 tokens per round (the bonus)"""
     twin = draft_of(target, 0.0, 0)
@@ -230,6 +237,25 @@ def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, 
 
 
 @pytest.mark.points(2)
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.builds_on(
+    "test_example_greedy_bigram",
+    "test_greedy_equals_target_greedy",
+    "test_draft_equal_to_target_accepts_everything",
+)
+def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
+    """drafted, accepted and rounds equal a plain no-cache run of the README's rounds"""
+    for prompt in PROMPTS:
+        r = kata.speculative_generate(target, draft, prompt, max_new_tokens=15, k=k)
+        got = (r.tokens, r.drafted, r.accepted, r.rounds)
+        want = speculative_greedy_oracle(target, draft, prompt, 15, k)
+        assert got == want, (
+            f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
+        )
+
+
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_greedy_bigram", "test_greedy_equals_target_greedy")
 def test_one_target_pass_per_round(kata, target, draft):
     """The target runs one forward pass per round, over the drafts and the tokens its cache lacks"""
     events = []
@@ -253,6 +279,7 @@ def test_one_target_pass_per_round(kata, target, draft):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_example_greedy_bigram", "test_greedy_equals_target_greedy")
 def test_eos_and_streaming(kata, target, draft):
     """An EOS ends the output (kept as its last token); on_token streams every kept token in order"""
     free = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3).tokens
@@ -293,7 +320,27 @@ def verify_outcomes(kata, rows: int, seed: int):
     return drafts.tolist(), accepted.tolist(), nxt.tolist()
 
 
+@pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_acceptance_probability")
+def test_verify_accepts_with_probability_min_p_q(kata):
+    """The number of accepted drafts follows the product of per-position acceptance probabilities"""
+    _, accepted, _ = verify_outcomes(kata, 20000, 21)
+    beta = [sum(min(a, b) for a, b in zip(p, q)) for p, q in zip(VERIFY_P, VERIFY_Q)]
+    probs = [math.prod(beta[:n]) * (1 - beta[n]) for n in range(3)] + [math.prod(beta)]
+    counts = [accepted.count(n) for n in range(4)]
+    stat, df = chi_square(counts, probs)
+    assert stat <= CHI2_1E6[df], (
+        f"accepted drafts (0..3) over 20000 rows: counts {counts}, expected {[round(20000 * x) for x in probs]} "
+        f"(each draft accepted with probability sum(min(p, q)) = {[round(b, 3) for b in beta]}; "
+        f"chi-square {stat:.1f} > {CHI2_1E6[df]})"
+    )
+
+
 @pytest.mark.points(4)
+@pytest.mark.builds_on(
+    "test_example_verify_residual_and_bonus",
+    "test_verify_accepts_with_probability_min_p_q",
+)
 def test_verify_emits_the_target_distribution(kata):
     """Each token verify emits is distributed as p at its position (chi-square, 20,000 rows)"""
     drafts, accepted, nxt = verify_outcomes(kata, 20000, 11)
@@ -312,21 +359,6 @@ def test_verify_emits_the_target_distribution(kata):
         )
 
 
-@pytest.mark.points(2)
-def test_verify_accepts_with_probability_min_p_q(kata):
-    """The number of accepted drafts follows the product of per-position acceptance probabilities"""
-    _, accepted, _ = verify_outcomes(kata, 20000, 21)
-    beta = [sum(min(a, b) for a, b in zip(p, q)) for p, q in zip(VERIFY_P, VERIFY_Q)]
-    probs = [math.prod(beta[:n]) * (1 - beta[n]) for n in range(3)] + [math.prod(beta)]
-    counts = [accepted.count(n) for n in range(4)]
-    stat, df = chi_square(counts, probs)
-    assert stat <= CHI2_1E6[df], (
-        f"accepted drafts (0..3) over 20000 rows: counts {counts}, expected {[round(20000 * x) for x in probs]} "
-        f"(each draft accepted with probability sum(min(p, q)) = {[round(b, 3) for b in beta]}; "
-        f"chi-square {stat:.1f} > {CHI2_1E6[df]})"
-    )
-
-
 SAMPLE_TARGET = [
     [0.10, 0.50, 0.20, 0.20],
     [0.40, 0.10, 0.30, 0.20],
@@ -342,6 +374,7 @@ SAMPLE_DRAFT = [
 
 
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_greedy_equals_target_greedy", "test_verify_emits_the_target_distribution")
 def test_sampled_tokens_follow_the_target(kata):
     """Sampled speculative output follows the target's distribution, not the draft's (chi-square per
     previous token over 3000 tokens)"""
@@ -366,6 +399,11 @@ def test_sampled_tokens_follow_the_target(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on(
+    "test_greedy_equals_target_greedy",
+    "test_verify_emits_the_target_distribution",
+    "test_sampled_tokens_follow_the_target",
+)
 def test_temperature_sharpens_both_models(kata):
     """At temperature 0.5 the output follows softmax(log p / 0.5), the target's sharpened distribution"""
     r = kata.speculative_generate(
@@ -383,6 +421,7 @@ def test_temperature_sharpens_both_models(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_greedy_equals_target_greedy")
 def test_sampling_reproducible_with_seed(kata, target, draft):
     """The same seed gives the same tokens; other seeds give other tokens"""
     kwargs = dict(max_new_tokens=12, k=3, temperature=1.0)
@@ -391,27 +430,6 @@ def test_sampling_reproducible_with_seed(kata, target, draft):
     assert a == b, f"two runs with seed=7 differ: {a} vs {b}"
     others = [kata.speculative_generate(target, draft, [3, 9, 27], seed=s, **kwargs).tokens for s in (8, 9)]
     assert any(o != a for o in others), f"seeds 7, 8, 9 all sampled the same tokens {a}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The speed-up model.
-
-
-@pytest.mark.points(2)
-def test_expected_speedup_formula(kata):
-    """Tokens per round are 1 + alpha + ... + alpha^k; the speed-up divides them by k c + 1"""
-    for alpha in (0.0, 0.3, 0.75, 0.99, 1.0):
-        for k in (1, 3, 7):
-            tokens = sum(alpha**i for i in range(k + 1))
-            got = kata.expected_tokens_per_round(alpha, k)
-            assert got == pytest.approx(tokens, rel=1e-9), (
-                f"expected_tokens_per_round({alpha}, {k}): got {got}, want 1 + alpha + ... + alpha^k = {tokens}"
-            )
-            for c in (0.0, 0.05, 0.5):
-                got = kata.expected_speedup(alpha, k, c)
-                assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), (
-                    f"expected_speedup({alpha}, {k}, {c}): got {got}, want {tokens / (k * c + 1)}"
-                )
 
 
 # ---------------------------------------------------------------------------------------------
