@@ -2,7 +2,8 @@
 
 `python -m dojo.tools.tour [--kata kv_cache]` types, in a detached tmux session and a fresh temporary
 workspace, what a newcomer types: `dojo`, `dojo start`, `dojo check` (fails), `dojo hint`, the reference
-copied in, `dojo check` (passes), `dojo interview`, `dojo submit` with the follow-ups answered, a second
+copied in, `dojo check` (passes), the scheduler with a one-line TPOT bug planted (its check's failures all
+point at TPOT, and so does its hint), `dojo interview`, `dojo submit` with the follow-ups answered, a second
 interview answered with nonsense and marked "all" (its scorecard: "self-assessed, not found in the
 answer"), `dojo history`. After each step it checks the phrases a person should see and the exit status:
 one PASS or FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
@@ -233,6 +234,7 @@ def steps(slug: str, workspace: Path) -> list[Step]:
             expect=(r"\bpass\b", r"Score (\d+)/\1 points . (\d+)/\2 tests passing", r"All tests pass"),
             absent=(r"\bFAIL\b",),
         ),
+        *scheduler_leg(),
         Step(
             "start a mock interview",
             f"dojo interview {slug}",
@@ -285,6 +287,47 @@ def steps(slug: str, workspace: Path) -> list[Step]:
                 rf"\b1 +\d{{4}}-\d\d-\d\d \d\d:\d\d +{slug} +(\d+)/\1",
                 r"dojo history N",
             ),
+        ),
+    ]
+
+
+TPOT_RIGHT, TPOT_BUG = "(last - first) / (n - 1) if n > 1", "(last - first) / n if n > 1"  # the bug, one line
+TPOT = "TPOT is the time from the first token to the last"  # the scheduler suite's TPOT property
+# a FAIL entry (up to the next entry or the score) that is not the TPOT test and does not point at it
+ELSEWHERE = (
+    rf"\bFAIL \d+/\d+ pt (?!{TPOT})(?:(?!probably because '{TPOT})(?!\b(?:pass|FAIL) \d+/\d+ pt )(?!Score \d).)*"
+    r"(?=\b(?:pass|FAIL) \d+/\d+ pt |Score \d)"
+)
+
+
+def scheduler_leg() -> list[Step]:
+    """The scheduler with the TPOT bug of its mutant tpot_divides_by_n planted in the learner's copy: the
+    check's first failure is the TPOT test, every later one says it probably comes from it, and the
+    hint chosen for it is about TPOT, not blocks."""
+    solution = shlex.quote(str(targets.solutions_dir() / "scheduler.py"))
+    plant = (
+        f'cp {solution} "$DOJO_WORKSPACE/scheduler.py" && '
+        f"sed -i 's|{TPOT_RIGHT}|{TPOT_BUG}|' \"$DOJO_WORKSPACE/scheduler.py\" && "
+        f'grep -F {shlex.quote(TPOT_BUG)} "$DOJO_WORKSPACE/scheduler.py"'
+    )
+    return [
+        Step("start the scheduler", "dojo start scheduler", expect=("Then: dojo check scheduler",)),
+        Step("the reference with a one-line TPOT bug: divides by n, not n - 1", f"eval {shlex.quote(plant)}"),
+        Step(
+            "check it: the TPOT test fails first, every other failure points at it",
+            "dojo check scheduler",
+            status=1,
+            expect=(rf"FAIL \d+/\d+ pt {TPOT}", rf"probably because '{TPOT}", r"Keep going"),
+            absent=(ELSEWHERE,),
+        ),
+        Step(
+            "the hint is about TPOT, not blocks",
+            "dojo hint scheduler",
+            expect=(
+                rf"chosen for your first failing property '{TPOT}",
+                r"TPOT is \W*\(stamps\[-1\] - stamps\[0\]\) / \(n - 1\)",
+            ),
+            absent=(r"\broom\b",),
         ),
     ]
 

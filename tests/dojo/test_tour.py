@@ -69,3 +69,20 @@ def test_the_tour_answers_one_interview_with_nonsense(tmp_path):
     ]
     assert len(leg) == 1 and str(tmp_path / "nonsense.sh") in leg[0].command
     assert any("self-assessed, not found in the answer" in e for e in leg[0].expect)
+
+
+def test_the_scheduler_leg_wants_every_failure_to_point_at_tpot(tmp_path):
+    """the scheduler leg plants the TPOT bug, and its check fails a FAIL entry that is neither the TPOT test
+    nor 'probably because' it"""
+    pane = (
+        f"  FAIL  0/1 pt  {tour.TPOT} over the tokens after the first\n        Finished 'a': tpot 0.2\n"
+        "  FAIL  0/2 pt  Finishing frees a request's blocks\n"
+        f"        probably because '{tour.TPOT} over the tokens after the first' failed; fix that first\n"
+        "  pass  1/1 pt  one token has no tpot\nScore 1/4 points\n"
+    )
+    assert tour.present(pane, (tour.ELSEWHERE,)) == []
+    unexplained = pane.replace(f"probably because '{tour.TPOT}", "probably because 'blocks")
+    assert tour.present(unexplained, (tour.ELSEWHERE,)) == [tour.ELSEWHERE]
+    check = next(s for s in tour.steps("kv_cache", tmp_path) if s.command == "dojo check scheduler")
+    assert check.status == 1 and tour.ELSEWHERE in check.absent
+    assert tour.TPOT_RIGHT in (tour.ROOT / "solutions" / "scheduler.py").read_text()  # the line the leg edits
