@@ -149,6 +149,7 @@ def test_example_grouped_query_heads_share_kv_heads(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_grouped_query_heads_share_kv_heads")
 def test_grouped_query_head_mapping(kata):
     """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
     q, k, v = qkv(1, 6, 2, 2, 4, 8, seed=6)  # only the mapping: the values themselves are the plain case's
@@ -179,6 +180,7 @@ def test_scale_argument(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_example_causal_mask_is_bottom_right_aligned")
 def test_causal_mask_rule(kata):
     """causal_mask(Tq, Tk)[i, j] is True iff j <= i + (Tk - Tq), for Tq <, = and > Tk."""
     for tq, tk in [(1, 1), (1, 4), (3, 3), (2, 5), (4, 2)]:
@@ -205,7 +207,10 @@ def test_visible_weights_sum_to_one(kata):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tq, tk", [(4, 4), (2, 5), (1, 6)])
 @pytest.mark.builds_on(
-    "test_causal_mask_rule", "test_grouped_query_head_mapping", "test_visible_weights_sum_to_one"
+    "test_causal_mask_rule",
+    "test_grouped_query_head_mapping",
+    "test_visible_weights_sum_to_one",
+    "test_equals_oracle_on_random_shapes",
 )
 def test_causal_hides_exactly_the_future(kata, tq, tk):
     """Causal attention equals the oracle, also with Tq < Tk (the queries are the last Tq positions)."""
@@ -214,7 +219,7 @@ def test_causal_hides_exactly_the_future(kata, tq, tk):
 
 
 @pytest.mark.points(1)
-@pytest.mark.builds_on("test_causal_mask_rule")
+@pytest.mark.builds_on("test_causal_mask_rule", "test_visible_weights_sum_to_one")
 def test_causal_future_keys_change_nothing(kata):
     """Under causal, changing key/value j changes only queries at positions >= j."""
     q, k, v = qkv(1, 2, 2, 3, 5, 8)  # queries sit at positions 2, 3, 4
@@ -228,7 +233,11 @@ def test_causal_future_keys_change_nothing(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_grouped_query_head_mapping", "test_causal_hides_exactly_the_future")
+@pytest.mark.builds_on(
+    "test_grouped_query_head_mapping",
+    "test_causal_hides_exactly_the_future",
+    "test_example_query_that_sees_no_key_gets_zeros",
+)
 def test_padding_equals_oracle(kata):
     """Padded keys (key_padding_mask False) get zero weight, alone and with causal."""
     q, k, v = qkv(2, 4, 2, 3, 6, 8, seed=3)
@@ -257,7 +266,11 @@ def test_appending_padded_keys_changes_nothing(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_padding_equals_oracle", "test_causal_hides_exactly_the_future")
+@pytest.mark.builds_on(
+    "test_padding_equals_oracle",
+    "test_causal_hides_exactly_the_future",
+    "test_example_query_that_sees_no_key_gets_zeros",
+)
 def test_fully_masked_rows_give_zeros(kata):
     """A query that can see no key gets zeros, never NaN: all padding, causal with Tq > Tk, masks."""
     q, k, v = qkv(2, 2, 2, 3, 2, 4, seed=5)
@@ -278,6 +291,7 @@ def test_fully_masked_rows_give_zeros(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_equals_oracle_on_random_shapes")
 def test_cross_attention_lengths(kata):
     """Cross-attention: Tq != Tk without causal, every query sees every key."""
     q, k, v = qkv(2, 2, 2, 5, 3, 8, seed=7)
@@ -285,6 +299,7 @@ def test_cross_attention_lengths(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_equals_oracle_on_random_shapes")
 def test_stable_with_large_scores(kata):
     """Stable with scores near 1e4: the softmax subtracts the row maximum."""
     q, k, v = qkv(1, 2, 2, 2, 4, 16, seed=8)
@@ -456,7 +471,11 @@ def test_module_equals_torch_multihead_attention(kata, bias):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_cross_attention_lengths", "test_padding_equals_oracle")
+@pytest.mark.builds_on(
+    "test_cross_attention_lengths",
+    "test_padding_equals_oracle",
+    "test_module_keeps_positions_apart",
+)
 def test_module_cross_attention_with_d_context(kata):
     """Cross-attention: queries from x, keys and values from a context of another length and width."""
     torch.manual_seed(16)
@@ -470,7 +489,11 @@ def test_module_cross_attention_with_d_context(kata):
 
 
 @pytest.mark.points(1)
-@pytest.mark.builds_on("test_grouped_query_head_mapping", "test_causal_hides_exactly_the_future")
+@pytest.mark.builds_on(
+    "test_grouped_query_head_mapping",
+    "test_causal_hides_exactly_the_future",
+    "test_module_keeps_positions_apart",
+)
 def test_module_grouped_query(kata):
     """With n_kv_heads < n_heads, k_proj and v_proj are narrower and the heads are shared."""
     torch.manual_seed(19)

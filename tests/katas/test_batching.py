@@ -113,7 +113,7 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2")
+@pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2", "test_max_batch_size_of_smollm2")
 def test_budget_too_small_for_one_sequence(kata):
     """A budget that cannot hold the weights plus one sequence is a ValueError naming the numbers"""
     budget = WEIGHTS_FP32 + KV_2048_FP32 - 1
@@ -210,7 +210,7 @@ def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, 
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_crossover_of_smollm2")
+@pytest.mark.builds_on("test_crossover_of_smollm2", "test_crossover_matches_trying_every_batch")
 def test_long_context_never_crosses(kata):
     """At 2048 tokens of context SmolLM2 decode never becomes compute-bound in fp32: crossover is None"""
     got = kata.crossover_batch(SMOL, PEAK, BANDWIDTH, 2048)

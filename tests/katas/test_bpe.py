@@ -186,6 +186,7 @@ def test_threshold_is_inclusive(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_overlapping_pairs_counted(kata):
     """pair counts include overlaps: 'aaa' holds (a, a) twice"""
     for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
@@ -196,6 +197,7 @@ def test_overlapping_pairs_counted(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_ties_go_to_smallest_pair(kata):
     """among equally frequent pairs the smallest (left, right) pair is merged first"""
     for text, want in [("dcba", (98, 97)), ("abcd", (97, 98)), ("zyzy ayay", (97, 121))]:
@@ -207,6 +209,7 @@ def test_ties_go_to_smallest_pair(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_max_merges(kata):
     """training stops after max_merges merges, or earlier when no pair is left"""
     text = "the cat sat on the mat with the hat"
@@ -220,6 +223,7 @@ def test_max_merges(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_ties_go_to_smallest_pair")
 def test_no_merges_across_chunks(kata):
     """with a pattern, no merge joins the end of one chunk to the start of the next"""
     text = "dog, dog, dog, dog"
@@ -311,7 +315,11 @@ def test_readme_training_example(kata):
 
 
 @pytest.mark.example
-@pytest.mark.builds_on("test_no_merges_across_chunks", "test_specials_cut_out_before_the_pattern_splits")
+@pytest.mark.builds_on(
+    "test_no_merges_across_chunks",
+    "test_specials_cut_out_before_the_pattern_splits",
+    "test_threshold_is_inclusive",
+)
 def test_readme_pattern_example(kata):
     """with a split pattern, pairs never cross a chunk boundary, in training and in encode"""
     tok = trained(kata, "ab ab ab", threshold=2, pattern=GPT2)
@@ -349,6 +357,12 @@ def test_training_matches_oracle(kata, text, threshold, use_pattern):
 @pytest.mark.points(3)
 @SETTINGS
 @given(train_text=texts, text=texts, use_pattern=st.booleans())
+@pytest.mark.builds_on(
+    "test_threshold_is_inclusive",
+    "test_ties_go_to_smallest_pair",
+    "test_no_merges_across_chunks",
+    "test_specials_cut_out_before_the_pattern_splits",
+)
 def test_encode_replays_training(kata, train_text, text, use_pattern):
     """encode applies merges by rank: the same tokens as replaying training's merges in order"""
     pattern = GPT2 if use_pattern else None
@@ -362,6 +376,12 @@ def test_encode_replays_training(kata, train_text, text, use_pattern):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on(
+    "test_threshold_is_inclusive",
+    "test_overlapping_pairs_counted",
+    "test_ties_go_to_smallest_pair",
+    "test_readme_overlap_example",
+)
 def test_encode_long_chunk(kata):
     """a long chunk (no pattern) encodes like replaying training's merges"""
     train_text = "abracadabra " * 6 + "aaaa bbbb abab 1212 é漢😀 " * 3
@@ -375,6 +395,7 @@ def test_encode_long_chunk(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_threshold_is_inclusive", "test_ties_go_to_smallest_pair")
 def test_encode_by_rank_not_longest_match(kata):
     """encode merges the earliest-learned pair first, not the longest vocabulary match"""
     tok = trained(kata, "bcbcbcxabxab", threshold=2, max_merges=2)  # learns bc (256), then ab (257)
@@ -388,6 +409,7 @@ def test_encode_by_rank_not_longest_match(kata):
 @pytest.mark.points(2)
 @SETTINGS
 @given(text=any_text, use_pattern=st.booleans())
+@pytest.mark.builds_on("test_specials_cut_out_before_the_pattern_splits")
 def test_round_trip_any_text(kata, text, use_pattern):
     """decode(encode(text)) == text for any unicode text"""
     tok = trained(
@@ -403,6 +425,7 @@ def test_round_trip_any_text(kata, text, use_pattern):
 @pytest.mark.points(2)
 @SETTINGS
 @given(data=st.binary(max_size=40))
+@pytest.mark.builds_on("test_readme_decode_example")
 def test_decode_any_ids(kata, data):
     """decode of any ids is their bytes decoded as UTF-8 with replacement"""
     tok = trained(kata, "aaab aaab ééé", threshold=2)
@@ -445,6 +468,7 @@ def test_unknown_ids(kata):
         st.sampled_from(["a", "ab", " ", "<|", "|>", EOT, "<|im_start|>", "<|im_end|>", "é"]), max_size=12
     )
 )
+@pytest.mark.builds_on("test_ties_go_to_smallest_pair", "test_specials_cut_out_before_the_pattern_splits")
 def test_special_tokens_never_broken(kata, pieces):
     """special tokens are matched before splitting and never broken, around any text"""
     specials = {EOT: 1000, "<|im_start|>": 1001, "<|im_end|>": 1002}
@@ -493,6 +517,7 @@ def test_special_id_collisions(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_specials_cut_out_before_the_pattern_splits")
 def test_save_load_round_trip(kata, kata_dir):
     """load(save(t)) has the same pattern, special tokens, merges and vocab, and encodes alike"""
     pattern = GPT2 + r'|"quoted"|\n'
@@ -573,6 +598,11 @@ def test_malformed_file(kata, kata_dir, content, line):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on(
+    "test_threshold_is_inclusive",
+    "test_overlapping_pairs_counted",
+    "test_readme_overlap_example",
+)
 def test_no_tokenizer_libraries(kata, kata_path):
     """works without tiktoken, tokenizers, sentencepiece or transformers"""
     tok = trained(kata, "aaab", threshold=2)

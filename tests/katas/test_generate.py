@@ -369,6 +369,7 @@ REFILL_BIGRAM = [
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_first_step_expands_one_beam")
 def test_beam_that_ends_is_replaced(kata):
     """A beam whose best candidate is EOS is replaced: num_beams beams keep running (rank 2 * num_beams candidates)"""
     r = kata.generate(
@@ -475,7 +476,7 @@ def test_beams_continue_from_their_parents_cache(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_beams_continue_from_their_parents_cache")
+@pytest.mark.builds_on("test_beams_continue_from_their_parents_cache", "test_batched_equals_unbatched")
 def test_beam_scores_are_length_penalised_logprobs(kata, llama):
     """A beam's score is sum(log p) / (new tokens incl. EOS) ** length_penalty"""
     for lp in (0.0, 1.0, 2.0, -0.5):
@@ -518,7 +519,7 @@ def test_num_return_sequences(kata, llama):
 
 
 @pytest.mark.points(1)
-@pytest.mark.builds_on("test_beam_scores_are_length_penalised_logprobs")
+@pytest.mark.builds_on("test_beam_scores_are_length_penalised_logprobs", "test_first_step_expands_one_beam")
 def test_negative_length_penalty_favours_short(kata, llama):
     """A negative length_penalty favours short outputs, a positive one long outputs"""
     kwargs = dict(max_new_tokens=7, eos_token_id=EOS, strategy="beam", num_beams=3)
@@ -564,6 +565,7 @@ def test_example_beam_finds_more_probable(kata):
     "test_first_step_expands_one_beam",
     "test_beam_that_ends_is_replaced",
     "test_beam_scores_are_length_penalised_logprobs",
+    "test_eos_outside_top_beams_does_not_finish",
 )
 def test_example_early_stopping_false_keeps_searching(kata):
     """early_stopping=False keeps searching after num_beams hypotheses finish"""
@@ -599,6 +601,7 @@ ES_BIGRAM = [
     "test_first_step_expands_one_beam",
     "test_beam_that_ends_is_replaced",
     "test_beam_scores_are_length_penalised_logprobs",
+    "test_example_early_stopping_false_keeps_searching",
 )
 def test_example_early_stopping_modes(kata):
     """early_stopping True, False and "never" stop at different points"""
@@ -645,6 +648,7 @@ def test_batched_beams_equal_unbatched(kata, llama):
     "test_eos_outside_top_beams_does_not_finish",
     "test_beams_continue_from_their_parents_cache",
     "test_beam_scores_are_length_penalised_logprobs",
+    "test_example_early_stopping_false_keeps_searching",
 )
 def test_beam_search_equals_plain_implementation(kata, llama, num_beams, early_stopping):
     """Beam search equals a plain list-based beam search with the HuggingFace semantics"""

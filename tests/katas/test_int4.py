@@ -127,6 +127,7 @@ def smollm2_decode_bytes(weight_bytes: float, batch: int, context_len: int, act_
 
 @pytest.mark.example
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_bytes_per_weight")
 def test_example_smollm2_speedup(kata):
     """fp32 -> Q4_1 on SmolLM2 at batch 1: 6.4x at an empty context, about 2x at 8191 tokens."""
     config = LlamaConfig.smollm2_135m()
@@ -143,6 +144,7 @@ def test_example_smollm2_speedup(kata):
 
 
 @pytest.mark.points(3)
+@pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_dequantize_q4_1_matches_loop_oracle(kata):
     """dequantize_q4_1 equals d * q + m for every weight of random blocks, bit for bit."""
     for rows, cols, seed in [(1, 32, 0), (3, 64, 1), (8, 96, 2)]:
@@ -155,6 +157,7 @@ def test_dequantize_q4_1_matches_loop_oracle(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_dequantize_q4_1_matches_gguf(kata, kata_path):
     """dequantize_q4_1 is bit-exact against gguf.quants.dequantize on random blocks, without using gguf."""
     found = banned_uses(kata_path, {"gguf", "GGUFReader"})
@@ -227,6 +230,7 @@ def test_quantize_ties_round_up(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_example_quantize_one_block")
 def test_quantize_codes_use_fp32_scale(kata):
     """quantize_q4_1 computes the codes from the fp32 min and d = (max - min) / 15; fp16 is only how they are stored."""
     rng = np.random.default_rng(8)
@@ -267,6 +271,7 @@ def test_quantize_q4_1_matches_gguf(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_dequantize_one_block", "test_example_quantize_one_block")
 def test_round_trip_error_bound(kata):
     """Round trip: every weight is within half a step of its block's range / 15 (plus fp16 rounding)."""
     rng = np.random.default_rng(9)
@@ -297,6 +302,7 @@ def smollm2_reader():
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_dequantize_one_block", "test_dequantize_q8_0_matches_oracle_and_gguf")
 def test_real_smollm2_tensors(kata, smollm2_reader):
     """Real SmolLM2 tensors (Q4_1 attention and MLP, the Q8_0 embedding) dequantize bit-exactly."""
     wanted = {"blk.0.attn_k.weight", "blk.7.ffn_down.weight", "token_embd.weight"}
@@ -317,6 +323,7 @@ def test_real_smollm2_tensors(kata, smollm2_reader):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_matmul_matches_dequantized_matmul(kata):
     """matmul_q4_1(x, W) equals x @ dequantize(W).T for 1-D, 2-D and 3-D x."""
     raw = random_q4_1(48, 96, 10)
@@ -341,6 +348,7 @@ def test_matmul_rejects_mismatched_x(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.candidate_process  # allocations are traced where they happen
+@pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_matmul_never_builds_the_full_fp32_matrix(kata):
     """matmul_q4_1 peaks below half the fp32 matrix's size in memory: it works a slab at a time, and the
     product it returns meanwhile is still x @ dequantize(W).T (a measurement checks what it measures)."""
@@ -370,6 +378,7 @@ def test_matmul_never_builds_the_full_fp32_matrix(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_bytes_per_weight")
 def test_speedup_is_below_eight(kata):
     """fp32 -> Q4_1 is never 8x: scales cost a bit per weight, and the KV cache does not shrink."""
     config = LlamaConfig.smollm2_135m()
@@ -381,6 +390,7 @@ def test_speedup_is_below_eight(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_example_bytes_per_weight", "test_example_smollm2_speedup")
 def test_speedup_exact_for_given_numbers(kata):
     """The speed-up is bytes(from) / bytes(to), the KV cache kept in from_dtype, for any config."""
     config = LlamaConfig.smollm2_135m()
@@ -407,6 +417,7 @@ def test_speedup_exact_for_given_numbers(kata):
     )
 
 
+@pytest.mark.builds_on("test_example_smollm2_speedup")
 def test_speedup_shrinks_with_context_and_batch(kata):
     """Longer contexts and bigger batches read more KV cache, so the speed-up falls."""
     config = LlamaConfig.smollm2_135m()

@@ -104,6 +104,7 @@ def test_readme_example(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.builds_on("test_readme_example")
 def test_update_returns_all_positions(kata, seed):
     """update returns this layer's keys and values so far, in order, for any chunk sizes"""
     g = torch.Generator().manual_seed(100 + seed)
@@ -187,6 +188,7 @@ def test_update_writes_in_place(kata):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.builds_on("test_update_writes_in_place")
 def test_bytes_needed_formula(kata, dtype):
     """bytes_needed is 2 * layers * batch * kv heads * head_dim * max_len * itemsize, and nbytes agrees"""
     itemsize = torch.tensor([], dtype=dtype).element_size()
@@ -289,6 +291,7 @@ def test_max_bytes(kata):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_update_writes_in_place")
 def test_rejects_bad_updates(kata):
     """update rejects a bad layer and k/v of the wrong shape or dtype with ValueError"""
     cache = kata.KVCache(2, 2, 2, 4, 8)
@@ -353,6 +356,7 @@ def test_chunked_prefill_matches_one_prefill(kata, model):
     )
 
 
+@pytest.mark.builds_on("test_readme_example")
 def test_stores_kv_heads(kata, model):
     """the model's cache stores its 2 KV heads, not its 4 query heads"""
     shapes = []

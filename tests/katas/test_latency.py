@@ -64,6 +64,7 @@ def test_predict_ttft_long_prompt_is_compute_bound(kata):
 
 @pytest.mark.example
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_predict_ttft_long_prompt_is_compute_bound")
 def test_predict_tpot_is_the_weight_read(kata):
     """predict_tpot: a decode step on SmolLM2 takes its bytes / bandwidth, about 45 ms at 12 GB/s"""
     got = kata.predict_tpot(SMOL, 0, PEAK, BANDWIDTH)
@@ -191,6 +192,7 @@ def test_ttft_is_prefill_and_tpot_is_one_decode_step(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_ttft_is_prefill_and_tpot_is_one_decode_step")
 def test_measure_latency_warms_up_untimed(kata):
     """One untimed warm-up run comes first: a slow first run does not reach the reported times"""
     clock = FakeClock()
@@ -287,6 +289,7 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("T, chunk", [(13, 4), (12, 4), (3, 8), (7, 1)])
+@pytest.mark.builds_on("test_chunked_prefill_equals_one_shot")
 def test_chunked_prefill_bounds_each_step(kata, T, chunk):
     """Each model call prefills at most `chunk` tokens, in order: ceil(T / chunk) calls"""
     model, calls = prefill_calls(tiny_model(seed=0))

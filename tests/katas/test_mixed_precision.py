@@ -159,7 +159,11 @@ def test_master_weights_stay_fp32(kata):
 
 
 @pytest.mark.points(3)
-@pytest.mark.builds_on("test_example_scaler_policy", "test_example_scale_and_unscale")
+@pytest.mark.builds_on(
+    "test_example_scaler_policy",
+    "test_example_scale_and_unscale",
+    "test_master_weights_stay_fp32",
+)
 def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
     """An fp16 step whose gradients overflow changes no weight, halves the scale and resets the count."""
     found = banned_uses(
@@ -183,7 +187,7 @@ def test_overflowing_step_is_skipped_and_scale_halves(kata, kata_path):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_example_scale_and_unscale")
+@pytest.mark.builds_on("test_example_scale_and_unscale", "test_overflowing_step_is_skipped_and_scale_halves")
 def test_nan_gradients_are_skipped(kata):
     """A NaN gradient (not only inf) skips the step and halves the scale."""
     start, model = tiny_model(4).train(), trained_model(4)
@@ -200,7 +204,7 @@ def test_nan_gradients_are_skipped(kata):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_example_scaler_policy")
+@pytest.mark.builds_on("test_example_scaler_policy", "test_master_weights_stay_fp32")
 def test_scale_grows_after_n_good_steps(kata):
     """The scale doubles on exactly the growth_interval-th good train_step, and not before."""
     model = trained_model(5)

@@ -302,6 +302,7 @@ def test_bandwidth_counts_read_and_write(kata, one_thread):
 
 
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_bandwidth_counts_read_and_write")
 def test_matmul_counts_two_flops_per_multiply_add(kata, one_thread):
     """An (n, n) @ (n, n) matmul is 2 n^3 FLOPs, a multiply and an add per term, in the time of one matmul"""
     with reading(FakeClock(step=STEP), kata):
@@ -363,6 +364,12 @@ PASS_COSTS = [0.5, 0.003, 0.001, 0.002, 0.005, 0.004]  # a slow warm-up, then 5 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("phase, batch, seq_len, context_len", [("decode", 2, 1, 5), ("prefill", 3, 6, 4)])
+@pytest.mark.builds_on(
+    "test_each_cached_position_adds_its_kv_bytes",
+    "test_decode_reads_every_weight_once",
+    "test_batch_shares_the_weight_read",
+    "test_bandwidth_counts_read_and_write",
+)
 def test_measure_phase_times_the_right_pass(kata, one_thread, phase, batch, seq_len, context_len):
     """measure_phase times one warm-up and `repeats` passes of the phase at the given context, and reports their median"""
     clock = FakeClock()
