@@ -61,7 +61,27 @@ def test_check_katas_passes_on_a_sound_kata(dojo):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "ok 4/4 pass" in out.stdout and "ok 4/4 fail" in out.stdout and "ok 1/1" in out.stdout
     again = dojo(module="dojo.grading.proof.check_katas")
-    assert "(0 run, 6 cached)" in again.stdout  # 3 runs in each mode: in-process and judge
+    assert "(0 run, 7 cached)" in again.stdout  # 3 runs in each mode, and the mutant's survey
+
+
+def test_check_katas_flags_a_later_failure_that_names_no_cause(dojo):
+    """check_katas runs each mutant to the end: a failure after the first that is neither the first's
+    property nor "probably because ..." (its builds_on marker gone) is a violation naming the test"""
+    (dojo.toy / "tests" / "katas" / "mutants" / "toy" / "no_words.py").write_text(
+        '"""Counts no words."""\n\nEDITS = [("return counts", "return {}")]\n'
+    )
+    out = dojo(module="dojo.grading.proof.check_katas")
+    assert out.returncode == 0, out.stdout + out.stderr  # the whitespace test builds on the example
+    dojo.suite.write_text(
+        dojo.suite.read_text().replace('@pytest.mark.builds_on("test_count_words_example")\n', "")
+    )
+    out = dojo(module="dojo.grading.proof.check_katas")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        "VIOLATION toy: mutant no_words.py fails 'count_words counts repeated words' (test_count_words_example) "
+        "first, then test_count_words_whitespace without saying 'probably because ...'" in out.stdout
+    ), out.stdout
+    assert "BAD 1/2" in out.stdout, out.stdout  # the failures explained column: split_on_space's are
 
 
 def test_check_katas_flags_a_surviving_mutant_and_a_passing_stub(dojo):

@@ -1,8 +1,9 @@
 """`python -m dojo.grading.proof.check_katas [--jobs N] [slugs...]`: prove every kata's suite is a fair judge.
 
 For each kata in katas.toml that has a suite, in-process and in judge mode: the suite passes on the
-reference (solutions), every graded test fails on the stub (katas), and every mutant in
-tests/katas/mutants/<slug>/ fails at least one test. Prints a table; exits 1 on any violation.
+reference (solutions), every graded test fails on the stub (katas), every mutant in
+tests/katas/mutants/<slug>/ fails at least one test, and (run to the end) each of its later failures
+is its first's property or says "probably because". Prints a table; exits 1 on any violation.
 Each run is a fork of this warm process, N at a time, not repeated while its inputs are unchanged
 (--no-cache runs all); runs, verdicts and cache are dojo.grading.proof.suite_runs. It proves the
 suites, not the sandbox.
@@ -25,6 +26,7 @@ from dojo.grading.judging.protocol import ENV as judge_env
 from dojo.grading.proof import mutant
 from dojo.grading.proof.suite_runs import (
     Run,
+    Survey,
     cache_path,
     cached,
     inputs_digest,
@@ -246,7 +248,8 @@ def _collect(run: Run, results: Path, status: int | None, log: Path, timeout: fl
 
 def plan(katas: list[catalog.Kata]) -> list[Run]:
     """Every run, in both modes (in-process as practice runs it, and judge mode as take-homes do):
-    reference, stub, then the mutants (an edits mutant is written out beside the cache)."""
+    reference, stub, then the mutants (an edits mutant is written out beside the cache); and each
+    mutant's survey, in-process (the run to the end that shows whether its failures point at the first)."""
     written = cache_path().parent / "mutants"
     runs = []
     for kata in katas:
@@ -265,6 +268,11 @@ def plan(katas: list[catalog.Kata]) -> list[Run]:
                 Run(kata.slug, kind, target, kata.suite, source=source, broken=broken, judge=judged)
                 for kind, target, source, broken in targets_
             ]
+        runs += [
+            Survey(kata.slug, "survey", target, kata.suite, source=source)
+            for kind, target, source, broken in targets_
+            if kind == "mutant" and not broken
+        ]
     return runs
 
 
@@ -313,14 +321,14 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("kata", "tests", "reference", "stub", "mutants killed", "seconds"):
+    for column in ("kata", "tests", "reference", "stub", "mutants killed", "failures explained", "seconds"):
         table.add_column(column)
     for kata, judged in [(k, j) for k in katas for j in (False, True)]:
         mine = [r for r in runs if r.slug == kata.slug and r.judge == judged]
         name = f"{kata.slug} (judge)" if judged else kata.slug
         if not mine:
             if not judged:
-                table.add_row(kata.slug, "-", "no suite yet", "-", "-", "-")
+                table.add_row(kata.slug, "-", "no suite yet", "-", "-", "-", "-")
             continue
         ref = next(r for r in mine if r.kind == "reference")
         stub = next(r for r in mine if r.kind == "stub")
@@ -331,6 +339,8 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
         stub_rows = [r for r in stub.rows if r["outcome"] != "skipped"]
         failing = sum(r["outcome"] == "failed" for r in stub_rows)
         killed = sum(not violations(m) for m in mutants)
+        surveys = [r for r in mine if r.kind == "survey"]  # in-process only
+        explained = sum(not violations(s) for s in surveys)
         table.add_row(
             name,
             str(len(graded)),
@@ -339,6 +349,9 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
             + (f" ({unsure} inconclusive)" if unsure else ""),
             ("ok " if not violations(stub) else "BAD ") + f"{failing}/{len(stub_rows)} fail",
             ("ok " if killed == len(mutants) else "BAD ") + f"{killed}/{len(mutants)}" if mutants else "none",
+            ("ok " if explained == len(surveys) else "BAD ") + f"{explained}/{len(surveys)}"
+            if surveys
+            else "-",
             f"{sum(r.seconds for r in mine):.1f}" + (" (cached)" if all(r.cached for r in mine) else ""),
         )
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)

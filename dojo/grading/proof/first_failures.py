@@ -1,17 +1,15 @@
 """`python -m dojo.grading.proof.first_failures [--jobs N] [slugs...]`: does each mutant's first failure name its bug?
 
-Runs each kata's suite on every mutant to the end (no -x, the suite's own order, timing tests left
-out: they decide nothing about a bug's cause) and prints, per mutant, its bug (docstring) beside
-the first failing test and that test's message, for a person to judge. check_katas proves the
-suites kill the mutants; this shows what a learner with that bug reads first.
+Runs each kata's suite on every mutant to the end (check_katas' surveys: no -x, the suite's own
+order, timing tests left out: they decide nothing about a bug's cause) and prints, per mutant, its
+bug (docstring) beside the first failing test and that test's message, for a person to judge.
+check_katas proves the later failures point at the first; whether the first names the bug is this.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 from dojo import catalog
 from dojo.grading.proof import mutant
@@ -19,25 +17,9 @@ from dojo.grading.proof.check_katas import execute, plan
 from dojo.grading.proof.suite_runs import Run
 
 
-@dataclass
-class Survey(Run):
-    """A mutant's run to the end, in the suite's order, machine tests deselected."""
-
-    def args(self, results: Path, ini: Path) -> list[str]:
-        plain = replace(self, kind="survey", order=None)  # no -x, no fastest-first order
-        return Run.args(plain, results, ini) + ["-m", "not machine"]
-
-
 def survey_runs(katas: list[catalog.Kata]) -> list[Run]:
-    """The reference (execute waits on it) and each runnable mutant, in practice mode."""
-    runs = []
-    for run in plan(katas):
-        if run.judge or run.kind == "stub" or run.broken:
-            continue
-        if run.kind == "mutant":
-            run = Survey(**{**vars(run), "kind": "survey"})
-        runs.append(run)
-    return runs
+    """The reference (execute waits on it) and each runnable mutant's survey, in practice mode."""
+    return [r for r in plan(katas) if not r.judge and r.kind in ("reference", "survey")]
 
 
 def first_failure(rows: list[dict]) -> dict | None:

@@ -1,7 +1,8 @@
 """check_katas's runs: one suite on one target (reference, stub or a mutant), its verdict and its cache.
 
 A `Run` knows its pytest arguments; `violations(run)` says what the run shows wrong with the suite
-(the reference fails, a test passes on the stub, a mutant survives). The cache keeps each run's
+(the reference fails, a test passes on the stub, a mutant survives, a mutant's later failure says
+nothing of its cause: a `Survey`, the mutant run to the end). The cache keeps each run's
 rows under a digest of every file its verdict depends on (the plugin, the suite, the target, the
 modules the run imported), so an unchanged run is not repeated. Running the forks and planning
 which runs a kata needs are dojo.grading.proof.check_katas'.
@@ -13,12 +14,13 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dojo
 from dojo import catalog, targets
 from dojo.grading.proof import mutant
+from dojo.grading.suite import causes
 
 TEST_TIMEOUT_S = 60.0
 
@@ -65,7 +67,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return (self.source or self.target).stem if self.kind == "mutant" else self.kind
+        return (self.source or self.target).stem if self.kind in ("mutant", "survey") else self.kind
 
     def args(self, results: Path, ini: Path) -> list[str]:
         tests = (
@@ -98,6 +100,16 @@ class Run:
         )
 
 
+@dataclass
+class Survey(Run):
+    """A mutant's run to the end, in the suite's order, machine tests deselected: what a learner with
+    that bug reads, first failure first (kind "survey")."""
+
+    def args(self, results: Path, ini: Path) -> list[str]:
+        plain = replace(self, kind="survey", order=None)  # no -x, no fastest-first order
+        return Run.args(plain, results, ini) + ["-m", "not machine"]
+
+
 # ---- verdicts ----------------------------------------------------------------------------------
 
 
@@ -121,6 +133,8 @@ def violations(run: Run) -> list[str]:
             for r in graded
             if r["outcome"] == "passed"
         ]
+    if run.kind == "survey":
+        return unexplained(run)
     source = run.source or run.target
     if run.broken:
         return [f"{run.slug}: mutant {source.name} does not apply: {run.broken}"]
@@ -130,6 +144,29 @@ def violations(run: Run) -> list[str]:
         if killed
         else [f"{run.slug}: mutant {source.name} survives: no test fails on it ({mutant.bug(source)})"]
     )
+
+
+def unexplained(run: Run) -> list[str]:
+    """A survey's failures after the first that are neither the first's own property (its other cases)
+    nor explained by a basic test that failed before them ("probably because ...", a builds_on marker)."""
+    failed = [r for r in run.rows if r["outcome"] == "failed"]
+    if run.error or not failed:
+        return []  # killed or not is the mutant's other runs' verdict
+    first = failed[0]
+    silent = list(
+        dict.fromkeys(
+            causes.function_name(r["name"])
+            for r in failed[1:]
+            if r["property"] != first["property"] and not r["message"].startswith(causes.PREFIX)
+        )
+    )
+    if not silent:
+        return []
+    return [
+        f"{run.slug}: mutant {run.name}.py fails '{first['property']}' ({causes.function_name(first['name'])}) "
+        f"first, then {', '.join(silent)} without saying '{causes.PREFIX} ...': mark them builds_on the "
+        "basic test their failure rests on, placed above them"
+    ]
 
 
 # ---- the cache ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import re
 import pytest
 
 MARKER = "builds_on"
+PREFIX = "probably because"  # how an explained failure's message starts
 _FAILED = pytest.StashKey[dict]()  # test function name -> its property, for each that failed so far
 
 
@@ -36,4 +37,4 @@ def explain(item: pytest.Item, prop: str, failed: bool, message: str) -> str:
     cause = next((seen[name] for name in bases(item) if name in seen), None)  # the first named that failed
     if cause is None:
         return message
-    return f"probably because '{cause}' failed; fix that first\n{message}"
+    return f"{PREFIX} '{cause}' failed; fix that first\n{message}"
