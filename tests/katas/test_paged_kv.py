@@ -260,7 +260,7 @@ def test_update_returns_all_positions(kata, seed):
 
 
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_update_returns_all_positions")
+@pytest.mark.builds_on("test_update_returns_all_positions", "test_allocator_hands_out_each_block_once")
 def test_blocks_allocated_on_boundaries(kata):
     """the block table grows to ceil(num_tokens / block_size) exactly when a write crosses a boundary"""
     cache = kata.PagedKVCache(2, 1, 2, num_blocks=10, block_size=4)
@@ -586,6 +586,7 @@ def test_random_operations_match_oracle(kata, ops):
             )
 
 
+@pytest.mark.builds_on("test_allocator_hands_out_each_block_once")
 def test_rejects_bad_input(kata):
     """unknown or duplicate sequence ids, a bad layer, and k / v of the wrong shape or dtype are ValueErrors"""
     cache = kata.PagedKVCache(2, 2, 4, num_blocks=4, block_size=2)
