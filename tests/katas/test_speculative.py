@@ -131,6 +131,42 @@ def seeded_generator(seed: int):
 
 
 # ---------------------------------------------------------------------------------------------
+# Rolling back: a cache keeps only what was kept.
+
+
+class CacheKeeper:
+    """Wraps a model; keeps every cache it makes, to read their lengths after the run."""
+
+    def __init__(self, model):
+        self.model, self.config, self.caches = model, model.config, []
+
+    def new_cache(self, batch_size, max_len=None):
+        self.caches.append(self.model.new_cache(batch_size, max_len))
+        return self.caches[-1]
+
+    def prefill(self, ids, cache, attention_mask=None):
+        return self.model.prefill(ids, cache)
+
+    def decode_step(self, ids, cache, attention_mask=None):
+        return self.model.decode_step(ids, cache)
+
+
+@pytest.mark.points(2)
+def test_caches_are_rolled_back_to_the_kept_tokens(kata, target, draft):
+    """Rejected drafts leave both caches: at the end the target's holds the prompt and every kept token but the last, the draft's no more"""
+    t, d = CacheKeeper(target), CacheKeeper(draft)
+    prompt = [3, 9, 27, 1, 8]
+    r = kata.speculative_generate(t, d, prompt, max_new_tokens=10, k=3)
+    kept = len(prompt) + len(r.tokens) - 1  # the last token is never fed
+    got = (t.caches[-1].length, d.caches[-1].length)
+    assert r.accepted < r.drafted and got[0] == kept and got[1] <= kept, (
+        f"prompt of {len(prompt)}, {len(r.tokens)} tokens kept, {r.drafted - r.accepted} drafts rejected: the caches "
+        f"hold (target, draft) {got} positions; want the target's {kept} and the draft's at most {kept} "
+        "(truncate after each round)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Worked examples (README).
 
 
@@ -166,6 +202,7 @@ def test_example_verify_residual_and_bonus(kata):
 
 @pytest.mark.example
 @pytest.mark.points(2)
+@pytest.mark.builds_on("test_caches_are_rolled_back_to_the_kept_tokens")
 def test_example_greedy_bigram(kata):
     """Greedy speculative decoding on the README's toys: the target's tokens in 3 target passes"""
     r = kata.speculative_generate(bigram(TARGET), bigram(DRAFT), [0], max_new_tokens=7, k=3)
@@ -209,7 +246,7 @@ def test_expected_speedup_formula(kata):
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("k", [1, 2, 4])
-@pytest.mark.builds_on("test_example_greedy_bigram")
+@pytest.mark.builds_on("test_example_greedy_bigram", "test_caches_are_rolled_back_to_the_kept_tokens")
 def test_greedy_equals_target_greedy(kata, target, draft, k):
     """Greedy speculative output is token for token the target's greedy output"""
     for prompt in PROMPTS:
