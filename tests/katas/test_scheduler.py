@@ -489,8 +489,16 @@ def test_blocks_follow_the_computed_positions(kata):
     )
 
 
+@pytest.mark.points(1)
+def test_one_token_has_no_tpot(kata):
+    """A request that generates a single token has tpot None"""
+    engine = Engine(kata, 4, 4, 2)
+    engine.run([Req("one", (5, 6, 7), 1)])
+    assert engine.done["one"][2] is None, f"one token: tpot {engine.done['one'][2]!r}, want None"
+
+
 @pytest.mark.points(2)
-@pytest.mark.builds_on("test_prefill_resumes_where_it_stopped")
+@pytest.mark.builds_on("test_prefill_resumes_where_it_stopped", "test_one_token_has_no_tpot")
 def test_ttft_counts_queueing_and_every_chunk(kata):
     """TTFT runs from arrival to the first token, queueing and every prefill chunk included"""
     engine = Engine(kata, 4, 16, 2)
@@ -516,14 +524,6 @@ def test_tpot_averages_the_gaps_after_the_first_token(kata):
     assert engine.done["a"][2] == pytest.approx(want), (
         f"4 tokens at {t.stamps}: tpot {engine.done['a'][2]}, want {want:g} (3 gaps)"
     )
-
-
-@pytest.mark.points(1)
-def test_one_token_has_no_tpot(kata):
-    """A request that generates a single token has tpot None"""
-    engine = Engine(kata, 4, 4, 2)
-    engine.run([Req("one", (5, 6, 7), 1)])
-    assert engine.done["one"][2] is None, f"one token: tpot {engine.done['one'][2]!r}, want None"
 
 
 @pytest.mark.points(1)
@@ -659,9 +659,9 @@ BASICS = (
     "test_decodes_count_against_the_token_budget",
     "test_decodes_are_not_stalled_by_a_long_prompt",
     "test_blocks_follow_the_computed_positions",
+    "test_one_token_has_no_tpot",
     "test_ttft_counts_queueing_and_every_chunk",
     "test_tpot_averages_the_gaps_after_the_first_token",
-    "test_one_token_has_no_tpot",
     "test_admission_is_first_come_first_served",
     "test_preemption_takes_the_newest",
     "test_blocks_come_back_on_finish_abort_and_preemption",
