@@ -526,14 +526,15 @@ llama.cpp's server on the same GGUF beside it (llama-cpp-python[server]: `make b
 --url it starts none and measures the server already running there, after checking that it answers
 GET /v1/models or a chat completion.
 
-It prints a table per server and level: requests, output tokens/s, the ratio to 1 client, and TTFT
-and TPOT p50 / p99 in ms. A percentile needs samples (a request is one): p50 {MIN_SAMPLES[50]}, p99 {MIN_SAMPLES[99]}.
-From fewer the table shows "n/a (k)", k the samples it had, and the plot leaves the point out;
-a longer --seconds gives more. The plot goes to bench/serve.png under the workspace ($DOJO_WORKSPACE,
-default workspace/; the path is printed), and --json FILE writes every level and request there too.
+It prints a table per server and level: requests, output tokens/s, the ratio to 1 client,
+and TTFT and TPOT p50 / p99 in ms. A percentile needs samples (a request is one):
+p50 {MIN_SAMPLES[50]}, p99 {MIN_SAMPLES[99]}. From fewer the table shows "n/a (k)", k the samples it had,
+and the plot leaves the point out; a longer --seconds gives more. The plot goes to
+bench/serve.png under the workspace ($DOJO_WORKSPACE, default workspace/; the path
+is printed), and --json FILE writes every level and request there too.
 
-The goal: at {GOAL_CLIENTS} clients, at least {GOAL_RATIO:g}x the tokens/s of 1 client. It prints met or not met,
-and the plot draws the goal line."""
+The goal: at {GOAL_CLIENTS} clients, at least {GOAL_RATIO:g}x the tokens/s of 1 client.
+It prints met or not met, and the plot draws the goal line."""
 
 
 def register(what, int_list) -> None:

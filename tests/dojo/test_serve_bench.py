@@ -3,7 +3,7 @@
 The fake streams a role chunk, then five one-token text chunks 20 ms apart after a 50 ms wait, then
 a usage chunk: each request must be timed with TTFT >= 50 ms and its last token >= 130 ms after
 sending, count the usage's tokens, and each level must run its clients for its time and report its tokens per second.
-The report shows percentiles only from enough samples, plots from 0 with the goal, and --url measures the fake.
+Percentiles come only from enough samples, plots from 0 with the goal; --url measures the fake.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TOKENS, FIRST_S, GAP_S = 5, 0.05, 0.02
 
 
 def fake_app(models: bool = True, asked: list | None = None) -> Starlette:
-    """The fake server; `models`: it lists "fake-model" at GET /v1/models; `asked` collects the models asked for."""
+    """The fake; `models`: it lists "fake-model" at GET /v1/models; `asked` collects the models asked for."""
 
     async def chat(request):
         body = await request.json()
@@ -121,7 +121,7 @@ def test_the_table_says_n_a_for_too_few_samples():
 
 
 def test_the_plot_starts_at_zero_and_draws_the_goal():
-    """Every panel's y-axis starts at 0, and the throughput panel has the goal line at 3x 1 client's tokens/s."""
+    """Every panel's y-axis starts at 0; the throughput panel has the goal line at 3x 1 client's tokens/s."""
     fig = serve_bench.figure({"dojo": levels_of(100, 400)})  # 1000 and 4000 tokens/s, TTFT 1000 ms
     assert [ax.get_ylim()[0] for ax in fig.axes] == [0, 0, 0]
     goal = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("goal")]
