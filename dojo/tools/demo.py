@@ -2,9 +2,9 @@
 
 Greedy answers come by default from speculative decoding (solutions.speculative: fp32 verifies the
 default packed mode's drafts, so the text is fp32's, token for token). `--weights MODE` runs one mode
-alone; sampling and beam search run the default mode. The answer streams, then the demo reports time
-to first token and decode tokens/s. `--mine` swaps in the learner's passed katas, falling back to the
-reference. Everything but argument parsing and printing is importable.
+alone; beam search runs fp32 (HuggingFace's beams), sampling the default mode. The answer streams,
+then the demo reports time to first token and decode tokens/s. `--mine` swaps in the learner's passed
+katas, falling back to the reference. Everything but argument parsing and printing is importable.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class Plan:
 def plan(args: argparse.Namespace) -> Plan:
     """The weights for the options: `--weights` alone runs that mode; `--speculative`, or greedy with
     neither it nor `--mine` nor `--weights` where torch has the int4 kernel, runs fp32 verifying int4's
-    drafts (bf16's where int4 is missing); anything else the default mode. ValueError for options
-    that clash with speculative decoding, or an unknown mode."""
+    drafts (bf16's where int4 is missing); `--beams` without `--weights` fp32; anything else the default
+    mode. ValueError for options that clash with speculative decoding, or an unknown mode."""
     from solutions.system.kernels.weight_modes import check_mode, default_mode, draft_mode
 
     greedy = not args.sample and args.beams == 1
@@ -102,6 +102,9 @@ def plan(args: argparse.Namespace) -> Plan:
                 f"--speculative verifies with fp32 weights; --weights {args.weights} cannot verify"
             )
         return Plan("fp32", draft_mode())
+    if args.weights is None and args.beams > 1:
+        # beam search is a quality mode: fp32's beams are HuggingFace's, and its native step runs 1-8 rows
+        return Plan("fp32")
     if args.weights is None and greedy and not args.mine and draft_mode() != "bf16":
         return Plan("fp32", draft_mode())
     return Plan(check_mode(args.weights or default_mode()))
@@ -194,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
             )
             if args.verbose and getattr(m, "fused_step", None) is not None:
                 out.print(f"  decode steps: {m.fused_step.describe()}", markup=False)
+    if args.beams > 1:
+        out.print(beam_line(args.beams, chosen), markup=False)
     if args.verbose:
         out.print(chosen.describe(), markup=False)
         if loaded.calibration is not None:
@@ -252,6 +257,11 @@ def speculative_line(chosen: Plan, result) -> str:
     )
 
 
+def beam_line(beams: int, chosen: Plan) -> str:
+    """Which beam search runs: its beams and weights mode (the answer comes only at the end)."""
+    return f"beam search: {beams} beams on {chosen.mode} weights; the answer comes when the search ends"
+
+
 def decode_line(n_new: int, beams: int, decode_seconds: float) -> str:
     """The report's decode figures; tokens/s is "-" when no decode step was timed (one new token: the first
     comes from prefill)."""
@@ -275,7 +285,11 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument(
-        "--beams", type=int, default=1, metavar="N", help="beam search with N beams (answer shown at the end)"
+        "--beams",
+        type=int,
+        default=1,
+        metavar="N",
+        help="beam search with N beams, on fp32 weights unless --weights (answer shown at the end)",
     )
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     p.add_argument(
@@ -297,8 +311,8 @@ def register(subparsers) -> None:
         help="run fp32, bf16, int4, int4-q8 or int4-q8x2 weights alone. Only fp32 (and speculative "
         "decoding, which verifies with fp32) is token-identical to HuggingFace; the others agree "
         "with fp32 on 93-100%% of tokens teacher-forced, and free-running text can part from "
-        "fp32's after a near-tie. Default: speculative for greedy; otherwise int4-q8x2 where the "
-        "compiled kernel is built, else int4 where torch has its kernel, else fp32",
+        "fp32's after a near-tie. Default: speculative for greedy, fp32 for --beams; otherwise "
+        "int4-q8x2 where the compiled kernel is built, else int4 where torch has its kernel, else fp32",
     )
     p.add_argument(
         "--verbose",

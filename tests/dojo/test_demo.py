@@ -100,9 +100,16 @@ def test_plan_speculative_for_greedy_by_default():
     assert demo.plan(full(weights="int4")) == demo.Plan("int4")
     assert demo.plan(full(sample=True)) == demo.Plan(default_mode())
     assert demo.plan(full(mine=True)) == demo.Plan(default_mode())
+    assert demo.plan(full(beams=4)) == demo.Plan("fp32")  # beam search: fp32 unless --weights
+    assert demo.plan(full(beams=4, weights="int4")) == demo.Plan("int4")
     for clash in (dict(sample=True), dict(beams=2), dict(weights="int4")):
         with pytest.raises(ValueError, match="--speculative"):
             demo.plan(full(speculative=True, **clash))
+
+
+def test_beam_line_says_which_mode_ran():
+    """With --beams the demo says how many beams ran on which weights"""
+    assert demo.beam_line(4, demo.Plan("fp32")).startswith("beam search: 4 beams on fp32 weights")
 
 
 def test_speculative_line_says_how_the_drafts_fared():
