@@ -405,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
         if flags:
             raise UsageError(
                 f"--url measures a server already running and starts none; {' and '.join(flags)} "
-                "only set the servers it starts"
+                f"only set{'s' * (len(flags) == 1)} the servers it starts"
             )
         url = base_url(args.url)
         model = probe(url)
