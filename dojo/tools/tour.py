@@ -1,12 +1,11 @@
 """`make tour`: the newcomer's walk through the practice loop and a mock interview, on the real CLI.
 
-`python -m dojo.tools.tour [--kata kv_cache]` types, in a detached tmux session and a fresh temporary
-workspace, what a newcomer types: `dojo`, `dojo start`, `dojo check` (fails), `dojo hint`, the reference
-copied in, `dojo check` (passes), the scheduler with a one-line TPOT bug planted (its check's failures all
-point at TPOT, and so does its hint), `dojo interview`, `dojo submit` with the follow-ups answered, a second
-interview answered with nonsense and marked "all" (its scorecard: "self-assessed, not found in the
-answer"), `dojo history`. After each step it checks the phrases a person should see and the exit status:
-one PASS or FAIL line per step, exit status 1 on any failed one. Slow, so it is not part of `make test`.
+`python -m dojo.tools.tour [--kata kv_cache]` types what a newcomer types, in a detached tmux session and a
+fresh workspace: `dojo`, start, a failing check, hint, the reference, a passing check; the scheduler with a
+one-line TPOT bug (every failure and the hint point at TPOT); an interview and its submit; a second one
+answered with nonsense and marked "all" ("self-assessed, not found in the answer"); `dojo history`. Each
+step checks what a person should see and the exit status: one PASS or FAIL line a step, exit 1 on any
+failure. Slow, so not part of `make test`; the steps: docs/design/dojo.md.
 """
 
 from __future__ import annotations

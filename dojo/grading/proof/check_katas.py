@@ -4,9 +4,8 @@ For each kata in katas.toml that has a suite, in-process and in judge mode: the 
 reference (solutions), every graded test fails on the stub (katas), every mutant in
 tests/katas/mutants/<slug>/ fails at least one test, and (run to the end) each of its later failures
 is its first's property or says "probably because". Prints a table; exits 1 on any violation.
-Each run is a fork of this warm process, N at a time, not repeated while its inputs are unchanged
-(--no-cache runs all); runs, verdicts and cache are dojo.grading.proof.suite_runs. It proves the
-suites, not the sandbox.
+Runs fork this warm process, N at a time, cached while their inputs are unchanged (--no-cache runs
+all; dojo.grading.proof.suite_runs). It proves the suites, not the sandbox.
 """
 
 from __future__ import annotations
