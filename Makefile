@@ -47,7 +47,7 @@ practice: $(STAMP) $(NATIVE)
 test: $(STAMP) $(NATIVE)
 	$(PY) -m pytest -q -n $(JOBS) tests
 	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
-	$(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 # A newcomer's walk on the real CLI in tmux (start, a failing check, hint, a passing check, interview,
 # submit, history), in a temporary workspace; a minute or two, so not part of `make test`. KATA: which.
@@ -98,7 +98,7 @@ format: $(STAMP)
 # The docs site (mkdocs.yml, docs/) on http://127.0.0.1:8001, rebuilt as pages change; `make test` builds
 # it with --strict, so a broken link or a page missing from the nav fails.
 docs: $(STAMP)
-	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
