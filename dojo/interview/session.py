@@ -5,8 +5,8 @@ Scoring, and the verdict thresholds:
     answers = marked rubric points whose answer holds any of their key terms or numbers / points offered
               (a mark without is "self-assessed, not found in the answer"; a blank answer covers none)
     score   = 0.7 * code + 0.3 * answers
-    strong hire: score >= 0.85 and every hidden test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire
-Nothing here prints or asks: dojo.interview.flow does the talking.
+    strong hire: >= 0.85, every test passed · hire: >= 0.70 · lean no: >= 0.50 · else no hire; hire and
+    above also need answers >= MIN_ANSWERS (0.5): code alone never hires. Nothing here prints or asks.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dojo.practice import history, report, workspace
 HINT_COST = 0.10
 CODE_WEIGHT, ANSWERS_WEIGHT = 0.7, 0.3
 VERDICTS = ((0.85, "strong hire"), (0.70, "hire"), (0.50, "lean no"), (0.0, "no hire"))
+MIN_ANSWERS = 0.5  # hire and strong hire need the follow-ups' evidence for half their points, too
 KATA_QUESTIONS = 2  # the kata's own follow-ups asked, before one from the bank
 RECENT_S = 7 * 24 * 3600  # a kata passed this recently is not picked for an interview
 
@@ -221,9 +222,16 @@ def record_answer(s: Session, number: int, answer: str, covered: list[int]) -> N
         )
 
 
-def verdict(score: float, all_passed: bool) -> str:
+def verdict(score: float, all_passed: bool, answers: float = 1.0) -> str:
+    """The verdict for `score`; strong hire needs every test passed, and any hire `answers` >= MIN_ANSWERS
+    (perfect code with nonsense follow-ups is 0.70: without this rule, a hire)."""
     for threshold, name in VERDICTS:
-        if score >= threshold and (name != "strong hire" or all_passed):
+        hires = name in ("strong hire", "hire")
+        if (
+            score >= threshold
+            and (name != "strong hire" or all_passed)
+            and (not hires or answers >= MIN_ANSWERS)
+        ):
             return name
     return VERDICTS[-1][1]
 
@@ -280,7 +288,7 @@ def scorecard(s: Session) -> dict:
         "code": round(code, 3),
         "answers": round(answers_part, 3),
         "score": round(score, 3),
-        "verdict": verdict(score, all_passed),
+        "verdict": verdict(score, all_passed, answers_part),
         "sandboxed": mine["sandboxed"],
         "integrity": mine["findings"],  # for the interviewer to judge
     }

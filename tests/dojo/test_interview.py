@@ -245,7 +245,8 @@ def test_self_marked_nonsense_is_not_full_marks(dojo):
     assert f"Rubric coverage: 0/8 (8 marked point(s) {said}: no credit)" in out.stdout, out.stdout
     assert f"Q1.1 says punctuation is kept\n       {said} (no credit)" in out.stdout, out.stdout
     assert out.stdout.count(f"{said} (no credit)") == 8
-    assert "Score:           70%" in out.stdout and "Verdict:         hire" in out.stdout  # the code alone
+    # the code alone scores 70%, but code alone never hires
+    assert "Score:           70%" in out.stdout and "Verdict:         lean no" in out.stdout
     card = json.loads(rows(dojo, "SELECT card FROM scorecards")[-1][0])
     assert (card["rubric_covered"], card["self_assessed"], card["answers"]) == (0, 8, 0.0)
 
@@ -376,3 +377,14 @@ def test_interview_says_the_stub_replaced_earlier_work(dojo):
     assert f"The interview starts from the stub: {dojo.file()} now holds it." in said, out.stdout
     backup = Path(said.split("backed up at ", 1)[1].split(" ", 1)[0])
     assert backup.read_text() == solved and "raise NotImplementedError" in dojo.file().read_text()
+
+
+def test_code_alone_never_hires():
+    """Perfect code with follow-ups that show no evidence scores 0.70, a hire by score alone: the verdict
+    needs the answers' half too, so it reads lean no; with the answers there it hires as before."""
+    from dojo.interview.session import verdict
+
+    assert verdict(0.70, True, answers=0.0) == "lean no"
+    assert verdict(0.85, True, answers=0.49) == "lean no"
+    assert verdict(0.70, True, answers=0.5) == "hire"
+    assert verdict(0.95, True, answers=0.9) == "strong hire" and verdict(0.95, False, answers=0.9) == "hire"
