@@ -8,6 +8,7 @@ is dojo.notebook.commands' (dojo.cli sends `dojo check` there when `grades_noteb
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,8 @@ def cmd_welcome(args) -> int:
         'The model: dojo demo "question" · serve · roofline · bench batching|latency|serve   '
         "Grading: dojo grade PATH   All: dojo --help"
     )
+    if shutil.which("dojo") is None:  # run as `make practice` or .venv/bin/dojo: the shell cannot find it yet
+        out.print("To type these commands: [bold]source .venv/bin/activate[/bold] (puts dojo on your PATH)")
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,16 @@ def test_welcome_suggests_the_first_kata(dojo):
     assert "2 katas" in out.stdout and "0 of 2 passing" in out.stdout
     assert "dojo start toy" in out.stdout
     assert "· serve ·" in out.stdout, "the welcome screen names dojo serve"
+
+
+def test_welcome_says_how_to_get_dojo_on_the_path_only_when_it_is_not(dojo):
+    """`make practice` runs .venv/bin/dojo: when the shell cannot find `dojo`, the welcome says how to
+    activate the venv; with dojo on PATH it does not"""
+    hint = "source .venv/bin/activate"
+    dojo.env["PATH"] = "/usr/bin:/bin"
+    assert hint in dojo().stdout, "the welcome does not say how to put dojo on PATH"
+    dojo.env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    assert hint not in dojo().stdout, "the welcome says to activate a venv whose dojo is already on PATH"
 
 
 def test_list_shows_every_kata_with_status(dojo):
