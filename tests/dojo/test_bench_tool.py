@@ -60,7 +60,9 @@ def assert_png(out: str, path) -> None:
                 "1 thread;",
                 "tokens/s",
                 "roofline tok/s",
-                "memory-bound",
+                # a verdict per row; which one depends on the ceilings measured here (a 4 MiB copy
+                # that stays in cache can put even batch 1 of this tiny model right of the ridge)
+                "-bound",
                 "compute-bound from:",
                 "KV cache per sequence",
             ],
