@@ -164,6 +164,13 @@ def _add_builtins(parser: argparse.ArgumentParser, sub) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="write the full machine-readable report here")
     p.add_argument("--jobs", type=int, default=2, help="gradings at once (default 2)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per kata before grading stops")
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="the secret seed the graded inputs are drawn from (default: a fresh one, shown after the "
+        "table); give a report's seed to replay its inputs",
+    )
     p.set_defaults(func=cmd_grade)
     sub.add_parser("status", help="the kata in progress").set_defaults(func=practice.cmd_status)
 
@@ -221,6 +228,13 @@ def cmd_check(args) -> int:
     return practice.cmd_check(args)
 
 
+def _seed(text: str) -> int:
+    """argparse type of --seed: a non-negative integer."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer, not {text!r}")
+    return int(text)
+
+
 def cmd_grade(args) -> int:
     from rich.table import Table
 
@@ -231,7 +245,9 @@ def cmd_grade(args) -> int:
     out = report.console()
     # a PATH that is missing, a plain file or given twice is that PATH's error (in the summary and the
     # report); the other submissions are graded, and the exit status says some failed
-    doc = takehome.grade_submissions([Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout)
+    doc = takehome.grade_submissions(
+        [Path(p) for p in args.paths], jobs=args.jobs, timeout=args.timeout, seed=args.seed
+    )
     if args.json:
         takehome.write_report(doc, args.json)
     submissions = doc["submissions"]
@@ -262,6 +278,10 @@ def cmd_grade(args) -> int:
     out.print(table, markup=False)
     for line in takehome.findings(doc):
         out.print(line, markup=False)
+    out.print(
+        f"Inputs drawn from the secret seed {doc['seed']}: `dojo grade --seed {doc['seed']}` replays them.",
+        markup=False,
+    )
     if args.json:
         out.print(f"Full report: {args.json}", markup=False)
     return 0 if all(s["passed"] for s in submissions) else 1

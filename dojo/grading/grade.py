@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -56,6 +57,7 @@ def grade(
     sandboxed: bool = False,
     judged: bool | None = None,
     only: list[str] | None = None,
+    seed: int | None = None,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
@@ -68,12 +70,17 @@ def grade(
     candidate's code, which runs in a worker (dojo.grading.judging.judge); tests marked candidate_process then
     run in a second, in-process run, and their points are reported apart.
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
+    seed: judge mode's secret input seed (dojo.seeds): drawn here when None; the result records it, so a
+    dispute can replay the same inputs. Outside judge mode the suite's public seeds are used.
     """
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
     test_timeout = min(DEFAULT_TEST_TIMEOUT_S, timeout / 2) if test_timeout is None else test_timeout
     memory_limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else memory_limit
     judged = sandboxed if judged is None else judged
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"an input seed is a non-negative integer, not {seed!r}")
+    seed = (secrets.randbits(48) if seed is None else seed) if judged else None
     kata = catalog.get(slug)
     if not kata.has_suite:
         raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
@@ -98,6 +105,11 @@ def grade(
             worker = _worker_folder(tmp, kata, path)
             spec = _worker_spec(tmp, worker, kata, path.name, memory_limit, box)
             audit = [f"--audit-allowed={_importable(kata)}"] if box is not None else []
+            # the secret seed: outside the grading folder (a sandbox binds that folder alone), read and
+            # deleted by the judge before its worker starts
+            secret = Path(private) / "input-seed"
+            secret.write_text(str(seed))
+            secret.chmod(0o600)
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
                 judging = pool.submit(
@@ -105,8 +117,8 @@ def grade(
                     path,
                     timeout,
                     only=only,
-                    extra=["--judge"],
-                    env={protocol.ENV: json.dumps(spec)},
+                    extra=["--judge", f"--input-seed-file={secret}"],
+                    env={protocol.ENV: json.dumps(spec), **_recording()},
                 )
                 # beside it, the tests only the candidate's process can measure (selected by their markers
                 # here; the judge's list of them decides below which outcomes count)
@@ -165,6 +177,7 @@ def grade(
         integrity=findings,
         digest=digest,
         judged=judged,
+        seed=seed,
     )
 
 
@@ -222,6 +235,12 @@ class _Run:
             self.deferred = next((r["deferred"] for r in records if "deferred" in r), [])
         self.refused += next((r["audit"] for r in records if "audit" in r), [])
         return result, output
+
+
+def _recording() -> dict:
+    """The judge's call recording (dojo.grading.proof.fixed_inputs), passed on when it is asked for."""
+    path = os.environ.get("DOJO_RECORD_CALLS")
+    return {"DOJO_RECORD_CALLS": path} if path else {}
 
 
 def _has_apart_tests(kata: catalog.Kata) -> bool:

@@ -52,6 +52,7 @@ class GradeResult:
     )  # dojo.grading.scan.integrity's findings: "bpe.py:3: what"
     digest: str | None = None  # sha256 of the graded file as it was graded (a re-run must see the same file)
     judged: bool = False  # judge mode: the verdict was decided in a process the candidate's code never ran in
+    seed: int | None = None  # judge mode's secret input seed (dojo.seeds); `dojo grade --seed` replays it
 
     @property
     def candidate_points(self) -> tuple[int, int]:
@@ -102,6 +103,7 @@ class GradeResult:
             "integrity": self.integrity,
             "digest": self.digest,
             "judged": self.judged,
+            "seed": self.seed,
             # points measured in the candidate's process: judge mode cannot vouch for these, so under it they
             # are claims not verified, outside points and total
             "candidate_process_points": dict(zip(("points", "total"), self.candidate_points)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,15 +29,19 @@ SIMILARITY_TIMEOUT_S = 120.0  # one kata's similarity check, all its submissions
 NOT_GRADED = "not graded: the file was refused, or its grading failed (the message says why)"
 
 
-def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | None = None) -> dict:
+def grade_submissions(
+    folders: list[Path], *, jobs: int = 2, timeout: float | None = None, seed: int | None = None
+) -> dict:
     """Grade take-home submissions, sandboxed: every kata with a suite whose <slug>.py, or else
     <slug>.ipynb, is in each folder (a .ipynb instead of a folder: its kata, see dojo.notebook), `jobs`
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
     "sandboxed" and "judged" (None when no kata file ran), "integrity": {slug: findings},
     "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.scan.similarity.find's pairs and copies
-    of the reference, plus "errors"}. Raises nothing for what a submission holds; records nothing in the
-    progress DB."""
+    of the reference, plus "errors"}, "seed": the secret input seed every grading drew its inputs from (made
+    here when None; `dojo grade --seed` replays it). Raises nothing for what a submission holds; records
+    nothing in the progress DB."""
+    seed = secrets.randbits(48) if seed is None else seed
     katas = {k.slug: k for k in catalog.load() if k.has_suite}
     submissions, ready = [], []
     with tempfile.TemporaryDirectory(prefix="dojo-takehome-") as private:  # 0700: the copies are this user's
@@ -58,7 +63,9 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
         with ThreadPoolExecutor(
             max_workers=max(1, jobs)
         ) as pool:  # each grading is a subprocess: threads suffice
-            futures = [(sub, r.slug, pool.submit(_grade_one, folder, r, timeout)) for sub, folder, r in ready]
+            futures = [
+                (sub, r.slug, pool.submit(_grade_one, folder, r, timeout, seed)) for sub, folder, r in ready
+            ]
             for sub, slug, future in futures:
                 sub["katas"][slug] = future.result()
     for sub in submissions:
@@ -86,6 +93,7 @@ def grade_submissions(folders: list[Path], *, jobs: int = 2, timeout: float | No
     return {
         "version": 1,
         "graded": time.time(),
+        "seed": seed,
         "submissions": submissions,
         "similar": _similar(sources, katas),
     }
@@ -114,16 +122,20 @@ def _prepare(folder: Path, slugs: list[str], private: Path) -> intake.Prepared:
         return intake.Prepared(Path(os.path.abspath(folder)), errors=[f"{folder} could not be read: {exc!r}"])
 
 
-def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None) -> dict:
+def _grade_one(folder: Path, ready: intake.Ready, timeout: float | None, seed: int) -> dict:
     """One sandboxed grading of a private copy, reported under the candidate's own path: a .py by the engine, a
     notebook through the notebook layer (cells, not lines). A failure of the grading itself is the file's error."""
     try:
         if ready.copy.suffix == ".py":
-            result = grade.grade(ready.slug, str(ready.copy.parent), timeout=timeout, sandboxed=True)
+            result = grade.grade(
+                ready.slug, str(ready.copy.parent), timeout=timeout, sandboxed=True, seed=seed
+            )
         else:
             from dojo.notebook import grading as notebooks
 
-            result = notebooks.grade_notebook(ready.copy, ready.slug, timeout=timeout, sandboxed=True)
+            result = notebooks.grade_notebook(
+                ready.copy, ready.slug, timeout=timeout, sandboxed=True, seed=seed
+            )
         return dataclasses.replace(result, target=_shown(folder), path=_shown(ready.original)).to_json()
     except Exception as exc:  # guarded: one file's grading never ends the run
         why = f"{ready.original.name} could not be graded: {type(exc).__name__}: {exc}"

@@ -71,6 +71,7 @@ def grade_notebook(
     test_timeout: float | None = None,
     memory_limit: int | None = None,
     sandboxed: bool = False,
+    seed: int | None = None,
 ) -> GradeResult:
     """Grade the solution cells of the notebook at `path` with the hidden suite of `slug` (default: the
     notebook's kata). A notebook that cannot be graded (not a notebook, no solution cell, a syntax error)
@@ -83,6 +84,7 @@ def grade_notebook(
         test_timeout=test_timeout,
         memory_limit=memory_limit,
         sandboxed=sandboxed,
+        seed=seed,
     ).result
 
 
@@ -95,6 +97,7 @@ def grade_saved(
     test_timeout: float | None = None,
     memory_limit: int | None = None,
     sandboxed: bool = False,
+    seed: int | None = None,
 ) -> Graded:
     """grade_notebook(), with the version of the file graded: when it was saved, its solution cells."""
     path = Path(path).expanduser().resolve()
@@ -140,6 +143,7 @@ def grade_saved(
             test_timeout=test_timeout,
             memory_limit=memory_limit,
             sandboxed=sandboxed,
+            seed=seed,
         )
     locked = all(
         (c.get("metadata") or {}).get("editable") is False for c in nb["cells"] if nbextract.is_solution(c)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dojo import seeds
 from dojo.testing import banned_uses
 
 KATA = "attention"
@@ -63,7 +64,7 @@ def oracle(q, k, v, *, causal=False, key_padding_mask=None, attn_mask=None, scal
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return torch.randn(*shape, generator=seeds.generator(seed)).to(dtype)
 
 
 def qkv(b=2, hq=4, hkv=2, tq=3, tk=5, d=8, seed=0):
@@ -166,7 +167,7 @@ def test_grouped_query_head_mapping(kata):
 @pytest.mark.builds_on("test_grouped_query_head_mapping")
 def test_equals_oracle_on_random_shapes(kata, seed):
     """Equals softmax(q k^T / sqrt(D)) v on random shapes."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeds.generator(seed)
     b, hkv, group, tq, tk, d = (int(torch.randint(1, 4, (), generator=g)) for _ in range(6))
     q, k, v = qkv(b, hkv * group, hkv, tq, tk, 4 * d, seed=seed)
     close(kata.attention(q, k, v), oracle(q, k, v), f"no masks, q {tuple(q.shape)}, k {tuple(k.shape)}")
@@ -458,7 +459,7 @@ def test_module_keeps_positions_apart(kata):
 )
 def test_module_equals_torch_multihead_attention(kata, bias):
     """MultiHeadAttention equals nn.MultiheadAttention after copying weights (causal + padding)."""
-    torch.manual_seed(14)
+    torch.manual_seed(seeds.seed(14))
     mha = nn.MultiheadAttention(16, 4, bias=bias, batch_first=True).eval()
     ours = kata.MultiHeadAttention(16, 4, bias=bias)
     copy_from_torch(mha, ours)
@@ -478,7 +479,7 @@ def test_module_equals_torch_multihead_attention(kata, bias):
 )
 def test_module_cross_attention_with_d_context(kata):
     """Cross-attention: queries from x, keys and values from a context of another length and width."""
-    torch.manual_seed(16)
+    torch.manual_seed(seeds.seed(16))
     mha = nn.MultiheadAttention(16, 4, kdim=6, vdim=6, bias=True, batch_first=True).eval()
     ours = kata.MultiHeadAttention(16, 4, d_context=6, bias=True)
     copy_from_torch(mha, ours)
@@ -496,7 +497,7 @@ def test_module_cross_attention_with_d_context(kata):
 )
 def test_module_grouped_query(kata):
     """With n_kv_heads < n_heads, k_proj and v_proj are narrower and the heads are shared."""
-    torch.manual_seed(19)
+    torch.manual_seed(seeds.seed(19))
     ours = kata.MultiHeadAttention(16, 4, n_kv_heads=2)
     assert ours.k_proj.weight.shape == (8, 16) and ours.v_proj.weight.shape == (8, 16), (
         f"k_proj/v_proj for 2 kv heads of dim 4 should be (8, 16), got {tuple(ours.k_proj.weight.shape)}"

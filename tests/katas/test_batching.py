@@ -22,6 +22,7 @@ import time
 import pytest
 import torch
 
+from dojo import seeds
 from dojo.fakeclock import FakeClock, reading
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
 from dojo.testing import expect_value_error, inconclusive
@@ -327,7 +328,7 @@ def smollm2_layers():
 
 def plain_step(model, batch: int) -> float:
     """Seconds of one decode step of `batch` rows on an empty cache, after one untimed warm-up step."""
-    ids = torch.randint(model.config.vocab_size, (batch,), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(model.config.vocab_size, (batch,), generator=seeds.generator(0))
     cache = model.new_cache(batch, max_len=1)
     seconds = []
     for _ in range(2):

@@ -13,9 +13,10 @@ from collections import Counter
 
 import pytest
 import regex
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
+from dojo import seeds
 from dojo.testing import banned_uses, expect_raises
 
 KATA = "bpe"
@@ -26,10 +27,9 @@ GPT4 = (
     r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
 )
 EOT = "<|endoftext|>"
-SETTINGS = settings(
+SETTINGS = seeds.hypothesis_settings(
     max_examples=25,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 

@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 
+from dojo import seeds
 from dojo.testing import expect_raises
 from solutions.model import tiny_model
 
@@ -30,7 +31,7 @@ def model(kata):
 
 
 def token_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, 256, (batch, length), generator=seeds.generator(seed))
 
 
 def recompute(model, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -52,7 +53,7 @@ def raises(exc_type, fn, what: str) -> str:
 
 
 def kv(batch: int, heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
+    g = seeds.generator(seed)
     return torch.randn(batch, heads, t, dim, generator=g), torch.randn(batch, heads, t, dim, generator=g)
 
 
@@ -107,7 +108,7 @@ def test_readme_example(kata):
 @pytest.mark.builds_on("test_readme_example")
 def test_update_returns_all_positions(kata, seed):
     """update returns this layer's keys and values so far, in order, for any chunk sizes"""
-    g = torch.Generator().manual_seed(100 + seed)
+    g = seeds.generator(100 + seed)
     n_layers, batch, heads, dim, max_len = (
         3,
         2,

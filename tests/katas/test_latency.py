@@ -24,6 +24,7 @@ import time
 import pytest
 import torch
 
+from dojo import seeds
 from dojo.fakeclock import FakeClock, reading
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
 from dojo.testing import expect_value_error
@@ -272,7 +273,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_chunked_prefill_equals_one_shot(kata, chunk):
     """Chunked prefill gives the logits of one prefill of the whole prompt (within 1e-5)"""
     model = tiny_model(seed=0)
-    ids = torch.randint(256, (2, 13), generator=torch.Generator().manual_seed(chunk))  # (B, T)
+    ids = torch.randint(256, (2, 13), generator=seeds.generator(chunk))  # (B, T)
     want = model.prefill(ids, model.new_cache(2, 32))
     cache = model.new_cache(2, 32)
     got = kata.chunked_prefill(model, ids, cache, chunk)
@@ -293,7 +294,7 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
 def test_chunked_prefill_bounds_each_step(kata, T, chunk):
     """Each model call prefills at most `chunk` tokens, in order: ceil(T / chunk) calls"""
     model, calls = prefill_calls(tiny_model(seed=0))
-    ids = torch.randint(256, (1, T), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(256, (1, T), generator=seeds.generator(0))
     kata.chunked_prefill(model, ids, model.new_cache(1, 16), chunk)
     sizes = [(shape[1], length) for shape, length in calls]
     want = [(min(chunk, T - lo), lo) for lo in range(0, T, chunk)]
@@ -309,9 +310,7 @@ def test_chunked_prefill_bounds_each_step(kata, T, chunk):
 def test_chunked_prefill_appends_to_a_filled_cache(kata):
     """Chunks appended after cached positions match one prefill, and decoding afterwards is unchanged"""
     model = tiny_model(seed=2)
-    ids = torch.randint(
-        256, (1, 19), generator=torch.Generator().manual_seed(3)
-    )  # 5 cached + 11 new + 3 decoded
+    ids = torch.randint(256, (1, 19), generator=seeds.generator(3))  # 5 cached + 11 new + 3 decoded
     ref = model.new_cache(1, 32)
     model.prefill(ids[:, :5], ref)
     want = model.prefill(ids[:, 5:16], ref)
@@ -335,7 +334,7 @@ def test_chunked_prefill_appends_to_a_filled_cache(kata):
 def test_chunked_prefill_with_left_padding(kata):
     """A left-padded batch: each chunk gets the attention mask of everything cached plus itself"""
     model = tiny_model(seed=4)
-    ids = torch.randint(256, (3, 10), generator=torch.Generator().manual_seed(5))
+    ids = torch.randint(256, (3, 10), generator=seeds.generator(5))
     mask = torch.ones(3, 10, dtype=torch.bool)
     mask[0, :4] = False  # row 0: 4 pad positions
     mask[2, :7] = False  # row 2: 7 pad positions, longer than the first chunk
@@ -382,9 +381,7 @@ def smollm2_layers():
 
 def plain_latency(model, prompt_len: int, new_tokens: int) -> dict[str, float]:
     """TTFT and TPOT of one greedy generation after an untimed warm-up one: a plain loop."""
-    prompt = torch.randint(
-        model.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0)
-    )
+    prompt = torch.randint(model.config.vocab_size, (1, prompt_len), generator=seeds.generator(0))
     cache = model.new_cache(1, max_len=prompt_len + new_tokens - 1)
     for _ in range(2):
         cache.truncate(0)

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dojo import seeds
 from dojo.grading.judging.judge import build, named_grads
 from dojo.testing import banned_uses
 from solutions.model import tiny_model
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def toy_batch(seed: int = 0, batch: int = 4, length: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token prediction on random ids of the tiny vocabulary (256)."""
-    ids = torch.randint(0, 256, (batch, length + 1), generator=torch.Generator().manual_seed(seed))
+    ids = torch.randint(0, 256, (batch, length + 1), generator=seeds.generator(seed))
     return ids[:, :-1], ids[:, 1:]
 
 

@@ -15,9 +15,10 @@ from collections import Counter
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
+from dojo import seeds
 from dojo.testing import expect_raises
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
@@ -25,10 +26,9 @@ from solutions.model import tiny_model
 KATA = "paged_kv"
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}  # logits of paged vs contiguous runs
-SETTINGS = settings(
+SETTINGS = seeds.hypothesis_settings(
     max_examples=30,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
@@ -53,7 +53,7 @@ def raises(exc_type, fn, what: str) -> str:
 
 
 def kv(heads: int, t: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
+    g = seeds.generator(seed)
     return torch.randn(heads, t, dim, generator=g), torch.randn(heads, t, dim, generator=g)
 
 
@@ -66,7 +66,7 @@ def append(cache, seq: int, n_layers: int, t: int, seed: int, heads: int = 1, di
 
 
 def token_ids(length: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, 256, (length,), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, 256, (length,), generator=seeds.generator(seed))
 
 
 def contiguous_logits(model, prompt: torch.Tensor, steps: torch.Tensor) -> list[torch.Tensor]:
@@ -233,7 +233,7 @@ def test_readme_allocator_example(kata):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_update_returns_all_positions(kata, seed):
     """update appends to one sequence and returns that layer's positions so far, in order, across blocks"""
-    g = torch.Generator().manual_seed(seed)
+    g = seeds.generator(seed)
     n_layers, heads, dim = 2, 2, 3
     cache = kata.PagedKVCache(n_layers, heads, dim, num_blocks=12, block_size=3)
     cache.add_sequence(7)
@@ -636,7 +636,7 @@ def test_view_left_pads_rows(kata):
     want = [[True] * 10, [False] * 2 + [True] * 8, [False] * 5 + [True] * 5]
     got = view.attention_mask(3).tolist()
     assert got == want, f"view over lengths [7, 5, 2], attention_mask(3): got {got}, want {want}"
-    g = torch.Generator().manual_seed(9)
+    g = seeds.generator(9)
     k_new, v_new = torch.randn(3, 1, 1, 2, generator=g), torch.randn(3, 1, 1, 2, generator=g)  # (B, H, T, D)
     k_all, v_all = view.update(0, k_new, v_new)
     assert tuple(k_all.shape) == (3, 1, 8, 2), (

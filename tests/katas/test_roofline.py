@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dojo import seeds
 from dojo.fakeclock import FakeClock, reading
 from dojo.grading.judging.judge import KataFolder
 from dojo.machine import Claim, SideBySide, check_claim, compute_bound_n, streaming_copy_bytes
@@ -430,7 +431,7 @@ def plain_matmul(n: int) -> float:
 
 def plain_pass(model, phase: str, seq_len: int) -> float:
     """Seconds of one prefill of seq_len tokens, or one decode step, on an empty cache (batch 1)."""
-    ids = torch.randint(model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(model.config.vocab_size, (1, seq_len), generator=seeds.generator(0))
     cache = model.new_cache(1, max_len=seq_len)
     with torch.inference_mode():
         run = (

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
+from dojo import seeds
 from dojo.fakeclock import FakeClock
 from dojo.machine import Claim, SideBySide, check_claim
 from dojo.testing import expect_raises, expect_value_error
@@ -34,10 +35,9 @@ KATA = "scheduler"
 
 VOCAB = 16  # small, so that a stop token comes up by chance
 STOP = 3
-SETTINGS = settings(
+SETTINGS = seeds.hypothesis_settings(
     max_examples=25,
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
@@ -944,7 +944,7 @@ class StandIn:
     costs about the same for 1 token as for 8."""
 
     def __init__(self, d: int = 1024) -> None:
-        g = torch.Generator().manual_seed(0)
+        g = seeds.generator(0)
         self.d = d
         self.weights = [
             torch.randn(d, d, generator=g) / d**0.5 for _ in range(max(1, WEIGHT_BYTES // (4 * d * d)))

@@ -16,6 +16,7 @@ import re
 import pytest
 import torch
 
+from dojo import seeds
 from dojo.grading.judging.judge import build
 from dojo.toymodel import BigramModel
 from solutions.model import tiny_model
@@ -62,7 +63,7 @@ def draft_of(model, noise: float, seed: int):
     """A copy of `model` with Gaussian noise on every weight: a draft that agrees with it often."""
     draft = tiny_model(1, vocab_size=model.config.vocab_size)
     draft.load_state_dict(model.state_dict())
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.generator(seed)
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(noise * p.std() * torch.randn(p.shape, generator=gen))
@@ -126,7 +127,7 @@ def chi_square(counts: list[int], probs: list[float]) -> tuple[float, int]:
 def seeded_generator(seed: int):
     """A torch.Generator where the kata's code runs (the worker, under judge mode)."""
     gen = build("torch:Generator")
-    gen.manual_seed(seed)
+    gen.manual_seed(seeds.seed(seed))
     return gen
 
 
@@ -346,7 +347,7 @@ VERIFY_Q = [[0.10, 0.20, 0.30, 0.30, 0.10], [0.30, 0.30, 0.20, 0.10, 0.10], [0.0
 
 def verify_outcomes(kata, rows: int, seed: int):
     """verify on `rows` rows of VERIFY_P / VERIFY_Q, drafts drawn from q here: (accepted, next) lists."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeds.generator(seed)
     q, p = torch.tensor(VERIFY_Q), torch.tensor(VERIFY_P)
     drafts = torch.stack(
         [torch.multinomial(q[j], rows, replacement=True, generator=gen) for j in range(3)], 1

@@ -11,7 +11,10 @@ Starting, limiting and restarting the worker are dojo.grading.judging.judge's an
 from __future__ import annotations
 
 import builtins
+import hashlib
 import itertools
+import os
+import re
 import socket
 import sys
 import traceback
@@ -240,6 +243,8 @@ class Endpoint:
 
     def _request(self, seq: int, op: str, ref: wire.Ref, args: tuple):
         text, buffers = wire.encode({"q": seq, "op": op, "ref": ref, "args": list(args)}, self._export)
+        if _RECORD and self.trusted:
+            _record(text, buffers)
         try:  # (an argument that cannot be sent raised above: nothing went out, the connection is sound)
             wire.send(self.sock, text, buffers)
             while True:
@@ -419,6 +424,23 @@ MODULE_API = frozenset(
         "register_forward_pre_hook",
     }
 )
+
+
+# $DOJO_RECORD_CALLS: a file the judge appends "test<TAB>digest" to for every call it sends, the digest
+# blind to sequence numbers and reference ids (dojo.grading.proof.fixed_inputs compares two seeds' runs)
+_RECORD = os.environ.get("DOJO_RECORD_CALLS")
+
+
+def _record(text: str, buffers: list[bytes]) -> None:
+    test = os.environ.get("PYTEST_CURRENT_TEST", "")
+    test = test.partition("::")[2].rsplit(" (", 1)[0] or "(outside a test)"
+    text = re.sub(r'"q":\d+', '"q":0', text)
+    text = re.sub(r'\{"R":\["(\w+)",\d+,', r'{"R":["\1",0,', text)
+    digest = hashlib.sha256(text.encode())
+    for b in buffers:
+        digest.update(b)
+    with open(_RECORD, "a") as f:
+        f.write(f"{test}\t{digest.hexdigest()[:16]}\n")
 
 
 def _torch_module_api(obj, name: str) -> bool:

@@ -23,6 +23,7 @@ from dojo.grading.proof import mutant
 from dojo.grading.suite import causes
 
 TEST_TIMEOUT_S = 60.0
+JUDGED_SEED = 20261203  # judge-mode runs' input seed (dojo.seeds): not the public one
 
 
 @dataclass
@@ -96,8 +97,16 @@ class Run:
                 f"--dojo-test-timeout={TEST_TIMEOUT_S:g}",
             ]
             + (["-x"] if self.kind == "mutant" else [])
-            + (["--judge"] if self.judge else [])
+            + (["--judge", f"--input-seed-file={_seed_file(results)}"] if self.judge else [])
         )
+
+
+def _seed_file(results: Path) -> Path:
+    """A file holding JUDGED_SEED for the judge to read (and delete): judge-mode runs grade the inputs a
+    secret seed draws, as take-homes do, and the same ones every time, so that a run's cache holds."""
+    path = Path(f"{results}.seed")
+    path.write_text(str(JUDGED_SEED))
+    return path
 
 
 @dataclass

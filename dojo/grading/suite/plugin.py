@@ -56,6 +56,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="judge mode: the implementation runs in the worker named by $DOJO_JUDGE_WORKER, never here; "
         "tests marked candidate_process (and machine) are deferred",
     )
+    group.addoption(
+        "--input-seed-file",
+        default=None,
+        metavar="FILE",
+        help="judge mode: read the secret input seed (dojo.seeds) from FILE and delete FILE, before the "
+        "worker starts",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _sender = _sender or channel.Sender.from_env()  # before any candidate code is imported
     if config.getoption("--judge", default=False):
         from dojo.grading.judging import judge
+
+        _use_secret_seed(config.getoption("--input-seed-file"))
 
         judge.worker().boot()  # the worker starts now and imports its libraries while the suite is collected
     machine_lock.connect()  # likewise: the grader's timing lock service, when it gave one
@@ -81,6 +90,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "candidate_process: can only be measured inside the candidate's process (timings, gradients "
         "through its code, buffer identity); judge mode runs it apart and reports its points apart",
     )
+
+
+def _use_secret_seed(file: str | None) -> None:
+    """Draw the suite's inputs from the judge's secret seed (dojo.seeds), read once from `file` and gone
+    from the disk before the worker exists."""
+    if file is None:
+        return
+    from dojo import seeds
+
+    path = Path(file)
+    try:
+        text = path.read_text()
+    finally:
+        path.unlink(missing_ok=True)
+    if not text.strip().isdigit():
+        raise pytest.UsageError(f"--input-seed-file {file}: holds {text[:40]!r}, not a seed")
+    seeds.use_secret(int(text))
 
 
 def in_candidate_process(item: pytest.Item) -> bool:
