@@ -10,7 +10,7 @@ TORCH  ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),torch==2.13.0,torch>=2.2)
 JOBS   ?= 2
 KATA   ?=
 
-.PHONY: setup practice test tour check-katas grade demo bench bench-peers prove-timing notebooks lab lint format docs clean
+.PHONY: setup practice test tour check-katas check-inputs grade demo bench bench-peers prove-timing notebooks lab lint format docs clean
 
 setup: $(STAMP) $(NATIVE)
 
@@ -56,6 +56,9 @@ tour: $(STAMP) $(NATIVE)
 
 check-katas: $(STAMP) $(NATIVE)
 	$(PY) -m dojo.grading.proof.check_katas --jobs $(JOBS)
+
+check-inputs: $(STAMP) $(NATIVE)
+	$(PY) -m dojo.grading.proof.fixed_inputs
 
 grade: $(STAMP) $(NATIVE)
 	@test -n "$(KATA)" || { echo "usage: make grade KATA=<slug>"; exit 2; }

@@ -349,8 +349,9 @@ def speculative(ctx: Context) -> list[Row]:
 
 def grading(ctx: Context) -> list[Row]:
     """Wall time of `dojo check <slug>` on the reference: dojo.grading.grade.grade in a temporary workspace;
-    then the same grading sandboxed in-process, then in judge mode (as `dojo grade` runs it), each right
-    after the other, and the extra seconds of each over the one before.
+    then the same grading sandboxed in-process, then in judge mode (as `dojo grade` runs it, secret-seeded
+    inputs), then judge mode on the suite's public inputs, each right after the other: the extra seconds of
+    each over the one before, and the secret inputs' cost as a ratio.
     --quick grades the README examples only."""
     from dojo import catalog
     from dojo.grading.grade import grade
@@ -409,6 +410,22 @@ def grading(ctx: Context) -> list[Row]:
                         boxed.duration,
                         goal=Goal("<=", JUDGE_GOAL_S, on="ours", unit=" s"),
                         note=note.lstrip("; "),
+                    )
+                )
+                public = grade(
+                    kata.slug, "solutions", examples_only=ctx.quick, sandboxed=True, public_inputs=True
+                )
+                rows.append(
+                    Row(
+                        "grading",
+                        f"dojo grade {kata.slug}, judge mode: extra seconds of secret inputs over public ones",
+                        judged.duration - public.duration,
+                        "s",
+                        "public inputs",
+                        public.duration,
+                        note=""
+                        if public.passed
+                        else f"public inputs did not pass: {public.error or 'a test failed'}",
                     )
                 )
         finally:

@@ -58,6 +58,7 @@ def grade(
     judged: bool | None = None,
     only: list[str] | None = None,
     seed: int | None = None,
+    public_inputs: bool = False,
 ) -> GradeResult:
     """Run the hidden suite of `slug` on `target` and return what happened.
 
@@ -72,6 +73,7 @@ def grade(
     only: test names (TestResult.name, parameters included) to run instead of the whole suite.
     seed: judge mode's secret input seed (dojo.seeds): drawn here when None; the result records it, so a
     dispute can replay the same inputs. Outside judge mode the suite's public seeds are used.
+    public_inputs: judge with the public seeds all the same (benchmarks compare the two; never a grade).
     """
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     # a shorter run gets a shorter per-test limit, so one slow test still leaves time for the rest
@@ -80,7 +82,7 @@ def grade(
     judged = sandboxed if judged is None else judged
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"an input seed is a non-negative integer, not {seed!r}")
-    seed = (secrets.randbits(48) if seed is None else seed) if judged else None
+    seed = (secrets.randbits(48) if seed is None else seed) if judged and not public_inputs else None
     kata = catalog.get(slug)
     if not kata.has_suite:
         raise NoSuite(f"kata {slug!r} has no tests yet ({kata.suite} is missing)")
@@ -108,8 +110,9 @@ def grade(
             # the secret seed: outside the grading folder (a sandbox binds that folder alone), read and
             # deleted by the judge before its worker starts
             secret = Path(private) / "input-seed"
-            secret.write_text(str(seed))
-            secret.chmod(0o600)
+            if seed is not None:
+                secret.write_text(str(seed))
+                secret.chmod(0o600)
             with ThreadPoolExecutor(max_workers=2) as pool:
                 # the judge process holds no candidate code: no sandbox needed, its worker has one
                 judging = pool.submit(
@@ -117,7 +120,7 @@ def grade(
                     path,
                     timeout,
                     only=only,
-                    extra=["--judge", f"--input-seed-file={secret}"],
+                    extra=["--judge", *([f"--input-seed-file={secret}"] if seed is not None else [])],
                     env={protocol.ENV: json.dumps(spec), **_recording()},
                 )
                 # beside it, the tests only the candidate's process can measure (selected by their markers
