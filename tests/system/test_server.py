@@ -271,3 +271,96 @@ def test_dojo_serve_logs_requests_at_its_log_level():
         REQUEST_LOG.handlers.clear()
         REQUEST_LOG.setLevel(logging.NOTSET)
         REQUEST_LOG.propagate = True
+
+
+# ---- the parameters existing tools send ----------------------------------------------------------
+
+
+def test_explicit_defaults_and_nulls_are_accepted(server):
+    """what frameworks send on every call (logprobs false, top_logprobs 0, n 1, zero penalties, nulls,
+    response_format text) changes nothing: the answer is the plain greedy one"""
+    plain = chat(server, "Name a colour.").choices[0].message.content
+    got = chat(
+        server,
+        "Name a colour.",
+        logprobs=False,
+        top_logprobs=0,
+        n=1,
+        presence_penalty=0.0,
+        frequency_penalty=0,
+        stop=None,
+        logit_bias={},
+        response_format={"type": "text"},
+        seed=None,
+    ).choices[0]
+    assert got.message.content == plain, f"explicit defaults changed the answer: {got.message.content!r}"
+
+
+def test_developer_role_reads_as_system_and_refusal_is_null(server):
+    """a developer message is the system message by another name; every chat message carries refusal"""
+
+    def ask(role):
+        return server.client.chat.completions.create(
+            model=MODEL_ID,
+            messages=[{"role": role, "content": "Answer in French."}, {"role": "user", "content": "Hi"}],
+            max_tokens=NEW,
+            temperature=0,
+        )
+
+    developer, system = ask("developer"), ask("system")
+    assert developer.choices[0].message.content == system.choices[0].message.content
+    raw = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+        timeout=60,
+    ).json()
+    message = raw["choices"][0]["message"]
+    assert "refusal" in message and message["refusal"] is None, message
+
+
+def offline_app():
+    """The app on an engine and tokenizer that are never reached: requests refused before generation."""
+    engine = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(vocab_size=8)))
+    return build_app(engine, SimpleNamespace(eos_token_id=2))
+
+
+@pytest.mark.parametrize(
+    "extra, param, words",
+    [
+        ({"response_format": {"type": "json_object"}}, "response_format", "json_object is not supported"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format", "json_schema"),
+        ({"response_format": "json"}, "response_format", "must be an object"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool (function) calling"),
+        ({"tool_choice": "auto"}, "tool_choice", "tool (function) calling"),
+        ({"logprobs": True}, "logprobs", "logprobs=True"),
+        ({"logprobs": 0}, "logprobs", "logprobs=0"),
+        ({"n": 2}, "n", "n=2"),
+        ({"n": True}, "n", "n=True"),
+        ({"stop": ["\n"]}, "stop", "stop="),
+        ({"presence_penalty": 0.5}, "presence_penalty", "presence_penalty=0.5"),
+    ],
+)
+def test_parameters_it_cannot_honour_are_refused_by_name(extra, param, words):
+    """a parameter the server would otherwise ignore gets a 400 naming it, never a silent plain answer"""
+    from starlette.testclient import TestClient
+
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}]} | extra
+    with TestClient(offline_app()) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, f"{extra}: status {r.status_code}, want 400"
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+
+
+def test_a_body_past_the_limit_gets_413():
+    """a request body over the size limit is refused with 413 and OpenAI's error shape, unread"""
+    from starlette.testclient import TestClient
+
+    from solutions.system.serving.server import MAX_BODY
+
+    big = json.dumps({"model": MODEL_ID, "prompt": "a" * (MAX_BODY + 10)})
+    with TestClient(offline_app()) as client:
+        r = client.post("/v1/completions", content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413, f"status {r.status_code}, want 413"
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and "at most" in error["message"], error

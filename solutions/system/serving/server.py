@@ -5,7 +5,8 @@ POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream
 come as server-sent events. Sampling follows OpenAI's parameters, and errors come in OpenAI's shape
 with a 4xx (a 500 for a failure inside). A client that disconnects mid-stream cancels its request.
 Each request logs one line at info on REQUEST_LOG: method, path, status, milliseconds to its last byte.
-Not here: n > 1, stop strings, logprobs, tools, penalties, images, authentication.
+Not here: n > 1, stop strings, logprobs, tools, penalties, JSON modes, images, authentication: each is
+refused with a 400 naming it, while its explicit default (`"logprobs": false`, `"n": 1`, null) is accepted.
 """
 
 from __future__ import annotations
@@ -32,22 +33,31 @@ from solutions.system.serving.engine import SamplingParams
 MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
 REQUEST_LOG = logging.getLogger("solutions.system.serving.requests")  # `dojo serve` gives it a handler
 
-# parameters a client may send that this server does not implement, and the value that means "unused"
+# parameters a client may send that this server does not implement, and the values that mean "unused"
+# (frameworks send the explicit defaults on every call: "logprobs": false, "top_logprobs": 0, "n": 1)
 UNSUPPORTED = {
-    "n": 1,
-    "stop": None,
-    "logprobs": None,
-    "top_logprobs": None,
-    "tools": None,
-    "functions": None,
-    "tool_choice": None,
-    "best_of": 1,
-    "echo": False,
-    "suffix": None,
-    "presence_penalty": 0,
-    "frequency_penalty": 0,
-    "logit_bias": None,
+    "n": (1,),
+    "stop": ([], ""),
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "tools": ([],),
+    "functions": ([],),
+    "tool_choice": ("none",),
+    "parallel_tool_calls": (False, True),
+    "best_of": (1,),
+    "echo": (False,),
+    "suffix": ("",),
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "logit_bias": ({},),
 }
+WHY_UNSUPPORTED = {
+    "tools": "tool (function) calling is not supported by this server",
+    "functions": "function calling is not supported by this server",
+    "tool_choice": "tool (function) calling is not supported by this server",
+}
+MAX_BODY = 4 * 2**20  # bytes of one request body: a full 8,192-token context is far below it
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
 class APIError(Exception):
@@ -138,7 +148,7 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         answer = "".join(text.add(t) for t in new if t != eos)
         finish = "stop" if new and new[-1] == eos else "length"
         choice = (
-            {"index": 0, "message": {"role": "assistant", "content": answer}}
+            {"index": 0, "message": {"role": "assistant", "content": answer, "refusal": None}}
             if chat
             else {"index": 0, "text": answer}
         )
@@ -278,7 +288,7 @@ def url_of(sock: socket.socket) -> str:
 
 
 async def _json_body(request: Request) -> dict:
-    raw = await request.body()
+    raw = await _read_body(request)
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -288,11 +298,64 @@ async def _json_body(request: Request) -> dict:
             400, f"the request body must be a JSON object, got {type(body).__name__}", code="invalid_json"
         )
     for name, unused in UNSUPPORTED.items():
-        if body.get(name, unused) not in (unused, [], {}):
-            raise APIError(
-                400, f"{name}={body[name]!r} is not supported by this server", name, "unsupported_parameter"
-            )
+        value = body.get(name)
+        if value is not None and not any(_same(value, u) for u in unused):
+            why = WHY_UNSUPPORTED.get(name, "is not supported by this server")
+            shown = f"{name}={value!r}"[:200]
+            message = f"{shown}: {why}" if name in WHY_UNSUPPORTED else f"{shown} {why}"
+            raise APIError(400, message, name, "unsupported_parameter")
+    _response_format(body.get("response_format"))
     return body
+
+
+def _same(value, default) -> bool:
+    """Whether `value` is `default` as JSON means it: 0 and 0.0 alike, never false for 0 or 1 for true."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return value is default
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float)) and value == default
+    return type(value) is type(default) and value == default
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request's body, refused with a 413 once past MAX_BODY (before reading it all, when the client
+    says its length)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(413, _too_large(int(declared)), code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise APIError(413, _too_large(size, more=True), code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, more: bool = False) -> str:
+    return f"the request body is {'over ' if more else ''}{size} bytes: this server takes at most {MAX_BODY}"
+
+
+def _response_format(value) -> None:
+    """Plain text is all this server writes: a JSON mode it would silently ignore is refused."""
+    if value is None:
+        return
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return
+    if kind in ("json_object", "json_schema"):
+        raise APIError(
+            400,
+            f"response_format {kind} is not supported by this server: it writes plain text only "
+            "(no constrained decoding)",
+            "response_format",
+            "unsupported_parameter",
+        )
+    raise APIError(
+        400,
+        f"response_format must be an object with type text, json_object or json_schema, got {value!r}"[:300],
+        "response_format",
+    )
 
 
 def _check_model(name, model_id: str) -> None:
@@ -317,13 +380,14 @@ def _messages(messages) -> list[dict[str, str]]:
             for p in content
         ):
             content = "".join(p["text"] for p in content)
-        if not isinstance(content, str) or m.get("role") not in ("system", "user", "assistant"):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(content, str) or not isinstance(role, str) or role not in ROLES:
             raise APIError(
                 400,
-                f"messages[{i}] needs a role (system, user or assistant) and text content",
+                f"messages[{i}] needs a role (system, developer, user or assistant) and text content",
                 f"messages[{i}]",
             )
-        plain.append({"role": m["role"], "content": content})
+        plain.append({"role": ROLES[role], "content": content})  # a developer message is read as system
     return plain
 
 
