@@ -17,6 +17,7 @@ quarter of the memory the process may still use) and a matmul sized to be comput
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 
 import pytest
@@ -94,20 +95,30 @@ CONFIGS = [
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("overrides", CONFIGS)
+@pytest.mark.parametrize("case", range(len(CONFIGS)))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2", "test_max_batch_size_of_smollm2")
-def test_max_batch_size_matches_counting(kata, overrides, dtype):
+def test_max_batch_size_matches_counting(kata, case, dtype):
     """Any config: the most sequences whose KV cache fits beside the weights, exactly at the boundary too"""
-    config = LlamaConfig.tiny(**overrides)
+    overrides = CONFIGS[case]
+    r = seeds.rng(100 + 2 * case + (dtype == torch.float16))
+    config = LlamaConfig.tiny(**{**overrides, "n_layers": r.randint(1, 4)})
+    context_len = r.randint(1, config.max_seq_len)
     size = torch.empty((), dtype=dtype).element_size()
     weights = sum(p.numel() for p in Llama(config).parameters()) * size
-    per_seq = KVCache.bytes_needed(config.n_layers, 1, config.n_kv_heads, config.head_dim, 100, dtype)
-    for budget in (weights + 3 * per_seq, weights + 3 * per_seq - 1, weights + 7 * per_seq + per_seq // 2):
-        got = kata.max_batch_size(config, 100, budget, dtype)
-        want = oracle_max_batch(config, 100, budget, dtype)
+    per_seq = KVCache.bytes_needed(config.n_layers, 1, config.n_kv_heads, config.head_dim, context_len, dtype)
+    k, m = r.randint(2, 9), r.randint(1, 12)
+    budgets = (
+        weights + k * per_seq,
+        weights + k * per_seq - 1,
+        weights + m * per_seq + r.randrange(1, per_seq),
+    )
+    for budget in budgets:
+        got = kata.max_batch_size(config, context_len, budget, dtype)
+        want = oracle_max_batch(config, context_len, budget, dtype)
         assert got == want, (
-            f"max_batch_size({overrides or 'tiny'}, context_len=100, budget={budget:,}, {dtype}) = {got}, want {want} "
+            f"max_batch_size({overrides or 'tiny'}, n_layers={config.n_layers}, context_len={context_len}, "
+            f"budget={budget:,}, {dtype}) = {got}, want {want} "
             f"(weights {weights:,} bytes, {per_seq:,} KV bytes per sequence; a sequence that does not fit whole "
             "does not fit)"
         )
@@ -117,29 +128,40 @@ def test_max_batch_size_matches_counting(kata, overrides, dtype):
 @pytest.mark.builds_on("test_weight_and_kv_bytes_of_smollm2", "test_max_batch_size_of_smollm2")
 def test_budget_too_small_for_one_sequence(kata):
     """A budget that cannot hold the weights plus one sequence is a ValueError naming the numbers"""
-    budget = WEIGHTS_FP32 + KV_2048_FP32 - 1
+    r = seeds.rng(110)
+    context_len = r.randint(1, SMOL.max_seq_len)
+    per_seq = KVCache.bytes_needed(
+        SMOL.n_layers, 1, SMOL.n_kv_heads, SMOL.head_dim, context_len, torch.float32
+    )
+    budget = WEIGHTS_FP32 + per_seq - r.randint(1, per_seq)
     exc = expect_value_error(
-        lambda: kata.max_batch_size(SMOL, 2048, budget, torch.float32),
-        f"max_batch_size(SmolLM2, 2048, budget={budget:,})",
+        lambda: kata.max_batch_size(SMOL, context_len, budget, torch.float32),
+        f"max_batch_size(SmolLM2, {context_len}, budget={budget:,})",
     )
     digits = str(exc).replace(",", "").replace("_", "")
-    missing = [f"{n:,}" for n in (budget, KV_2048_FP32) if str(n) not in digits]
+    missing = [f"{n:,}" for n in (budget, per_seq) if str(n) not in digits]
     assert not missing, (
         f"the error {str(exc)!r} should name the budget and the bytes one sequence needs: {missing}"
     )
     expect_value_error(
-        lambda: kata.max_batch_size(SMOL, 2048, GIB // 4, torch.float32),
+        lambda: kata.max_batch_size(SMOL, context_len, r.randrange(1, WEIGHTS_FP32), torch.float32),
         "max_batch_size with a budget smaller than the weights alone",
     )
 
 
 @pytest.mark.points(1)
 def test_memory_rejects_bad_context(kata):
-    """A context_len of 0, or beyond the model's context, is a ValueError"""
+    """A context_len of 0 or less, or beyond the model's context, is a ValueError"""
+    r = seeds.rng(111)
+    short, long, short_kv = (
+        r.randint(-8, 0),
+        r.randint(SMOL.max_seq_len + 1, 4 * SMOL.max_seq_len),
+        r.randint(-8, 0),
+    )
     cases = {
-        "max_batch_size(context_len=0)": lambda: kata.max_batch_size(SMOL, 0, 2 * GIB),
-        "max_batch_size(context_len=8193)": lambda: kata.max_batch_size(SMOL, 8193, 64 * GIB),
-        "kv_bytes_per_sequence(context_len=0)": lambda: kata.kv_bytes_per_sequence(SMOL, 0),
+        f"max_batch_size(context_len={short})": lambda: kata.max_batch_size(SMOL, short, 2 * GIB),
+        f"max_batch_size(context_len={long})": lambda: kata.max_batch_size(SMOL, long, 1024 * GIB),
+        f"kv_bytes_per_sequence(context_len={short_kv})": lambda: kata.kv_bytes_per_sequence(SMOL, short_kv),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
@@ -179,28 +201,40 @@ def test_crossover_of_smollm2(kata):
 @pytest.mark.points(2)
 def test_crossover_at_the_ridge_is_compute(kata):
     """A batch whose intensity equals the ridge exactly is already compute-bound"""
-    cost = phase_cost(SMOL, "decode", 10, 1, 0)
-    peak = arithmetic_intensity(cost)  # bandwidth 1.0: the ridge is exactly batch 10's intensity
+    batch = seeds.rng(112).randint(2, 400)
+    cost = phase_cost(SMOL, "decode", batch, 1, 0)
+    peak = arithmetic_intensity(cost)  # bandwidth 1.0: the ridge is exactly this batch's intensity
     got = kata.crossover_batch(SMOL, peak, 1.0, 0)
-    assert got == 10, (
-        f"with the ridge set to batch 10's intensity, crossover_batch = {got}, want 10 (at the ridge = compute)"
+    assert got == batch, (
+        f"with the ridge set to batch {batch}'s intensity, crossover_batch = {got}, want {batch} "
+        "(at the ridge = compute)"
     )
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize(
-    "overrides, peak, bandwidth, context_len, dtype",
+    "case, overrides, contexts, dtype",
     [
-        ({}, PEAK, BANDWIDTH, 512, torch.float32),  # the KV cache drags it out to 808
-        ({}, 989e12, 3.35e12, 0, torch.bfloat16),  # an H100 in bf16: 312
-        ({}, 2e11, 4e10, 64, torch.float32),
-        (CONFIGS[1], 1e11, 2e10, 10, torch.float32),
+        (0, {}, (256, 1024), torch.float32),  # the KV cache drags the crossover out
+        (1, {}, (0, 0), torch.bfloat16),
+        (2, {}, (1, 128), torch.float32),
+        (3, CONFIGS[1], (1, 64), torch.float32),
     ],
 )
 @pytest.mark.builds_on("test_crossover_of_smollm2", "test_crossover_at_the_ridge_is_compute")
-def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, context_len, dtype):
+def test_crossover_matches_trying_every_batch(kata, case, overrides, contexts, dtype):
     """crossover_batch is the first batch a roofline verdict calls compute-bound"""
     config = LlamaConfig.tiny(**overrides) if overrides else SMOL
+    r = seeds.rng(120 + case)
+    context_len, target = r.randint(*contexts), r.randint(2, 1500)
+
+    def intensity(batch):
+        return arithmetic_intensity(phase_cost(config, "decode", batch, 1, context_len, dtype))
+
+    # a ridge strictly between the intensities of batches target - 1 and target: the crossover is `target`
+    lo, hi = intensity(target - 1), intensity(target)
+    bandwidth = r.uniform(1e10, 4e12)
+    peak = bandwidth * (lo + r.uniform(0.05, 0.95) * (hi - lo))
     got = kata.crossover_batch(config, peak, bandwidth, context_len, dtype)
     want = oracle_crossover(config, peak, bandwidth, context_len, dtype)
     assert got == want, (
@@ -213,13 +247,19 @@ def test_crossover_matches_trying_every_batch(kata, overrides, peak, bandwidth, 
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_crossover_of_smollm2", "test_crossover_matches_trying_every_batch")
 def test_long_context_never_crosses(kata):
-    """At 2048 tokens of context SmolLM2 decode never becomes compute-bound in fp32: crossover is None"""
-    got = kata.crossover_batch(SMOL, PEAK, BANDWIDTH, 2048)
+    """At long contexts SmolLM2 decode never becomes compute-bound in fp32: crossover is None"""
+    r = seeds.rng(125)
+    context_len = r.randint(2048, SMOL.max_seq_len - 1)
+    one, two = (phase_cost(SMOL, "decode", b, 1, context_len) for b in (1, 2))
+    limit = (two.flops - one.flops) / (two.bytes - one.bytes)  # intensity's limit as the batch grows
+    bandwidth = r.uniform(1e10, 4e12)
+    peak = bandwidth * limit * r.uniform(1.05, 4.0)
+    got = kata.crossover_batch(SMOL, peak, bandwidth, context_len)
     for batch in (1, 10**3, 10**6):
-        assert not compute_bound(SMOL, batch, 2048, PEAK, BANDWIDTH)
+        assert not compute_bound(SMOL, batch, context_len, peak, bandwidth)
     assert got is None, (
-        f"crossover_batch(SmolLM2, ridge 12.5, context_len=2048) = {got}, want None: every row reads "
-        "94 MB of KV cache for 0.41 GFLOP, so intensity never passes ~4.3 FLOP/byte"
+        f"crossover_batch(SmolLM2, ridge {peak / bandwidth:.3g}, context_len={context_len}) = {got}, want None: "
+        f"every row's KV cache reads cap intensity at ~{limit:.3g} FLOP/byte, left of the ridge"
     )
 
 
@@ -249,26 +289,31 @@ def charged(model, clock: FakeClock, decode_costs: list[float], prefill_s: float
     return model, calls
 
 
-DECODE_S = 0.02
-STEP_COSTS = [0.5, 0.02, 0.01, 0.03]  # a slow warm-up step, then three: median 20 ms
-
-
 @pytest.mark.points(3)
 def test_decode_step_time_times_one_batched_step(kata):
     """decode_step_time is the median time of ONE decode step of the whole batch on a filled cache, after one warm-up step"""
+    r = seeds.rng(130)
+    batch, context_len, repeats = r.randint(2, 6), r.randint(1, 40), r.choice([3, 5])
+    # a slow warm-up step (0.3-1 s), then distinct timed steps of 5-50 ms; each prefill 1-2 s
+    timed = [0.005 + 0.045 * (i + r.random()) / repeats for i in range(repeats)]
+    r.shuffle(timed)
+    warm_up, prefill_s = r.uniform(0.3, 1.0), r.uniform(1.0, 2.0)
     clock = FakeClock()
-    model, calls = charged(tiny_model(seed=0), clock, STEP_COSTS)
+    model, calls = charged(tiny_model(seed=seeds.seed(131)), clock, [warm_up, *timed], prefill_s)
     with reading(clock, kata):
-        got = kata.decode_step_time(model, 4, 9, repeats=3)
+        got = kata.decode_step_time(model, batch, context_len, repeats=repeats)
     steps = [(shape, length) for name, shape, length in calls if name == "decode_step"]
-    assert steps == [((4,), 9)] * 4, (
-        f"decode_step_time(batch 4, context 9, repeats=3) made decode steps of (ids shape, cached positions) "
-        f"{steps}: want 4 steps (one warm-up, 3 timed) of ids (4,) on a cache holding 9 positions"
+    assert steps == [((batch,), context_len)] * (repeats + 1), (
+        f"decode_step_time(batch {batch}, context {context_len}, repeats={repeats}) made decode steps of "
+        f"(ids shape, cached positions) {steps}: want {repeats + 1} steps (one warm-up, {repeats} timed) of ids "
+        f"({batch},) on a cache holding {context_len} positions"
     )
-    assert got == pytest.approx(0.02, rel=1e-6), (
-        f"the warm-up step took 500 ms, the three timed steps 20, 10 and 30 ms, each prefill 1 s; "
-        f"decode_step_time says {got * 1e3:.4g} ms: want the median of the timed steps, 20 ms (not their total, "
-        "not the prefill, not the warm-up)"
+    want = statistics.median(timed)
+    assert got == pytest.approx(want, rel=1e-6), (
+        f"the warm-up step took {warm_up * 1e3:.4g} ms, the timed steps "
+        + ", ".join(f"{t * 1e3:.4g}" for t in timed)
+        + f" ms, each prefill {prefill_s:.4g} s; decode_step_time says {got * 1e3:.4g} ms: want the median of "
+        f"the timed steps, {want * 1e3:.4g} ms (not their total, not the prefill, not the warm-up)"
     )
 
 
@@ -276,29 +321,42 @@ def test_decode_step_time_times_one_batched_step(kata):
 @pytest.mark.builds_on("test_decode_step_time_times_one_batched_step")
 def test_throughput_counts_every_row(kata):
     """throughput_curve gives tokens/s per batch size: batch / step time (every row gets a token)"""
+    r = seeds.rng(135)
+    batch_sizes = [1, *sorted(r.sample(range(2, 9), r.randint(1, 2)))]
+    decode_s, context_len, repeats = r.uniform(0.005, 0.05), r.randint(1, 20), r.randint(1, 3)
     clock = FakeClock()
-    model, _ = charged(tiny_model(seed=0), clock, [DECODE_S])
+    model, _ = charged(tiny_model(seed=seeds.seed(136)), clock, [decode_s])
     with reading(clock, kata):
-        got = kata.throughput_curve(model, [1, 4], 3, repeats=2)
-    assert list(got) == [1, 4], f"throughput_curve(batch_sizes=[1, 4]) keys {list(got)}, want [1, 4]"
+        got = kata.throughput_curve(model, batch_sizes, context_len, repeats=repeats)
+    assert list(got) == batch_sizes, (
+        f"throughput_curve(batch_sizes={batch_sizes}) keys {list(got)}, want {batch_sizes}"
+    )
     for batch, tokens_per_s in got.items():
-        want = batch / DECODE_S
+        want = batch / decode_s
         assert tokens_per_s == pytest.approx(want, rel=1e-6), (
-            f"steps of {DECODE_S * 1e3:.0f} ms at batch {batch}: throughput {tokens_per_s:.4g} tokens/s, want "
-            f"{want:.0f} (a step yields one token per row)"
+            f"steps of {decode_s * 1e3:.4g} ms at batch {batch}: throughput {tokens_per_s:.4g} tokens/s, want "
+            f"{want:.4g} (a step yields one token per row)"
         )
 
 
 @pytest.mark.points(1)
 def test_measuring_rejects_bad_input(kata):
     """decode_step_time and throughput_curve raise ValueError for impossible sizes"""
-    model = tiny_model(seed=0)  # max_seq_len 256
+    r = seeds.rng(140)
+    model = tiny_model(seed=seeds.seed(141), max_seq_len=r.randint(16, 256))
+    n = model.config.max_seq_len
+    batch, ctx, bad_batch, bad_ctx = r.randint(1, 4), r.randint(0, n - 1), r.randint(-3, 0), r.randint(-5, -1)
+    too_long, bad_repeats = r.randint(n, n + 50), r.randint(-2, 0)
     cases = {
-        "decode_step_time(batch_size=0)": lambda: kata.decode_step_time(model, 0, 4),
-        "decode_step_time(context_len=-1)": lambda: kata.decode_step_time(model, 1, -1),
-        "decode_step_time(context_len=256) on a 256 context": lambda: kata.decode_step_time(model, 1, 256),
-        "decode_step_time(repeats=0)": lambda: kata.decode_step_time(model, 1, 4, repeats=0),
-        "throughput_curve(batch_sizes=[])": lambda: kata.throughput_curve(model, [], 4),
+        f"decode_step_time(batch_size={bad_batch})": lambda: kata.decode_step_time(model, bad_batch, ctx),
+        f"decode_step_time(context_len={bad_ctx})": lambda: kata.decode_step_time(model, batch, bad_ctx),
+        f"decode_step_time(context_len={too_long}) on a {n} context": (
+            lambda: kata.decode_step_time(model, batch, too_long)
+        ),
+        f"decode_step_time(repeats={bad_repeats})": (
+            lambda: kata.decode_step_time(model, batch, ctx, repeats=bad_repeats)
+        ),
+        "throughput_curve(batch_sizes=[])": lambda: kata.throughput_curve(model, [], ctx),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
