@@ -576,7 +576,7 @@ def test_example_sample_logprobs(kata):
     ],
     ids=lambda p: ",".join(p),
 )
-@pytest.mark.builds_on("test_chain_order")
+@pytest.mark.builds_on("test_chain_order", "test_example_sample_logprobs")
 def test_logprobs_are_of_the_processed_distribution(kata, params):
     """logprobs and top_logprobs are log_softmax of the processed logits, top ones best first, ties lower id first"""
     x = random_logits(12, B=5, V=12)

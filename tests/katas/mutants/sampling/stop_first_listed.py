@@ -5,7 +5,7 @@ Mutant of solutions/sampling.py for the sampling kata: the reference with this o
 
 EDITS = [
     (
-        r"""            shown, self.text, self.pending = self.text[: min(starts)], "", b"" """.rstrip(),
-        r"""            shown, self.text, self.pending = self.text[: starts[0]], "", b"" """.rstrip(),
+        r'            shown, self.text, self.pending = self.text[: min(starts)], "", b""',
+        r'            shown, self.text, self.pending = self.text[: starts[0]], "", b""',
     ),
 ]
