@@ -18,6 +18,7 @@ import torch
 
 from dojo import seeds
 from dojo.grading.judging.judge import build
+from dojo.testing import expect_raises, raised
 from dojo.toymodel import BigramModel
 from solutions.model import tiny_model
 
@@ -136,28 +137,60 @@ def seeded_generator(seed: int):
 
 
 class CacheKeeper:
-    """Wraps a model; keeps every cache it makes, to read their lengths after the run."""
+    """Wraps a model; keeps every cache it makes and the tokens each holds, to check them against `kept`
+    (the prompt, then each token as on_token streams it)."""
 
-    def __init__(self, model):
-        self.model, self.config, self.caches = model, model.config, []
+    def __init__(self, model, name: str, kept: list[int]):
+        self.model, self.config, self.name, self.kept = model, model.config, name, kept
+        self.caches, self.held = [], {}
+        self.stale = None  # the first cached position found holding a token that was not kept there
 
     def new_cache(self, batch_size, max_len=None):
         self.caches.append(self.model.new_cache(batch_size, max_len))
+        self.held[id(self.caches[-1])] = []
         return self.caches[-1]
 
+    def _feed(self, ids, cache) -> None:
+        """Before a pass: compare what `cache` holds (the first cache.length tokens fed to it) with the
+        kept tokens, then note the tokens this pass feeds."""
+        held = self.held.get(id(cache))
+        if held is None:
+            return
+        held = held[: cache.length]
+        wrong = next((j for j, (h, want) in enumerate(zip(held, self.kept)) if h != want), None)
+        if wrong is not None and self.stale is None:
+            self.stale = (
+                f"the {self.name}'s cache ({cache.length} positions) still held token {held[wrong]} at position "
+                f"{wrong}, where token {self.kept[wrong]} was kept"
+            )
+        self.held[id(cache)] = held + [int(x) for x in ids[0].tolist()]
+
     def prefill(self, ids, cache, attention_mask=None):
+        self._feed(ids, cache)
         return self.model.prefill(ids, cache)
 
     def decode_step(self, ids, cache, attention_mask=None):
+        self._feed(ids.view(1, -1), cache)
         return self.model.decode_step(ids, cache)
 
 
 @pytest.mark.points(2)
 def test_caches_are_rolled_back_to_the_kept_tokens(kata, target, draft):
     """Rejected drafts leave both caches: at the end the target's holds the prompt and every kept token but the last, the draft's no more"""
-    t, d = CacheKeeper(target), CacheKeeper(draft)
     prompt = [3, 9, 27, 1, 8]
-    r = kata.speculative_generate(t, d, prompt, max_new_tokens=10, k=3)
+    streamed = list(prompt)
+    t, d = CacheKeeper(target, "target", streamed), CacheKeeper(draft, "draft", streamed)
+    try:
+        r = kata.speculative_generate(t, d, prompt, max_new_tokens=10, k=3, on_token=streamed.append)
+    except Exception as exc:
+        stale = t.stale or d.stale
+        if stale is None:
+            raise
+        pytest.fail(
+            f"prompt of {len(prompt)}, k=3: {stale}: a rejected draft stayed cached (truncate both caches to the "
+            f"kept tokens after each round); the run then {raised(exc)}",
+            pytrace=False,
+        )
     kept = len(prompt) + len(r.tokens) - 1  # the last token is never fed
     got = (t.caches[-1].length, d.caches[-1].length)
     assert r.accepted < r.drafted and got[0] == kept and got[1] <= kept, (
@@ -320,17 +353,29 @@ def test_one_target_pass_per_round(kata, target, draft):
 @pytest.mark.builds_on("test_example_greedy_bigram", "test_greedy_equals_target_greedy")
 def test_eos_and_streaming(kata, target, draft):
     """An EOS ends the output (kept as its last token); on_token streams every kept token in order"""
-    free = kata.speculative_generate(target, draft, [40, 2, 17], max_new_tokens=16, k=3).tokens
-    cut = next(i for i in range(1, len(free)) if free[i] not in free[:i])
-    streamed = []
-    r = kata.speculative_generate(
-        target, draft, [40, 2, 17], max_new_tokens=16, k=3, eos_token_id=free[cut], on_token=streamed.append
-    )
-    assert r.tokens == free[: cut + 1], (
-        f"greedy gives {free}; with eos_token_id={free[cut]} want {free[: cut + 1]}, got {r.tokens}"
-    )
-    assert streamed == r.tokens, f"on_token streamed {streamed}, the result holds {r.tokens}"
-    assert len(free) == 16, f"without an EOS the output has max_new_tokens=16 tokens, got {len(free)}"
+    twin = draft_of(target, 0.0, 0)  # every draft accepted: rounds of k + 1 tokens, so an EOS lands mid-round
+    for name, d in (("the draft", draft), ("a draft equal to the target", twin)):
+        free = kata.speculative_generate(target, d, [40, 2, 17], max_new_tokens=16, k=3).tokens
+        assert len(free) == 16, f"without an EOS the output has max_new_tokens=16 tokens, got {len(free)}"
+        cuts = [i for i in range(1, len(free)) if free[i] not in free[:i]][:4]  # EOS ids first seen there
+        for cut in cuts:
+            streamed = []
+            r = kata.speculative_generate(
+                target,
+                d,
+                [40, 2, 17],
+                max_new_tokens=16,
+                k=3,
+                eos_token_id=free[cut],
+                on_token=streamed.append,
+            )
+            assert r.tokens == free[: cut + 1], (
+                f"with {name}, k=3, greedy gives {free}; with eos_token_id={free[cut]} want {free[: cut + 1]} "
+                f"(nothing after the EOS, even in its round), got {r.tokens}"
+            )
+            assert streamed == r.tokens, (
+                f"eos_token_id={free[cut]}: on_token streamed {streamed}, the result holds {r.tokens}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,10 +537,16 @@ def test_invalid_arguments(kata, target, draft, bad, name):
     kwargs = dict(prompt=[1, 2, 3], max_new_tokens=4) | bad
     prompt = kwargs.pop("prompt")
     other = tiny_model(2, vocab_size=kwargs.pop("draft_vocab")) if "draft_vocab" in kwargs else draft
-    with pytest.raises(ValueError) as info:
-        kata.speculative_generate(target, other, prompt, **kwargs)
-    assert re.search(rf"\b{name}\b", str(info.value)), (
-        f"speculative_generate(..., {bad}) raised ValueError({str(info.value)!r}) not naming {name}"
+    what = (
+        f"speculative_generate with a draft of vocab_size {bad['draft_vocab']} for a target of 64"
+        if "draft_vocab" in bad
+        else f"speculative_generate(..., {', '.join(f'{k}={v!r}' for k, v in bad.items())})"
+    )
+    error = expect_raises(
+        ValueError, lambda: kata.speculative_generate(target, other, prompt, **kwargs), what
+    )
+    assert re.search(rf"\b{name}\b", str(error)), (
+        f"{what} raised ValueError({str(error)!r}) not naming {name}"
     )
 
 
@@ -526,8 +577,15 @@ def test_invalid_formula_and_verify_inputs(kata, call, name):
         "c": lambda: kata.expected_speedup(0.5, 3, -0.1),
         "pq": lambda: kata.acceptance_probability(torch.full((4,), 0.25), torch.full((5,), 0.2)),
     }
-    with pytest.raises(ValueError) as info:
-        calls[call]()
-    assert re.search(rf"\b({name})\b", str(info.value)), (
-        f"{call}: ValueError({str(info.value)!r}) does not name {name}"
+    what = {
+        "verify-q": "verify with draft_probs (2, 2, 4) for draft_tokens (2, 3)",
+        "verify-p": "verify with target_probs (2, 3, 4) for draft_tokens (2, 3): want (2, 4, 4)",
+        "alpha": "expected_speedup(alpha=1.5, k=3, c=0.1)",
+        "k": "expected_tokens_per_round(alpha=0.5, k=0)",
+        "c": "expected_speedup(alpha=0.5, k=3, c=-0.1)",
+        "pq": "acceptance_probability of p with 4 entries and q with 5",
+    }
+    error = expect_raises(ValueError, calls[call], what[call])
+    assert re.search(rf"\b({name})\b", str(error)), (
+        f"{what[call]}: ValueError({str(error)!r}) does not name {name}"
     )
