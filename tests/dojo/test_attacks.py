@@ -6,6 +6,8 @@ untouched stub scores (0). Where bwrap cannot run, these skip with the reason (t
 
 from __future__ import annotations
 
+import json
+
 from dojo.grading import grade
 
 
@@ -85,3 +87,52 @@ def test_the_worker_sees_no_seed_no_suite_and_no_repository(toy):
     for leak in ("test_toy", "input-seed", "plugin.py", "channel"):
         assert leak not in seen, f"the worker can see {leak}: {seen[:500]}"
     assert result.points == 0, result.to_json()
+
+
+HOG = (
+    "import os, threading, time\n"
+    "hoard, files = [], []\n"
+    "try:  # memory: as much as the caps allow, held\n"
+    "    while len(hoard) < 48:\n"
+    "        hoard.append(bytearray(64 * 2**20))\n"
+    "except MemoryError:\n"
+    "    pass\n"
+    "try:  # descriptors, until refused\n"
+    "    while len(files) < 100000:\n"
+    "        files.append(open(os.devnull))\n"
+    "except OSError:\n"
+    "    pass\n"
+    "children = 0\n"
+    "try:  # processes that sleep, until refused\n"
+    "    while children < 200:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(30)\n"
+    "            os._exit(0)\n"
+    "        children += 1\n"
+    "except OSError:\n"
+    "    pass\n"
+    "def spin():\n"
+    "    end = time.monotonic() + 20\n"
+    "    while time.monotonic() < end:\n"
+    "        pass\n"
+    "for _ in range(4):  # every core, for the whole grading\n"
+    "    threading.Thread(target=spin, daemon=True).start()\n"
+    "def add(a, b):\n    raise NotImplementedError\n"
+    "def count_words(text):\n    raise NotImplementedError\n"
+)
+
+
+def test_a_neighbour_that_exhausts_the_machine_costs_the_honest_submission_nothing(toy, tmp_path):
+    """--jobs 2: one submission hoards memory, descriptors and processes and spins on every core while an
+    honest one grades beside it; the honest one gets every point, the hog none, and the run finishes"""
+    from dojo.interview import takehome
+
+    honest, hog = tmp_path / "honest", tmp_path / "hog"
+    for path, source in ((honest, toy.reference.read_text()), (hog, HOG)):
+        path.mkdir()
+        (path / "toy.py").write_text(source)
+    doc = takehome.grade_submissions([hog, honest], jobs=2, timeout=90)
+    by_path = {s["path"]: s for s in doc["submissions"]}
+    good, bad = by_path[str(honest)], by_path[str(hog)]
+    assert good["points"] == good["total"] > 0, json.dumps(good, indent=1)[:2000]
+    assert bad["points"] == 0, json.dumps(bad, indent=1)[:2000]
