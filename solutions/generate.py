@@ -4,7 +4,8 @@ The prompts are left-padded into one batch and prefilled once; every later step 
 per row through `decode_step`, so all rows (and, in beam search, all beams of all prompts) share
 one forward pass per step and each weight is read once per step, not once per row. Beam search
 follows HuggingFace transformers >= 4.50 exactly. Not here: repetition penalties, min-length,
-stop strings, sampling inside beam search.
+stop strings, sampling inside beam search (the system's penalties run the sampling kata's chain
+through `_generate_choosing`).
 """
 
 from __future__ import annotations
@@ -316,3 +317,21 @@ def _check_arguments(
     if any(not isinstance(e, int) or not 0 <= e < vocab for e in eos):
         raise ValueError(f"eos_token_id must be token ids in [0, {vocab}), got {eos_token_id!r}")
     return eos
+
+
+def _generate_choosing(
+    model,
+    prompts: list[list[int]],
+    choose: Callable[[Tensor], Tensor],
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
+    """The greedy loop with each step's tokens picked by `choose(logits (B, V)) -> (B,)`: how the system
+    (solutions/system/decoding.py) runs the sampling kata's chain. Not part of the kata's API.
+    Raises ValueError as `generate` does."""
+    eos = _check_arguments(
+        model, prompts, max_new_tokens, eos_token_id, "greedy", 1.0, None, None, 1, True, 1
+    )
+    return _greedy_or_sample(model, prompts, max_new_tokens, eos, 1.0, choose, on_token)

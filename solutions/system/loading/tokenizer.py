@@ -62,6 +62,12 @@ class ChatTokenizer:
         """The text of `ids`, special tokens included. Raises ValueError for an unknown id."""
         return self.bpe.decode(ids)
 
+    def token_bytes(self) -> list[bytes]:
+        """Each token id's bytes, indexed by id (a special token as its text; b"" for an id neither
+        names): what incremental detokenisation (solutions.sampling.StopChecker) reads."""
+        table = dict(self.bpe.vocab) | {i: text.encode() for text, i in self.special_tokens.items()}
+        return [table.get(i, b"") for i in range(self.vocab_size)]
+
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The prompt text for `messages` ([{"role": ..., "content": ...}]), rendered by the
         model's own Jinja template; with add_generation_prompt it ends by opening the assistant's

@@ -1,0 +1,93 @@
+"""Token choice through the sampling kata's chain, as `dojo demo` decodes.
+
+A `Chooser` picks each step's tokens from the model's logits: the processors of
+solutions.sampling.make_chain, then the argmax (greedy) or a seeded draw, and it keeps each step's
+logprobs from that processed distribution. `chain_generate` runs it in the generate kata's loop.
+Not here: beam search (the generate kata's own), stop strings (the caller's StopChecker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from solutions.generate import GenerationResult, _generate_choosing
+from solutions.sampling import Sampled, apply_chain, sample
+
+
+class Chooser:
+    """`chooser(logits (B, V)) -> (B,)` for prompts `prompts`: the chain's processors see each row's
+    prompt and the tokens this chooser picked for it so far. `steps[i]` is step i's Sampled.
+    Raises ValueError for a bad top_logprobs (on the first call, as `sample` does)."""
+
+    def __init__(
+        self,
+        chain: Sequence,
+        prompts: Sequence[Sequence[int]],
+        *,
+        greedy: bool,
+        seed: int | None = None,
+        top_logprobs: int = 0,
+    ):
+        self.chain, self.prompts, self.greedy, self.top_logprobs = list(chain), prompts, greedy, top_logprobs
+        self.outputs: list[list[int]] = [[] for _ in prompts]
+        self.steps: list[Sampled] = []
+        self.generator = torch.Generator()  # our own: the global RNG is never touched
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        args = (self.chain, self.prompts, self.outputs, logits)
+        step = (
+            _argmax(*args, self.top_logprobs)
+            if self.greedy
+            else sample(*args, self.generator, self.top_logprobs)
+        )
+        for output, token in zip(self.outputs, step.tokens.tolist()):
+            output.append(token)  # a finished row's picks grow too; the generator ignores them
+        self.steps.append(step)
+        return step.tokens
+
+
+def _argmax(chain, prompt_ids, output_ids, logits: Tensor, top_logprobs: int) -> Sampled:
+    """Greedy's Sampled: the argmax of the processed logits (the first on ties, as generate's greedy)."""
+    logits = apply_chain(chain, prompt_ids, output_ids, logits)  # (B, V) fp32
+    V = logits.shape[-1]
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 0 <= top_logprobs <= V:
+        raise ValueError(f"top_logprobs must be an int in [0, {V}], got {top_logprobs!r}")
+    tokens = logits.argmax(dim=-1)  # (B,)
+    logp = logits.log_softmax(dim=-1)
+    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)
+    return Sampled(
+        tokens, logp.gather(1, tokens[:, None])[:, 0], order[:, :top_logprobs], sorted_logp[:, :top_logprobs]
+    )
+
+
+def chain_generate(
+    model,
+    prompts: list[list[int]],
+    chooser: Chooser,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | list[int] | None = None,
+    on_token: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
+    """generate()'s greedy/sample loop with every token from `chooser` (built for these `prompts`).
+    Raises ValueError as solutions.generate.generate does, or for a chooser built for other prompts."""
+    if [list(p) for p in chooser.prompts] != [list(p) for p in prompts] or chooser.steps:
+        raise ValueError("the chooser must be new and built for these prompts (its penalties read them)")
+    return _generate_choosing(
+        model, prompts, chooser, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, on_token=on_token
+    )
+
+
+def describe_chain(chain: Sequence) -> str:
+    """The processors in order with their settings, e.g. 'RepetitionPenalty(penalty=1.2) -> Temperature(...)'."""
+    return " -> ".join(
+        f"{type(p).__name__}({', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v!r}' for k, v in vars(p).items())})"
+        for p in chain
+    )
