@@ -1,8 +1,9 @@
 """The inference system built on the kata references: SmolLM2-135M from its GGUF file, fast, and served.
 
 loading/ reads the GGUF into a model and tokenizer and keeps the start-up cache; kernels/ holds the fast
-paths (packed weights, the native Q4_1 x Q8_1 kernel, fused steps and attention); serving/ the engine
-and the OpenAI-compatible server. `load(mode)` is the front door. No kata reference imports this wing.
+paths (packed weights, the native Q4_1 x Q8_1 kernel, fused steps and attention); decoding.py chooses
+tokens through the sampling kata's chain; serving/ the engine and the OpenAI-compatible server.
+`load(mode)` is the front door. No kata reference imports this wing.
 """
 
 from __future__ import annotations
