@@ -1,8 +1,9 @@
 """Folding a report's parametrised tests: one block per test function, one line per cause of failure.
 
 `fold(tests)` groups the cases of one test function; a group's failures are clustered by message
-*modulo the parameters* (quoted text and numbers masked), so 8 cases that all raise
-NotImplementedError read as one cause. Printing is dojo.practice.report's.
+*modulo the parameters* (quoted text and numbers masked), so 8 cases failing alike read as one cause.
+`set_aside_unwritten(blocks)` takes out the blocks that fail only because a stub's function is not
+written yet, for one line naming those functions. Printing is dojo.practice.report's.
 """
 
 from __future__ import annotations
@@ -71,6 +72,65 @@ def fold(tests: list[TestResult]) -> list[Block]:
     for block in blocks:
         block.causes = _causes(block.tests)
     return blocks
+
+
+@dataclass
+class Unwritten:
+    """The blocks whose every failure is a stub's NotImplementedError, and the functions they wait on."""
+
+    blocks: list[Block] = field(default_factory=list)
+    functions: dict[str, str] = field(default_factory=dict)  # in report order -> where: "bpe.py:41" or ""
+
+    @property
+    def waiting(self) -> int:
+        """The failing tests (cases) that wait on the functions."""
+        return sum(t.outcome == "failed" for block in self.blocks for t in block.tests)
+
+    @property
+    def points(self) -> int:
+        return sum(block.points for block in self.blocks)
+
+
+def set_aside_unwritten(blocks: list[Block]) -> tuple[list[Block], Unwritten]:
+    """(the blocks a report shows, the ones set aside): a block is set aside when it fails, no case passed
+    or was inconclusive, and every failing case is a stub's NotImplementedError in a function it names."""
+    shown, todo = [], Unwritten()
+    for block in blocks:
+        failed = [t for t in block.tests if t.outcome == "failed"]
+        sites = [unwritten_site(t.message) for t in failed]
+        kept = any(t.outcome in ("passed", "inconclusive") for t in block.tests)
+        if not failed or kept or any(site is None for site in sites):
+            shown.append(block)
+            continue
+        todo.blocks.append(block)
+        for function, where in sites:
+            todo.functions[function] = todo.functions.get(function) or where
+    return shown, todo
+
+
+# the two wordings of a stub's error: dojo.grading.suite.failures's when no test caught it,
+# "NotImplementedError: not written yet (at bpe.py:41, in BPETokenizer.__init__)", and dojo.testing.raised's
+# when a test wanted another error, "...: not written yet (NotImplementedError at bpe.py:78, in X.load), want"
+_UNCAUGHT = re.compile(
+    r"NotImplementedError: not written yet \((?:at (?P<where>.+), )?in (?P<function>[^\s()]+)\)"
+)
+_EXPECTED = re.compile(
+    r"not written yet \(NotImplementedError(?: at (?P<where>.+?),)? in (?P<function>[^\s()]+)\)"
+)
+_EXPLAINED = "probably because "  # dojo.grading.suite.causes.PREFIX (importing it would import pytest)
+_INPUT_NOTES = ("failing input: ", "fails for any input", "then drew ")  # hypothesis's, in failures' words
+
+
+def unwritten_site(message: str) -> tuple[str, str] | None:
+    """(function, where) when `message` says only that a stub's function is not written yet (a builds_on
+    explanation and the failing input aside); None for any other failure, or one that names no function."""
+    lines = message.strip().splitlines()
+    if lines and lines[0].startswith(_EXPLAINED):
+        lines = lines[1:]
+    if not lines or not all(line.startswith(_INPUT_NOTES) for line in lines[1:]):
+        return None
+    found = _UNCAUGHT.fullmatch(lines[0]) or _EXPECTED.search(lines[0])
+    return (found["function"], found["where"] or "") if found else None
 
 
 def _function(test: TestResult) -> str:

@@ -3,8 +3,9 @@
 `console()` is rich on a terminal and plain text elsewhere (no colour, no wrapping: tests and pipes
 read it). `working` says that a long grading is under way (a spinner on a terminal). `show_result`
 prints one line per property (pass, FAIL, or "?" for a timing test left inconclusive), the cases of a
-parametrised test folded (dojo.practice.fold), then the score and the notes. `write_results` writes the
-Exercism-style JSON atomically.
+parametrised test folded (dojo.practice.fold), one "todo" line for the tests that wait only on
+functions not written yet, then the score and the notes. `write_results` writes the Exercism-style JSON
+atomically.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dojo.grading.result import GradeResult
-from dojo.practice.fold import Block, fold
+from dojo.practice.fold import Block, Unwritten, fold, set_aside_unwritten
 
 MESSAGE_LINES = 6  # lines of one failure message shown in the terminal (the JSON keeps it whole)
 
@@ -56,14 +57,16 @@ def working(out: Console, what: str) -> Iterator[None]:
 
 def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
     """The report: a line per property (the cases of a parametrised test folded into one block, each cause
-    of failure once), then the score and the notes that concern the learner. On a console that wraps, a
-    long line wraps inside its column (a hanging indent)."""
+    of failure once), the tests that fail only because a stub's function is not written yet in one line
+    naming those functions, then the score and the notes that concern the learner. On a console that
+    wraps, a long line wraps inside its column (a hanging indent)."""
     heading = Text(f"{result.slug}", style="bold")
     if title:
         heading.append(f" · {title}", style="")
     heading.append(f"   ({result.path})", style="dim")
     _say(out, heading, 2)
-    for block in fold(result.tests):
+    blocks, todo = set_aside_unwritten(fold(result.tests))
+    for block in blocks:
         line = _test_line(block)
         _say(out, line, _MARK + len(line.plain[_MARK:].split(" pt  ", 1)[0]) + len(" pt  "))
         for cause in block.causes:
@@ -80,6 +83,9 @@ def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
                     Text(f"        {text}", style="red" if cause.outcome == "failed" else "yellow"),
                     8 + own,
                 )
+    if todo.blocks:
+        line = _unwritten_line(todo)
+        _say(out, line, _MARK + len(line.plain[_MARK:].split(" pt  ", 1)[0]) + len(" pt  "))
     if result.error:
         _say(out, Text(f"Problem: {result.error}", style="bold red"), 9)
     score = Text("Score ", style="bold")
@@ -145,6 +151,19 @@ def _test_line(block: Block) -> Text:
         line.append(f"  ({block.label})", style="dim")
     if block.first.example:
         line.append("  (README example)", style="dim")
+    return line
+
+
+def _unwritten_line(todo: Unwritten) -> Text:
+    """ "todo  0/51 pt  not written yet: BlockAllocator.__init__ (paged_kv.py:25), ... — 25 tests wait on
+    them" """
+    line = Text(f"  {'todo':<4}  ", style="yellow")
+    line.append(f"0/{todo.points} pt  ", style="dim")
+    line.append("not written yet: ")
+    line.append(", ".join(f"{f} ({where})" if where else f for f, where in todo.functions.items()))
+    them = "it" if len(todo.functions) == 1 else "them"
+    waits = f"{todo.waiting} tests wait" if todo.waiting != 1 else "1 test waits"
+    line.append(f" — {waits} on {them}", style="dim")
     return line
 
 

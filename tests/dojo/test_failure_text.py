@@ -14,21 +14,49 @@ def stub():
 
 
 def test_a_stub_is_not_written_yet():
-    """a bare NotImplementedError reads "not written yet (NotImplementedError), want ValueError", not "raised NotImplementedError: ," """
+    """a bare NotImplementedError reads "not written yet (NotImplementedError at FILE:LINE, in f), want
+    ValueError", naming where it was raised, not "raised NotImplementedError: ," """
     with pytest.raises(pytest.fail.Exception) as info:
         expect_value_error(stub, "f(-1)")
-    assert str(info.value.msg) == "f(-1): not written yet (NotImplementedError), want ValueError"
+    line = stub.__code__.co_firstlineno + 1
+    assert str(info.value.msg) == (
+        f"f(-1): not written yet (NotImplementedError at test_failure_text.py:{line}, in stub), want ValueError"
+    )
 
 
 def test_a_named_stub_is_not_written_yet_either():
-    """a NotImplementedError with a message (bpe's stubs name the method) is still "not written yet" """
+    """a NotImplementedError with a message (bpe's stubs name the method) is still "not written yet", and
+    a method is named with its class"""
 
-    def named():
-        raise NotImplementedError("BPETokenizer.load")
+    class BPETokenizer:
+        def load(self):
+            raise NotImplementedError("BPETokenizer.load")
 
     with pytest.raises(pytest.fail.Exception) as info:
-        expect_raises(KeyError, named, "load('x')")
-    assert str(info.value.msg) == "load('x'): not written yet (NotImplementedError), want KeyError"
+        expect_raises(KeyError, BPETokenizer().load, "load('x')")
+    assert str(info.value.msg).startswith(
+        "load('x'): not written yet (NotImplementedError at test_failure_text.py:"
+    )
+    assert str(info.value.msg).endswith(
+        ", in test_a_named_stub_is_not_written_yet_either.<locals>.BPETokenizer.load), want KeyError"
+    )
+
+
+def test_a_librarys_not_implemented_error_is_no_stub():
+    """a NotImplementedError in a library's own words (torch's for an op a dtype lacks) is a real failure:
+    named with its message, never "not written yet", both when a test wanted an error and when none"""
+
+    def half():
+        raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+
+    with pytest.raises(pytest.fail.Exception) as info:
+        expect_value_error(half, "linear(x)")
+    assert str(info.value.msg) == (
+        "linear(x): raised NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Half', want ValueError"
+    )
+    message = _message(NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'"), [])
+    assert message.startswith('NotImplementedError: "addmm_impl_cpu_" not implemented'), message
+    assert "not written yet" in _message(NotImplementedError("Cache.update"), [])
 
 
 def test_a_wrong_exception_and_no_exception_say_what_happened():

@@ -77,9 +77,9 @@ def outputs(cell) -> tuple[str, str]:
 
 
 def failure_lines(text: str) -> list[str]:
-    """The per-test lines of a report (pass/FAIL lines and the failure messages under them)."""
+    """The per-test lines of a report (pass/FAIL/todo lines and the failure messages under them)."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("pass", "FAIL")))
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("pass", "FAIL", "todo")))
     end = next(i for i, line in enumerate(lines) if line.startswith("Score "))
     return lines[start:end]
 
@@ -142,7 +142,7 @@ def test_blank_notebook_fails_in_a_kernel_like_the_py_path(toy_env):
     as_py = dojo("check", "toy")
     assert as_py.returncode == 1, as_py.stderr
     want = [
-        re.sub(r"\(at toy\.py:(\d+)", r"(at cell 3, line \1", line) for line in failure_lines(as_py.stdout)
+        re.sub(r"\((at )?toy\.py:(\d+)", r"(\1cell 3, line \2", line) for line in failure_lines(as_py.stdout)
     ]
     assert failure_lines(text) == want, f"notebook report:\n{text}\n.py report:\n{as_py.stdout}"
 

@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from dojo.grading.result import GradeResult, TestResult
+from dojo.grading.suite import causes
 from dojo.practice import report
 
 PROPERTY = "load raises ValueError naming the line of a malformed file"
@@ -205,3 +206,99 @@ def test_working_shows_a_spinner_and_the_time_on_a_terminal_and_a_line_elsewhere
     with report.working(pipe, "Grading toy [full suite]"):
         pass
     assert pipe.file.getvalue() == "Grading toy [full suite] ...\n"
+
+
+STUB = """class PagedKVCache:
+    def __init__(self, num_blocks):
+        raise NotImplementedError
+
+    def fork(self, parent, child):
+        raise NotImplementedError
+
+
+def merge_partials(parts):
+    raise NotImplementedError("merge_partials")
+"""
+
+
+def stub_messages(tmp_path) -> dict[str, str]:
+    """What a stub's failures say, made by the grader's own wording: uncaught in the learner's file
+    (dojo.grading.suite.failures) and caught by a test that wanted an error (dojo.testing.raised)."""
+    import importlib.util
+
+    from dojo.grading.suite.failures import failure_message
+    from dojo.testing import expect_value_error
+
+    path = tmp_path / "paged_kv.py"
+    path.write_text(STUB)
+    spec = importlib.util.spec_from_file_location("stub_paged_kv", path)
+    kata = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kata)
+
+    def uncaught(fn, *args) -> str:
+        with pytest.raises(NotImplementedError) as info:
+            fn(*args)
+        return failure_message(info, None, target=str(path))
+
+    with pytest.raises(pytest.fail.Exception) as wanted:
+        expect_value_error(lambda: kata.merge_partials([]), "merge_partials([])")
+    return {
+        "init": uncaught(kata.PagedKVCache, 4),
+        "merge": uncaught(kata.merge_partials, []),
+        "merge wanted ValueError": str(wanted.value.msg),
+    }
+
+
+def failing(name: str, prop: str, message: str, points: int = 1, case: str = "") -> TestResult:
+    return TestResult(f"t::{name}", name, prop, points, False, "failed", message, case=case)
+
+
+def test_a_stub_report_is_short_and_names_each_unwritten_function_once(tmp_path):
+    """an untouched stub: every failure is a NotImplementedError, so the report is one line naming each
+    function the tests wait on once, where it raises, and how many tests wait; no FAIL line, no
+    "probably because", no failing input"""
+    said = stub_messages(tmp_path)
+    assert said["init"] == "NotImplementedError: not written yet (at paged_kv.py:3, in PagedKVCache.__init__)"
+    tests = [failing(f"test_p{n}", f"property {n}", said["init"], 2) for n in range(6)]
+    tests[1] = failing(
+        "test_p1", "property 1", f"{causes.PREFIX} 'property 0' failed; fix that first\n{said['init']}"
+    )
+    tests[2] = failing("test_p2", "property 2", f"{said['init']}\nfailing input: ops=[('add', 0, 1)]")
+    tests += [failing(f"test_m[{n}]", "merges", said["merge"], case=f"n={n}") for n in range(3)]
+    tests.append(failing("test_bad_input", "bad input is a ValueError", said["merge wanted ValueError"]))
+    out = shown(a_result(tests))
+
+    lines = out.splitlines()
+    assert len(lines) == 3, f"a stub's report is its heading, one line and the score:\n{out}"
+    assert lines[1] == (
+        "  todo  0/14 pt  not written yet: PagedKVCache.__init__ (paged_kv.py:3), merge_partials "
+        "(paged_kv.py:10) — 10 tests wait on them"
+    ), out
+    assert "FAIL" not in out and "probably because" not in out and "property" not in out
+    assert "failing input" not in out and "NotImplementedError" not in out
+
+
+def test_a_mixed_report_shows_each_real_failure_whole(tmp_path):
+    """beside tests waiting on an unwritten function, a real failure keeps its FAIL line and its whole
+    message, and so do a case that passes beside unwritten ones and a library's NotImplementedError"""
+    said = stub_messages(tmp_path)
+    real = "allocate, share, share, release: refcount 4, num_free 2; want 2, 2\nfailing input: n=3"
+    torch_says = (
+        "NotImplementedError: \"addmm_impl_cpu_\" not implemented for 'Half' (at paged_kv.py:12, in half)"
+    )
+    tests = [
+        failing("test_refcount", "a shared block is freed by its last release", real, 2),
+        failing("test_fork", "fork shares every block", said["init"], 3),
+        TestResult("t::test_m[0]", "test_m[0]", "merges", 1, False, "passed", case="n=0"),
+        failing("test_m[1]", "merges", said["merge"], case="n=1"),
+        failing("test_half", "half precision matches", torch_says),
+    ]
+    out = shown(a_result(tests))
+    assert "  FAIL  0/2 pt  a shared block is freed by its last release\n" in out
+    assert f"        {real.splitlines()[0]}\n        failing input: n=3\n" in out, out
+    assert "  FAIL  1/2 pt  merges  (2 cases, 1 failing)\n" in out, "a half-passing test set aside"
+    assert f"  FAIL  0/1 pt  half precision matches\n        {torch_says}\n" in out, "torch's error set aside"
+    assert "fork shares every block" not in out
+    assert (
+        "  todo  0/3 pt  not written yet: PagedKVCache.__init__ (paged_kv.py:3) — 1 test waits on it\n" in out
+    )

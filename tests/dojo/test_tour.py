@@ -86,3 +86,20 @@ def test_the_scheduler_leg_wants_every_failure_to_point_at_tpot(tmp_path):
     check = next(s for s in tour.steps("kv_cache", tmp_path) if s.command == "dojo check scheduler")
     assert check.status == 1 and tour.ELSEWHERE in check.absent
     assert tour.TPOT_RIGHT in (tour.ROOT / "solutions" / "scheduler.py").read_text()  # the line the leg edits
+
+
+def test_the_stub_check_wants_one_line_naming_what_is_not_written_yet(tmp_path):
+    """the untouched stub's check shows a todo line naming the functions not written yet and no FAIL line;
+    a screen with a FAIL line per test (the noise it replaced) fails the step"""
+    step = tour.steps("kv_cache", tmp_path)[2]
+    pane = (
+        "kv_cache · KV cache for autoregressive decoding   (/w/kv_cache.py)\n"
+        "  todo  0/42 pt  not written yet: KVCache.__init__ (kv_cache.py:30) — 26 tests wait on\n"
+        "                 it\nScore 0/42 points · 0/26 tests passing · 5.9 s\n"
+        "Keep going: edit the file and run `dojo check kv_cache` again (`dojo hint kv_cache` if stuck).\n"
+    )
+    assert tour.missing(pane, step.expect) == [] and tour.present(pane, step.absent) == []
+    noisy = pane.replace(
+        "  todo  0/42 pt  not written yet", "  FAIL  0/2 pt  update returns every position\n"
+    )
+    assert tour.missing(noisy, step.expect) and tour.present(noisy, step.absent)

@@ -335,9 +335,9 @@ class Endpoint:
     def _describe(self, exc: BaseException) -> dict:
         cls = type(exc)
         frames = [
-            f"{f.lineno}, in {f.name}"
-            for f in traceback.extract_tb(exc.__traceback__)
-            if self.side == "worker" and f.filename == getattr(self, "candidate_file", None)
+            f"{line}, in {frame.f_code.co_qualname}"  # "71, in PagedKVCache.__init__"
+            for frame, line in traceback.walk_tb(exc.__traceback__)
+            if self.side == "worker" and frame.f_code.co_filename == getattr(self, "candidate_file", None)
         ]
         return {
             "type": cls.__name__[:100],

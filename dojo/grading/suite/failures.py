@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dojo.testing import unwritten
+
 
 class TestTimeout(BaseException):
     """Raised inside a test that ran past --dojo-test-timeout (a BaseException, so `except Exception` in a
@@ -124,7 +126,7 @@ def _shown(name: str, value) -> str:
 
 
 def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
-    """ " (at file.py:LINE, in func)" for the innermost frame in the learner's file (or, failing that, in
+    """ " (at file.py:LINE, in Class.func)" for the innermost frame in the learner's file (or, failing that, in
     any file that is not the suite's, the plugin's or a library's)."""
     entries = list(reversed(excinfo.traceback))
     mine = [e for e in entries if target and str(e.path) == target]
@@ -132,7 +134,8 @@ def _where(excinfo: pytest.ExceptionInfo, target: str | None) -> str:
         e for e in entries if not any(part in str(e.path) for part in ("/tests/", "site-packages", "/dojo/"))
     ]
     for entry in mine or others:
-        return f" (at {Path(str(entry.path)).name}:{entry.lineno + 1}, in {entry.name})"
+        name = getattr(entry.frame.code.raw, "co_qualname", entry.name)  # "PagedKVCache.__init__"
+        return f" (at {Path(str(entry.path)).name}:{entry.lineno + 1}, in {name})"
     return ""
 
 
@@ -145,8 +148,8 @@ def _describe(exc: BaseException, where: str) -> str:
         return f"MemoryError: ran out of memory (the grader limits memory){where}"
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
         return f"wrote or printed more output than the grader allows{where}"
-    if isinstance(exc, NotImplementedError) and not str(exc):
-        return f"NotImplementedError: not written yet{where}"
+    if unwritten(exc):  # a stub's: "not written yet" is what a report folds (dojo.practice.fold)
+        return f"NotImplementedError: not written yet{where or (f' (in {exc})' if str(exc) else '')}"
     if type(exc).__name__ == "BoundaryError":  # judge mode: the worker died, hung or broke the protocol
         from dojo.grading.judging import judge
 
