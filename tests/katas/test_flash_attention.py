@@ -91,6 +91,10 @@ def random_case(seed: int) -> dict:
 
 
 AXES = {4: "(b, h, i, d)", 3: "(b, h, i)"}
+CAUSAL_RULES = (
+    " (query i sees keys j <= i + Tk - Tq; a key tile may be skipped only when its first key is past the "
+    "last visible key of the query block's last query)"
+)
 
 
 def close(got, want, what, atol=1e-5, rtol=1e-4):
@@ -189,9 +193,34 @@ def test_example_equal_scores_average_the_values(kata):
     close(got, torch.tensor([[[[1.0, 1.0]]]]), "q = 0, 3 keys in tiles of 2: want the mean of v")
 
 
+@pytest.mark.points(2)
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.builds_on("test_single_tile_equals_oracle", "test_example_equal_scores_average_the_values")
+def test_running_max_rescales_sum_and_output(kata, seed):
+    """Two key tiles of one key each, the second scoring higher: it raises the running max, so the sum and the
+    output summed under the old max are both rescaled by exp(m_old - m_new) before the new tile's are added."""
+    q, k, v = qkv(2, 1, 1, 1, 2, 4, seed=20 + seed)
+    gap = 1.0 + 2.0 * torch.rand(2, generator=seeds.generator(22 + seed))  # (B,): s1 - s0, from 1 to 3
+    direction = q[:, 0, 0] / (q[:, 0, 0].pow(2).sum(-1, keepdim=True) * 0.5)  # (B, D): score +1 per unit
+    k = k.clone()
+    k[:, 0, 1] = k[:, 0, 0] + gap[:, None] * direction  # scale 1/sqrt(4): key 1 scores gap above key 0
+    got = kata.flash_attention(q, k, v, block_q=1, block_k=1)
+    close(
+        got,
+        oracle(q, k, v)[0],
+        f"Tk=2 in key tiles of 1, the second key's score higher by {float(gap.min()):.2f} or more: when a tile "
+        "raises the running max m, both the running sum and the running output must be multiplied by "
+        "exp(m_old - m_new)",
+    )
+
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.builds_on("test_single_tile_equals_oracle", "test_example_equal_scores_average_the_values")
+@pytest.mark.builds_on(
+    "test_single_tile_equals_oracle",
+    "test_example_equal_scores_average_the_values",
+    "test_running_max_rescales_sum_and_output",
+)
 def test_any_block_sizes_equal_oracle(kata, seed):
     """Equals the oracle for any block sizes: 1, primes, sizes that divide nothing, blocks larger than T."""
     case = random_case(seed)
@@ -229,6 +258,22 @@ def test_stable_when_the_max_is_in_another_tile(kata, peak):
     close(got, oracle(q, k, v)[0], f"scores near 1e3, largest in the {peak} key tile", atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.points(1)
+@pytest.mark.builds_on("test_any_block_sizes_equal_oracle")
+def test_stable_when_every_score_is_far_below_zero(kata):
+    """Every score near -1e3: softmax does not care, so the result is exact. A running max that starts at 0
+    instead of -inf shifts them by 0, and exp(-1e3) underflows to 0."""
+    q, k, v = qkv(1, 2, 2, 3, 7, 4, seed=45)
+    k, q = k.clone(), q.clone()
+    k[..., 0] -= 400.0  # with q[..., 0] = 5 and scale 1/2: every score ~ -1e3
+    q[..., 0] = 5.0
+    got = kata.flash_attention(q, k, v, block_q=2, block_k=3)
+    zeros = (
+        " (all zeros: exp(s - m) underflowed; the running max must start at -inf)" if not got.any() else ""
+    )
+    close(got, oracle(q, k, v)[0], f"every score near -1e3, block_k=3{zeros}", atol=1e-4, rtol=1e-3)
+
+
 @pytest.mark.example
 @pytest.mark.points(1)
 @pytest.mark.builds_on("test_single_tile_equals_oracle")
@@ -246,24 +291,18 @@ def test_example_lse_of_equal_scores(kata):
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.builds_on("test_example_lse_of_equal_scores", "test_any_block_sizes_equal_oracle")
 def test_lse_is_the_log_sum_exp(kata, seed):
-    """lse (B, Hq, Tq), fp32: log(sum_j exp(scale * q_i . k_j)) over the keys each query sees, causal or not."""
+    """lse (B, Hq, Tq), fp32: log(sum_j exp(scale * q_i . k_j)) over all the keys, for any tiling (causal lse:
+    with the causal tests)."""
     case = random_case(100 + seed)
     q, k, v = qkv(case["b"], case["hq"], case["hkv"], case["tq"], case["tk"], case["d"], seed=50 + seed)
-    for causal in (False, True):
-        got = kata.flash_attention(
-            q, k, v, causal=causal, block_q=case["block_q"], block_k=case["block_k"], return_lse=True
-        )
-        assert isinstance(got, tuple) and len(got) == 2, "return_lse=True should give (out, lse)"
-        assert got[1].dtype == torch.float32, f"lse is {got[1].dtype}, want torch.float32"
-        close(
-            got[1],
-            oracle(q, k, v, causal=causal)[1],
-            f"lse, causal={causal}, {shape_of(case)}, {blocks(case)}",
-        )
+    got = kata.flash_attention(q, k, v, block_q=case["block_q"], block_k=case["block_k"], return_lse=True)
+    assert isinstance(got, tuple) and len(got) == 2, "return_lse=True should give (out, lse)"
+    assert got[1].dtype == torch.float32, f"lse is {got[1].dtype}, want torch.float32"
+    close(got[1], oracle(q, k, v)[1], f"lse, {shape_of(case)}, {blocks(case)}")
 
 
 @pytest.mark.points(1)
-@pytest.mark.builds_on("test_single_tile_equals_oracle")
+@pytest.mark.builds_on("test_single_tile_equals_oracle", "test_any_block_sizes_equal_oracle")
 def test_grouped_query_head_mapping(kata):
     """Grouped-query: query head h reads kv head h // (Hq // Hkv), never h % Hkv."""
     q, k, v = qkv(1, 6, 2, 4, 5, 4, seed=60)
@@ -301,24 +340,33 @@ def test_causal_bottom_right_equals_oracle(kata, tq, tk, block_q, block_k):
     close(
         got,
         oracle(q, k, v, causal=True)[0],
-        f"causal, Tq={tq}, Tk={tk}, block_q={block_q}, block_k={block_k}",
+        f"causal, Tq={tq}, Tk={tk}, block_q={block_q}, block_k={block_k}{CAUSAL_RULES}",
     )
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.builds_on("test_causal_bottom_right_equals_oracle")
+@pytest.mark.builds_on(  # a key tile wholly masked for some of its rows must leave their running max as it was
+    "test_causal_bottom_right_equals_oracle",
+    "test_lse_is_the_log_sum_exp",
+    "test_stable_when_the_max_is_in_another_tile",
+)
 def test_causal_random_shapes_equal_oracle(kata, seed):
-    """Causal equals the oracle on random shapes and block sizes (Tq above, below and equal to Tk)."""
+    """Causal out and lse equal the oracle's on random shapes and block sizes (Tq above, below and equal to Tk)."""
     case = random_case(200 + seed)
     q, k, v = qkv(case["b"], case["hq"], case["hkv"], case["tq"], case["tk"], case["d"], seed=70 + seed)
-    got = kata.flash_attention(q, k, v, causal=True, block_q=case["block_q"], block_k=case["block_k"])
-    close(got, oracle(q, k, v, causal=True)[0], f"causal, {shape_of(case)}, {blocks(case)}")
+    got = kata.flash_attention(
+        q, k, v, causal=True, block_q=case["block_q"], block_k=case["block_k"], return_lse=True
+    )
+    assert isinstance(got, tuple) and len(got) == 2, "return_lse=True should give (out, lse)"
+    want_out, want_lse = oracle(q, k, v, causal=True)
+    close(got[0], want_out, f"causal{CAUSAL_RULES}, {shape_of(case)}, {blocks(case)}")
+    close(got[1], want_lse, f"lse, causal{CAUSAL_RULES}, {shape_of(case)}, {blocks(case)}")
 
 
 @pytest.mark.example
 @pytest.mark.points(1)
-@pytest.mark.builds_on("test_single_tile_equals_oracle")
+@pytest.mark.builds_on("test_single_tile_equals_oracle", "test_causal_bottom_right_equals_oracle")
 def test_example_query_that_sees_no_key_gets_zeros(kata):
     """Causal with Tq=3 > Tk=2: query 0 sees no key; it gets zeros and lse -inf, never NaN."""
     q, k, v = torch.ones(1, 1, 3, 2), torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)
@@ -331,7 +379,9 @@ def test_example_query_that_sees_no_key_gets_zeros(kata):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("block_q, block_k", [(2, 3), (1, 1), (7, 2)])
 @pytest.mark.builds_on(
-    "test_example_query_that_sees_no_key_gets_zeros", "test_causal_bottom_right_equals_oracle"
+    "test_example_query_that_sees_no_key_gets_zeros",
+    "test_causal_bottom_right_equals_oracle",
+    "test_lse_is_the_log_sum_exp",
 )
 def test_blind_queries_get_zeros(kata, block_q, block_k):
     """With Tq > Tk the first Tq - Tk queries see nothing: zeros and lse -inf, for any tiling, no NaN."""
@@ -403,7 +453,11 @@ def test_every_score_computed_once(kata, seed):
 @pytest.mark.parametrize(
     "tq, tk, block_q, block_k", [(12, 12, 4, 4), (12, 12, 5, 3), (5, 9, 2, 2), (9, 5, 4, 1), (7, 7, 1, 1)]
 )
-@pytest.mark.builds_on("test_every_score_computed_once", "test_causal_bottom_right_equals_oracle")
+@pytest.mark.builds_on(
+    "test_every_score_computed_once",
+    "test_causal_bottom_right_equals_oracle",
+    "test_no_score_block_larger_than_a_tile",
+)
 def test_causal_skips_tiles_in_the_future(kata, tq, tk, block_q, block_k):
     """Causal computes exactly the tiles that hold a visible key: tiles wholly above the diagonal are never
     computed (tiles straddling it are computed and masked)."""
@@ -504,16 +558,17 @@ def test_merge_equals_attention_over_the_union(kata, cuts):
 def test_merge_is_stable_with_large_lse(kata):
     """Partials with lse near 1e3 merge without overflow: the weights are exp(lse_s - max lse)."""
     q, k, v = qkv(1, 2, 2, 2, 6, 4, seed=130)
-    q = q * 60.0  # scores (and lse) in the hundreds: exp(lse) overflows fp32 and fp64 alike
-    parts = [partial(q, k, v, [0, 1, 2]), partial(q, k, v, [3, 4, 5])]
+    q = q * 60.0  # scores in the tens and hundreds
+    shift = 900.0  # every score raised by 900 (the softmax ignores it): lse near 1e3, exp(lse) overflows fp64
+    parts = [(out, lse + shift) for out, lse in (partial(q, k, v, [0, 1, 2]), partial(q, k, v, [3, 4, 5]))]
     out, lse = kata.merge_partials(parts)
     assert out.isfinite().all() and lse.isfinite().all(), (
         f"partials with lse up to {float(max(p[1].max() for p in parts)):.0f}: inf or NaN in the merge; weigh "
         "each partial by exp(lse_s - max lse), never exp(lse_s)"
     )
     want_out, want_lse = oracle(q, k, v)
-    close(out, want_out, "merge of partials with lse in the hundreds", atol=1e-4, rtol=1e-4)
-    close(lse, want_lse, "merged lse in the hundreds", atol=1e-3, rtol=1e-5)
+    close(out, want_out, "merge of partials with lse near 1e3", atol=1e-4, rtol=1e-4)
+    close(lse, want_lse + shift, "merged lse near 1e3", atol=1e-3, rtol=1e-5)
 
 
 @pytest.mark.points(2)
@@ -566,7 +621,9 @@ def test_flash_decode_equals_oracle(kata, tq, tk, splits):
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("tk, splits", [(10, 3), (6, 4), (9, 9), (5, 1)])
-@pytest.mark.builds_on("test_flash_decode_equals_oracle", "test_scores_come_from_tile_scores")
+@pytest.mark.builds_on(
+    "test_flash_decode_equals_oracle", "test_scores_come_from_tile_scores", "test_every_score_computed_once"
+)
 def test_flash_decode_splits_the_keys(kata, tk, splits):
     """flash_decode makes one tile_scores call per split, all queries against the split's keys, in splits of
     torch.tensor_split's sizes (differing by at most one), and merges them into the right output."""
@@ -646,7 +703,11 @@ def test_optional_backward_recomputes_from_the_lse(kata):
 
 @pytest.mark.points(2)
 @pytest.mark.candidate_process  # gradients through the candidate's autograd.Function exist only in its process
-@pytest.mark.builds_on("test_optional_backward_equals_autograd")
+@pytest.mark.builds_on(  # its forward is flash_attention's, and its backward uses that forward's lse
+    "test_optional_backward_equals_autograd",
+    "test_causal_random_shapes_equal_oracle",
+    "test_stable_when_the_max_is_in_another_tile",
+)
 def test_optional_autograd_function_gradients(kata):
     """Optional part: FlashAttentionFunction.apply(q, k, v, causal, block_q, block_k, scale) is differentiable,
     and its gradients equal autograd through the oracle."""
