@@ -79,6 +79,8 @@ class TopP:
 
     def __call__(self, prompt_ids: Ids, output_ids: Ids, logits: Tensor) -> Tensor:
         logits = _rows(prompt_ids, output_ids, logits)
+        if self.p == 1.0:  # subtle: an fp32 running sum of 49,152 probabilities can reach 1 before the tail
+            return logits.clone()
         probs = logits.softmax(dim=-1)
         sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)  # (B, V)
         mass_before = sorted_p.cumsum(dim=-1) - sorted_p

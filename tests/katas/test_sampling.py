@@ -234,6 +234,20 @@ def test_top_p_random(kata):
 
 
 @pytest.mark.points(1)
+@pytest.mark.builds_on("test_top_p_keeps_the_token_that_crosses_p")
+def test_top_p_one_keeps_every_token_of_a_real_vocabulary(kata):
+    """TopP(1.0) keeps all 49,152 tokens of SmolLM2's vocabulary, however the probabilities' fp32 sum rounds"""
+    x = random_logits(13, B=2, V=49152, scale=3.0)
+    got = kata.TopP(1.0)(NO * 2, NO * 2, x)
+    removed = [(b, v) for b, v in (got == -INF).nonzero().tolist()]
+    assert not removed, (
+        f"TopP(1.0) on random logits over 49,152 tokens set {len(removed)} tokens to -inf, e.g. (row, token) "
+        f"{removed[:3]}: p = 1 keeps everything (an fp32 running sum of the probabilities can reach 1.0 "
+        "before the last tokens)"
+    )
+
+
+@pytest.mark.points(1)
 def test_min_p_against_the_top_probability(kata):
     """MinP keeps the tokens whose probability is at least min_p times the top probability"""
     z = torch.tensor([[2.0, 1.0, 0.5, -1.0, 1.9]])  # probabilities .357 .131 .080 .018 .323
