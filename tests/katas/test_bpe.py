@@ -8,7 +8,9 @@ ties, chunk boundaries, special tokens, file format).
 
 from __future__ import annotations
 
+import json
 import re
+import string
 from collections import Counter
 
 import pytest
@@ -131,6 +133,21 @@ def raises(exc_type, fn, what: str) -> str:
     return str(expect_raises(exc_type, fn, what))
 
 
+def letters(r, k: int) -> list[str]:
+    """k distinct lowercase ASCII letters, drawn with r."""
+    return r.sample(string.ascii_lowercase, k)
+
+
+def random_text(r, size: int, alphabet: str = "abcab \n1é漢😀'.") -> str:
+    """size characters of a small alphabet (1-4 byte UTF-8), so pairs repeat and merges happen."""
+    return "".join(r.choice(alphabet) for _ in range(size))
+
+
+def random_words(r, count: int, alphabet: str) -> str:
+    """count space-separated words of 1-5 characters of alphabet."""
+    return " ".join("".join(r.choice(alphabet) for _ in range(r.randint(1, 5))) for _ in range(count))
+
+
 # --------------------------------------------------------------------------- README examples (decode, special tokens)
 
 
@@ -160,11 +177,16 @@ def test_readme_special_tokens_example(kata):
 @pytest.mark.builds_on("test_readme_special_tokens_example")
 def test_specials_cut_out_before_the_pattern_splits(kata):
     """special tokens are cut out of the text before the split pattern applies, so a pattern never breaks one"""
-    tok = kata.BPETokenizer(pattern=GPT2, special_tokens={EOT: 300})
-    got = tok.encode(f"a{EOT}b")
-    assert got == [97, 300, 98], (
-        f"encode('a<|endoftext|>b') with the GPT-2 pattern and <|endoftext|> = 300: got {got}, "
-        "want [97, 300, 98] (the pattern alone would cut '<|', 'endoftext', '|>')"
+    r = seeds.rng(1)
+    special = r.choice([EOT, "<|im_start|>", "<|im_end|>"])
+    sid = r.randint(256, 60000)
+    text = "".join(letters(r, r.randint(1, 3))) + special + "".join(letters(r, r.randint(1, 3)))
+    tok = kata.BPETokenizer(pattern=GPT2, special_tokens={special: sid})
+    got = tok.encode(text)
+    want = oracle_encode(text, {}, GPT2, {special: sid})
+    assert got == want, (
+        f"encode({text!r}) with the GPT-2 pattern and {special} = {sid}: got {got}, "
+        f"want {want} (the pattern alone would cut '<|', the name, '|>')"
     )
 
 
@@ -174,14 +196,19 @@ def test_specials_cut_out_before_the_pattern_splits(kata):
 @pytest.mark.points(2)
 def test_threshold_is_inclusive(kata):
     """a pair whose count equals the threshold is merged; one below it is not"""
-    text = "ab.ab.ab"  # (a, b) three times, everything else at most twice
-    tok = trained(kata, text, threshold=3)
-    assert tok.merges == {(97, 98): 256}, (
-        f"train({text!r}, threshold=3): (a, b) occurs 3 times, got {show(tok.merges)}, want {{(b'a', b'b'): 256}}"
+    r = seeds.rng(2)
+    x, y = letters(r, 2)
+    k = r.randint(3, 6)
+    text = r.choice(".,;:!-").join([x + y] * k)  # (x, y) k times, everything else k - 1 times
+    want = {(ord(x), ord(y)): 256}
+    assert oracle_train(text, threshold=k) == want  # the case is what it claims
+    tok = trained(kata, text, threshold=k)
+    assert tok.merges == want, (
+        f"train({text!r}, threshold={k}): ({x}, {y}) occurs {k} times, got {show(tok.merges)}, want {show(want)}"
     )
-    tok = trained(kata, text, threshold=4)
+    tok = trained(kata, text, threshold=k + 1)
     assert tok.merges == {}, (
-        f"train({text!r}, threshold=4): no pair occurs 4 times, got {show(tok.merges)}, want {{}}"
+        f"train({text!r}, threshold={k + 1}): no pair occurs {k + 1} times, got {show(tok.merges)}, want {{}}"
     )
 
 
@@ -189,10 +216,15 @@ def test_threshold_is_inclusive(kata):
 @pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_overlapping_pairs_counted(kata):
     """pair counts include overlaps: 'aaa' holds (a, a) twice"""
-    for text, count in [("aaa", 2), ("aaaaa", 4), ("xaaaxaaa", 4)]:
+    r = seeds.rng(3)
+    a, x = letters(r, 2)
+    runs = [[r.randint(3, 7)], [r.randint(3, 7) for _ in range(r.randint(2, 3))]]
+    for lengths in runs:  # runs of 3 or more: (a, a) outnumbers every other pair
+        text = x.join(a * n for n in lengths)
+        count = sum(n - 1 for n in lengths)
         tok = trained(kata, text, threshold=count)
-        assert (97, 97) in tok.merges, (
-            f"train({text!r}, threshold={count}): (a, a) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
+        assert (ord(a), ord(a)) in tok.merges, (
+            f"train({text!r}, threshold={count}): ({a}, {a}) occurs {count} times (overlaps count), so it must be merged; got {show(tok.merges)}"
         )
 
 
@@ -200,7 +232,12 @@ def test_overlapping_pairs_counted(kata):
 @pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_ties_go_to_smallest_pair(kata):
     """among equally frequent pairs the smallest (left, right) pair is merged first"""
-    for text, want in [("dcba", (98, 97)), ("abcd", (97, 98)), ("zyzy ayay", (97, 121))]:
+    r = seeds.rng(4)
+    distinct = letters(r, r.randint(3, 6))  # every pair once: all tie
+    p, q, z = letters(r, 3)
+    cases = ["".join(distinct), "".join(sorted(distinct, reverse=True)), f"{z}{p}{z}{p} {q}{p}{q}{p}"]
+    for text in cases:
+        want = next(iter(oracle_train(text, threshold=1, max_merges=1)))
         tok = trained(kata, text, threshold=1, max_merges=1)
         got = next(iter(tok.merges), None)
         assert got == want, (
@@ -212,13 +249,17 @@ def test_ties_go_to_smallest_pair(kata):
 @pytest.mark.builds_on("test_threshold_is_inclusive")
 def test_max_merges(kata):
     """training stops after max_merges merges, or earlier when no pair is left"""
-    text = "the cat sat on the mat with the hat"
-    for n in (0, 1, 3):
+    r = seeds.rng(5)
+    text = random_words(r, r.randint(6, 10), "".join(letters(r, 6)))
+    for n in (0, 1, r.randint(2, 5)):
         got = len(trained(kata, text, threshold=1, max_merges=n).merges)
-        assert got == n, f"train(..., threshold=1, max_merges={n}): made {got} merges, want {n}"
-    got = len(trained(kata, "abc", threshold=1, max_merges=10).merges)
-    assert got == 2, (
-        f"train('abc', threshold=1, max_merges=10): made {got} merges, want 2 (then one token is left)"
+        assert got == n, f"train({text!r}, threshold=1, max_merges={n}): made {got} merges, want {n}"
+    short = "".join(letters(r, r.randint(2, 5)))
+    limit = r.randint(len(short), 12)
+    got = len(trained(kata, short, threshold=1, max_merges=limit).merges)
+    assert got == len(short) - 1, (
+        f"train({short!r}, threshold=1, max_merges={limit}): made {got} merges, want {len(short) - 1} "
+        "(then one token is left)"
     )
 
 
@@ -226,9 +267,12 @@ def test_max_merges(kata):
 @pytest.mark.builds_on("test_ties_go_to_smallest_pair")
 def test_no_merges_across_chunks(kata):
     """with a pattern, no merge joins the end of one chunk to the start of the next"""
-    text = "dog, dog, dog, dog"
+    r = seeds.rng(6)
+    word, punct = "".join(r.choice("dogcat") for _ in range(r.randint(2, 5))), r.choice(",;.!")
+    text = f"{punct} ".join([word] * r.randint(4, 6))  # chunks 'dog', ',', ' dog', ','...
+    across = (f"{word[-1]}{punct}".encode(), f"{punct} ".encode())
     tok = trained(kata, text, threshold=2, pattern=GPT2)
-    crossing = [tok.vocab[n] for n in tok.merges.values() if b", " in tok.vocab[n] or b"g," in tok.vocab[n]]
+    crossing = [tok.vocab[n] for n in tok.merges.values() if any(b in tok.vocab[n] for b in across)]
     assert not crossing, f"train({text!r}, GPT-2 pattern) made tokens across chunk boundaries: {crossing}"
     want = oracle_train(text, threshold=2, pattern=GPT4)
     got = trained(kata, text, threshold=2, pattern=GPT4).merges
@@ -238,8 +282,10 @@ def test_no_merges_across_chunks(kata):
 @pytest.mark.points(1)
 def test_vocab_holds_merged_bytes(kata):
     """vocab maps 0..255 to single bytes and each merge's id to its two parts' bytes"""
-    tok = trained(kata, "hello hello hello world", threshold=2)
-    for i in (0, 65, 255):
+    r = seeds.rng(7)
+    word = "".join(r.choice("helowé漢") for _ in range(r.randint(3, 6)))
+    tok = trained(kata, " ".join([word] * r.randint(2, 4) + [random_text(r, 8)]), threshold=2)
+    for i in (0, r.randint(1, 254), 255):
         assert tok.vocab[i] == bytes([i]), f"vocab[{i}]: got {tok.vocab.get(i)!r}, want {bytes([i])!r}"
     for (a, b), new in tok.merges.items():
         assert tok.vocab[new] == tok.vocab[a] + tok.vocab[b], (
@@ -253,23 +299,32 @@ def test_vocab_holds_merged_bytes(kata):
 @pytest.mark.points(1)
 def test_training_is_deterministic_and_fresh(kata):
     """training twice on the same text gives the same merges; retraining starts from bytes"""
-    tok = trained(kata, "low lower lowest", threshold=2)
+    r = seeds.rng(8)
+    *alphabet, z = letters(r, 6)
+    text = random_words(r, r.randint(3, 6), "".join(alphabet))
+    tok = trained(kata, text, threshold=2)
     first = list(tok.merges.items())
-    tok.train("zzzz", threshold=2)
-    assert tok.merges == {(122, 122): 256}, (
-        f"train('zzzz') after another training: got {show(tok.merges)}, want only (z, z) -> 256"
+    again = z * r.randint(4, 5)  # one merge, (z, z), on a letter the first text lacks
+    tok.train(again, threshold=2)
+    assert tok.merges == {(ord(z), ord(z)): 256}, (
+        f"train({again!r}) after another training: got {show(tok.merges)}, want only ({z}, {z}) -> 256"
     )
-    tok.train("low lower lowest", threshold=2)
+    tok.train(text, threshold=2)
     assert list(tok.merges.items()) == first, "training on the same text again gave different merges"
 
 
 @pytest.mark.points(1)
 def test_bad_training_arguments(kata):
     """a threshold below 1 or a negative max_merges is a ValueError"""
+    r = seeds.rng(9)
+    text = random_text(r, r.randint(4, 12))
     tok = kata.BPETokenizer()
-    raises(ValueError, lambda: tok.train("aaaa", threshold=0), "train('aaaa', threshold=0)")
-    raises(ValueError, lambda: tok.train("aaaa", threshold=-1), "train('aaaa', threshold=-1)")
-    raises(ValueError, lambda: tok.train("aaaa", max_merges=-1), "train('aaaa', max_merges=-1)")
+    below, negative = -r.randint(1, 10), -r.randint(1, 10)
+    raises(ValueError, lambda: tok.train(text, threshold=0), f"train({text!r}, threshold=0)")
+    raises(ValueError, lambda: tok.train(text, threshold=below), f"train({text!r}, threshold={below})")
+    raises(
+        ValueError, lambda: tok.train(text, max_merges=negative), f"train({text!r}, max_merges={negative})"
+    )
 
 
 # --------------------------------------------------------------------------- training as a whole (README examples, the oracle)
@@ -384,10 +439,18 @@ def test_encode_replays_training(kata, train_text, text, use_pattern):
 )
 def test_encode_long_chunk(kata):
     """a long chunk (no pattern) encodes like replaying training's merges"""
-    train_text = "abracadabra " * 6 + "aaaa bbbb abab 1212 é漢😀 " * 3
+    r = seeds.rng(10)
+    word = "".join(r.choice("abrcd") for _ in range(r.randint(8, 12)))
+    # x, y, z, u, w: merging (x, y) (7 times) drops (y, z) from 6 to 3, below (u, w) (4): the counts
+    # training goes by change as it merges. One-off capitals keep the pieces apart.
+    x, y, z, u, w = r.sample("efghijklmnopqstuvwxyz", 5)
+    pieces = [x + y + z] * 3 + [y + z] * 3 + [x + y] * 4 + [u + w] * 4
+    r.shuffle(pieces)
+    joined = "".join(p + sep for p, sep in zip(pieces, r.sample(string.ascii_uppercase, len(pieces))))
+    train_text = f"{word} " * 6 + (random_text(r, 20) + " ") * 3 + joined
     tok = trained(kata, train_text, threshold=2)
     merges = oracle_train(train_text, threshold=2)
-    for text in (train_text, "aaaaaaaaaa" * 20, "abracadabra" * 9 + "aaaa bbbb abab abab" * 7):
+    for text in (train_text, r.choice("ab") * r.randint(150, 250), word * 9 + random_text(r, 120)):
         got, want = tok.encode(text), oracle_encode(text, merges)
         assert got == want, (
             f"encode of a {len(text)}-character chunk starting {text[:30]!r} disagrees with replaying the merges"
@@ -398,12 +461,19 @@ def test_encode_long_chunk(kata):
 @pytest.mark.builds_on("test_threshold_is_inclusive", "test_ties_go_to_smallest_pair")
 def test_encode_by_rank_not_longest_match(kata):
     """encode merges the earliest-learned pair first, not the longest vocabulary match"""
-    tok = trained(kata, "bcbcbcxabxab", threshold=2, max_merges=2)  # learns bc (256), then ab (257)
-    assert tok.merges == {(98, 99): 256, (97, 98): 257}, (
-        f"train('bcbcbcxabxab', max_merges=2): got {show(tok.merges)}"
+    r = seeds.rng(11)
+    a, b, c, x = letters(r, 4)
+    if a > x:  # so that (a, b) wins the tie with (x, a) and (bc, bc)
+        a, x = x, a
+    text = f"{b}{c}" * 3 + f"{x}{a}{b}" * 2  # learns bc (256), then ab (257)
+    want = {(ord(b), ord(c)): 256, (ord(a), ord(b)): 257}
+    assert oracle_train(text, threshold=2, max_merges=2) == want  # the case is what it claims
+    tok = trained(kata, text, threshold=2, max_merges=2)
+    assert tok.merges == want, f"train({text!r}, max_merges=2): got {show(tok.merges)}"
+    got = tok.encode(a + b + c)
+    assert got == [ord(a), 256], (
+        f"encode({a + b + c!r}) after learning {b}{c} before {a}{b}: got {got}, want {[ord(a), 256]} ({a}, {b}{c})"
     )
-    got = tok.encode("abc")
-    assert got == [97, 256], f"encode('abc') after learning bc before ab: got {got}, want [97, 256] (a, bc)"
 
 
 @pytest.mark.points(2)
@@ -439,7 +509,8 @@ def test_decode_any_ids(kata, data):
 @pytest.mark.points(1)
 def test_empty_string(kata):
     """the empty string encodes to no ids, decodes from none, and trains no merges"""
-    tok = trained(kata, "", threshold=1)
+    r = seeds.rng(12)
+    tok = trained(kata, "", threshold=r.randint(1, 5), pattern=r.choice([None, GPT2, GPT4]))
     assert tok.merges == {}, f"train(''): got {show(tok.merges)}, want {{}}"
     assert tok.encode("") == [], f"encode(''): got {tok.encode('')}, want []"
     assert tok.decode([]) == "", f"decode([]): got {tok.decode([])!r}, want ''"
@@ -448,12 +519,14 @@ def test_empty_string(kata):
 @pytest.mark.points(1)
 def test_unknown_ids(kata):
     """decode raises ValueError naming an id that is neither a token nor a special token"""
-    tok = trained(kata, "aaaa", threshold=2, specials={EOT: 1000})
-    for bad in (257, 999, -1):
+    r = seeds.rng(13)
+    a, special = r.choice(string.ascii_letters), r.randint(300, 5000)
+    tok = trained(kata, a * r.randint(4, 5), threshold=2, specials={EOT: special})  # one merge: 256
+    for bad in (257, r.randint(258, special - 1), special + r.randint(1, 1000), -r.randint(1, 50)):
         msg = raises(
             ValueError,
-            lambda bad=bad: tok.decode([97, bad]),
-            f"decode([97, {bad}]) with tokens 0..256 and special 1000",
+            lambda bad=bad: tok.decode([ord(a), bad]),
+            f"decode([{ord(a)}, {bad}]) with tokens 0..256 and special {special}",
         )
         assert str(bad) in msg, f"the error for unknown id {bad} should name it, got {msg!r}"
 
@@ -485,31 +558,45 @@ def test_special_tokens_never_broken(kata, pieces):
 @pytest.mark.points(1)
 def test_longest_special_token_wins(kata):
     """when two special tokens start at the same place, the longer one is matched"""
-    tok = kata.BPETokenizer(special_tokens={"<s>": 500, "<s>x": 501})
-    got = tok.encode("a<s>x<s>")
-    assert got == [97, 501, 500], (
-        f"encode('a<s>x<s>') with <s> = 500 and <s>x = 501: got {got}, want [97, 501, 500]"
+    r = seeds.rng(14)
+    a, x, *name = letters(r, r.randint(3, 5))
+    short = f"<{''.join(name)}>"
+    ids = r.sample(range(256, 5000), 2)
+    pairs = [(short, ids[0]), (short + x, ids[1])]
+    r.shuffle(pairs)  # listed in either order
+    specials = dict(pairs)
+    text = f"{a}{short}{x}{short}"
+    got = kata.BPETokenizer(special_tokens=specials).encode(text)
+    want = oracle_encode(text, {}, None, specials)
+    assert got == want, (
+        f"encode({text!r}) with {short} = {specials[short]} and {short + x} = {specials[short + x]}: "
+        f"got {got}, want {want}"
     )
 
 
 @pytest.mark.points(1)
 def test_special_id_collisions(kata):
     """a special token whose id is already a vocabulary id is a ValueError"""
+    r = seeds.rng(15)
+    byte, taken = r.randrange(256), r.randint(256, 5000)
     raises(
         ValueError,
-        lambda: kata.BPETokenizer(special_tokens={EOT: 65}),
-        "special token with id 65 (the byte 'A')",
+        lambda: kata.BPETokenizer(special_tokens={EOT: byte}),
+        f"special token with id {byte} (the byte {bytes([byte])!r})",
     )
     raises(
         ValueError,
-        lambda: kata.BPETokenizer(special_tokens={EOT: 300, "<x>": 300}),
-        "two special tokens with id 300",
+        lambda: kata.BPETokenizer(special_tokens={EOT: taken, "<x>": taken}),
+        f"two special tokens with id {taken}",
     )
-    tok = kata.BPETokenizer(special_tokens={EOT: 257})
+    text = " ".join(c * r.randint(4, 5) for c in letters(r, r.randint(2, 4)))  # one merge per letter
+    made = len(oracle_train(text, threshold=2))
+    clash = 256 + r.randrange(made)
+    tok = kata.BPETokenizer(special_tokens={EOT: clash})
     raises(
         ValueError,
-        lambda: tok.train("aaaa bbbb cccc", threshold=2),
-        "training 3 merges (ids 256, 257, 258) with a special token at 257",
+        lambda: tok.train(text, threshold=2),
+        f"training {made} merges (ids 256..{255 + made}) with a special token at {clash}",
     )
 
 
@@ -520,14 +607,13 @@ def test_special_id_collisions(kata):
 @pytest.mark.builds_on("test_specials_cut_out_before_the_pattern_splits")
 def test_save_load_round_trip(kata, kata_dir):
     """load(save(t)) has the same pattern, special tokens, merges and vocab, and encodes alike"""
-    pattern = GPT2 + r'|"quoted"|\n'
-    tok = trained(
-        kata,
-        "the cat sat on the mat 'quoted' 12 12 12 é é é",
-        threshold=2,
-        pattern=pattern,
-        specials={EOT: 1000, "<|x y|>": 1001},
-    )
+    r = seeds.rng(17)
+    quoted, name = "".join(letters(r, 5)), " ".join(letters(r, 2)) + r.choice(["", "é", "漢"])
+    pattern = GPT2 + f'|"{quoted}"|\\n'
+    other = f"<|{name}|>"
+    ids = r.sample(range(1000, 5000), 2)
+    text = random_words(r, r.randint(6, 10), "thecasoné12") + f" '{quoted}'"
+    tok = trained(kata, text * 2, threshold=2, pattern=pattern, specials={EOT: ids[0], other: ids[1]})
     path = kata_dir.path("tok.bpe")
     tok.save(path)
     back = kata.BPETokenizer.load(path)
@@ -539,7 +625,7 @@ def test_save_load_round_trip(kata, kata_dir):
         "merges (or their order) changed through save/load"
     )
     assert back.vocab == tok.vocab, "vocab changed through save/load"
-    text = f"the mat{EOT}sat 12 é<|x y|>"
+    text = random_words(r, 3, "thecasoné12") + EOT + random_words(r, 2, "thecasoné12") + other
     assert back.encode(text) == tok.encode(text), f"encode({text!r}) differs after save/load"
     plain = kata.BPETokenizer()
     plain.save(kata_dir.path("plain.bpe"))
@@ -566,22 +652,56 @@ def test_readme_file_format_example(kata, kata_dir):
     )
 
 
+MALFORMED = [
+    "version",  # bpe v2
+    "pattern_key",  # patern null
+    "pattern_unclosed",  # pattern "(unclosed"
+    "special_not_json",  # special 300 <|endoftext|>
+    "merge_not_int",  # merge 97 x
+    "merge_unknown_id",  # merge 97 300 before id 300 exists
+    "merge_one_id",  # merge 97
+    "blank_lines",  # blank lines count in the numbering
+]
+
+
+def malformed(r, case: str) -> tuple[str, int]:
+    """A file with one bad line, of the kind `case` names, drawn with r: (its text, the bad line's number)."""
+    word = "".join(letters(r, r.randint(1, 6)))
+    head = ["bpe v1", "pattern null"]
+    if case == "version":
+        head[0] = f"bpe v{r.randint(2, 9)}"
+    elif case == "pattern_key":
+        cut = r.randrange(len("pattern"))
+        head[1] = f"{'pattern'[:cut] + 'pattern'[cut + 1 :]} null"
+    elif case == "pattern_unclosed":
+        head[1] = f"pattern {json.dumps(r.choice(['(', '[', '(?:']) + word)}"
+    if case == "special_not_json":
+        ids = r.sample(range(1000, 5000), 4)
+        body = [f"special {i} {json.dumps(f'<|{word}{n}|>')}" for n, i in enumerate(ids[: r.randint(0, 3)])]
+        body.append(f"special {ids[-1]} <|{word}|>")
+    else:  # merges that are fine (the i-th may use ids below 256 + i), then maybe a bad one
+        body = [f"merge {r.randrange(256 + i)} {r.randrange(256 + i)}" for i in range(r.randint(1, 4))]
+        a = r.randrange(256 + len(body))
+        bad = {
+            "merge_not_int": f"merge {a} {word}",
+            "merge_unknown_id": f"merge {a} {256 + len(body) + r.randint(0, 50)}",
+            "merge_one_id": f"merge {a}",
+            "blank_lines": f"merge {a} {word}",
+        }
+        body += [bad[case]] if case in bad else []
+    in_head = case in ("version", "pattern_key", "pattern_unclosed")
+    for _ in range(r.randint(2, 4) if case == "blank_lines" else r.randint(0, 2)):
+        # a blank line (empty or whitespace) anywhere after line 2, before a bad last line
+        body.insert(r.randint(0, len(body) - (not in_head)), r.choice(["", "  ", "\t"]))
+    line = {"version": 1, "pattern_key": 2, "pattern_unclosed": 2}.get(case, 2 + len(body))
+    return "\n".join(head + body) + "\n", line
+
+
 @pytest.mark.points(2)
-@pytest.mark.parametrize(
-    "content, line",
-    [
-        ("bpe v2\npattern null\n", 1),
-        ("bpe v1\npatern null\n", 2),
-        ("bpe v1\npattern null\nmerge 97 98\nmerge 97 x\n", 4),
-        ("bpe v1\npattern null\nmerge 97 98\nmerge 97 300\n", 4),
-        ("bpe v1\npattern null\nspecial 300 <|endoftext|>\n", 3),
-        ('bpe v1\npattern "(unclosed"\n', 2),
-        ("bpe v1\npattern null\nmerge 97 98\nmerge 97\n", 4),
-        ("bpe v1\npattern null\n\nmerge 97 98\n  \nmerge 97 x\n", 6),  # blank lines count in the numbering
-    ],
-)
-def test_malformed_file(kata, kata_dir, content, line):
+@pytest.mark.parametrize("case", MALFORMED)
+def test_malformed_file(kata, kata_dir, case):
     """load raises ValueError naming the line of a malformed file"""
+    content, line = malformed(seeds.rng(20 + MALFORMED.index(case)), case)
     kata_dir.write_text("bad.bpe", content)
     path = kata_dir.path("bad.bpe")
     msg = raises(
@@ -605,9 +725,11 @@ def test_malformed_file(kata, kata_dir, content, line):
 )
 def test_no_tokenizer_libraries(kata, kata_path):
     """works without tiktoken, tokenizers, sentencepiece or transformers"""
-    tok = trained(kata, "aaab", threshold=2)
-    assert tok.encode("aaab") == [256, 97, 98], (
-        f"encode('aaab') after training on it: got {tok.encode('aaab')}"
-    )
+    r = seeds.rng(16)
+    a, b = letters(r, 2)
+    text = a * r.randint(3, 4) + b
+    tok = trained(kata, text, threshold=2)
+    got, want = tok.encode(text), oracle_encode(text, oracle_train(text, threshold=2))
+    assert got == want, f"encode({text!r}) after training on it: got {got}, want {want}"
     found = banned_uses(kata_path, {"tiktoken", "tokenizers", "sentencepiece", "transformers"})
     assert not found, f"the tokenizer must be written by hand; found {found}"
