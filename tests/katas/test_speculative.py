@@ -4,8 +4,8 @@ Models used: bigram toys (dojo.toymodel: the next token depends only on the last
 worked examples and the sampled-distribution tests), and the reference tiny Llama with random weights as the target, a
 perturbed copy of it as the draft (real KV caches to roll back). Oracles are written plainly here:
 greedy decoding without a cache, speculative greedy decoding without a cache (its drafted, accepted
-and rounds), the analytic distributions the rejection rule must reproduce, and the formulas.
-Statistical checks use fixed seeds and chi-square bounds at the 1 - 1e-6 quantile (the README's).
+and rounds), the analytic distributions the rejection rule must reproduce, and the formulas. Weights,
+prompts, tables and seeds are drawn from dojo.seeds; chi-square bounds at the 1 - 1e-6 quantile.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def draft_of(model, noise: float, seed: int):
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_model(1, vocab_size=64)
+    return tiny_model(seeds.seed(1), vocab_size=VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -81,41 +81,62 @@ def draft(target):
     return draft_of(target, 0.3, 5)
 
 
-PROMPTS = [[5], [3, 9, 27, 1, 8], [40, 2, 17]]
+VOCAB = 64  # the tiny Llamas' vocabulary
+MARGIN = 1e-3  # the least lead of an argmax over its runner-up that the suite compares tokens on
 
 
 # ---------------------------------------------------------------------------------------------
 # Oracles: slow and plain, no cache.
 
 
-def argmax(logits) -> int:
+def argmax(logits, gaps: list[float] | None = None) -> int:
+    """The argmax (ties to the lowest id); notes in `gaps` how far it leads the runner-up."""
     row = logits.tolist()
+    if gaps is not None:
+        top = sorted(row)[-2:]
+        gaps.append(top[1] - top[0])
     return max(range(len(row)), key=lambda v: (row[v], -v))
 
 
-def greedy_oracle(model, prompt, max_new_tokens):
+def greedy_oracle(model, prompt, max_new_tokens, gaps=None):
     seq = []
     for _ in range(max_new_tokens):
-        seq.append(argmax(model.forward(torch.tensor([prompt + seq]))[0, -1]))
+        seq.append(argmax(model.forward(torch.tensor([prompt + seq]))[0, -1], gaps))
     return seq
 
 
-def speculative_greedy_oracle(target, draft, prompt, max_new_tokens, k):
-    """The README's rounds with full forward passes: (tokens, drafted, accepted, rounds)."""
+def speculative_greedy_oracle(target, draft, prompt, max_new_tokens, k, gaps=None):
+    """The README's rounds with full forward passes: (tokens, drafted, accepted, rounds). `gaps` gets the
+    lead of every argmax that decides them (each draft's, the target's up to its own token)."""
     new, drafted, accepted, rounds = [], 0, 0, 0
     while len(new) < max_new_tokens:
         n = min(k, max_new_tokens - len(new) - 1)
         drafts = []
         for _ in range(n):
-            drafts.append(argmax(draft.forward(torch.tensor([prompt + new + drafts]))[0, -1]))
+            drafts.append(argmax(draft.forward(torch.tensor([prompt + new + drafts]))[0, -1], gaps))
         logits = target.forward(torch.tensor([prompt + new + drafts]))[0, -(n + 1) :]
         best = [argmax(row) for row in logits]
         a = 0
         while a < n and drafts[a] == best[a]:
             a += 1
+        for row in logits[: a + 1]:
+            argmax(row, gaps)
         new += drafts[:a] + [best[a]]
         drafted, accepted, rounds = drafted + n, accepted + a, rounds + 1
     return new, drafted, accepted, rounds
+
+
+def clear_prompt(r, oracle, also=lambda result: True):
+    """(prompt, oracle's result): a random prompt of 1-6 ids on which `oracle(prompt, gaps)` decides every
+    argmax by at least MARGIN (cached and uncached logits differ by ~5e-6: a nearer tie could go either
+    way, the README's caveat) and whose result passes `also`."""
+    for _ in range(100):
+        prompt = [r.randrange(VOCAB) for _ in range(r.randint(1, 6))]
+        gaps = []
+        result = oracle(prompt, gaps)
+        if min(gaps, default=MARGIN) >= MARGIN and also(result):
+            return prompt, result
+    raise AssertionError("100 random prompts, none clear of near-ties: the suite's models are degenerate")
 
 
 def chi_square(counts: list[int], probs: list[float]) -> tuple[float, int]:
@@ -177,17 +198,25 @@ class CacheKeeper:
 @pytest.mark.points(2)
 def test_caches_are_rolled_back_to_the_kept_tokens(kata, target, draft):
     """Rejected drafts leave both caches: at the end the target's holds the prompt and every kept token but the last, the draft's no more"""
-    prompt = [3, 9, 27, 1, 8]
+    rng = seeds.rng(400)
+    max_new_tokens, k = rng.randint(8, 14), rng.randint(2, 4)
+    prompt, _ = clear_prompt(  # one where the target rejects a draft
+        rng,
+        lambda p, gaps: speculative_greedy_oracle(target, draft, p, max_new_tokens, k, gaps),
+        lambda result: result[2] < result[1],
+    )
     streamed = list(prompt)
     t, d = CacheKeeper(target, "target", streamed), CacheKeeper(draft, "draft", streamed)
     try:
-        r = kata.speculative_generate(t, d, prompt, max_new_tokens=10, k=3, on_token=streamed.append)
+        r = kata.speculative_generate(
+            t, d, prompt, max_new_tokens=max_new_tokens, k=k, on_token=streamed.append
+        )
     except Exception as exc:
         stale = t.stale or d.stale
         if stale is None:
             raise
         pytest.fail(
-            f"prompt of {len(prompt)}, k=3: {stale}: a rejected draft stayed cached (truncate both caches to the "
+            f"prompt of {len(prompt)}, k={k}: {stale}: a rejected draft stayed cached (truncate both caches to the "
             f"kept tokens after each round); the run then {raised(exc)}",
             pytrace=False,
         )
@@ -260,14 +289,16 @@ def test_example_expected_speedup(kata):
 @pytest.mark.builds_on("test_example_expected_speedup")
 def test_expected_speedup_formula(kata):
     """Tokens per round are 1 + alpha + ... + alpha^k; the speed-up divides them by k c + 1"""
-    for alpha in (0.0, 0.3, 0.75, 0.99, 1.0):
-        for k in (1, 3, 7):
+    r = seeds.rng(401)
+    alphas = (0.0, r.uniform(0.05, 0.5), r.uniform(0.5, 0.9), r.uniform(0.95, 0.999), 1.0)
+    for alpha in alphas:
+        for k in (1, r.randint(2, 4), r.randint(5, 9)):
             tokens = sum(alpha**i for i in range(k + 1))
             got = kata.expected_tokens_per_round(alpha, k)
             assert got == pytest.approx(tokens, rel=1e-9), (
                 f"expected_tokens_per_round({alpha}, {k}): got {got}, want 1 + alpha + ... + alpha^k = {tokens}"
             )
-            for c in (0.0, 0.05, 0.5):
+            for c in (0.0, r.uniform(0.01, 0.1), r.uniform(0.2, 1.0)):
                 got = kata.expected_speedup(alpha, k, c)
                 assert got == pytest.approx(tokens / (k * c + 1), rel=1e-9), (
                     f"expected_speedup({alpha}, {k}, {c}): got {got}, want {tokens / (k * c + 1)}"
@@ -283,11 +314,13 @@ def test_expected_speedup_formula(kata):
 @pytest.mark.builds_on("test_example_greedy_bigram", "test_caches_are_rolled_back_to_the_kept_tokens")
 def test_greedy_equals_target_greedy(kata, target, draft, k):
     """Greedy speculative output is token for token the target's greedy output"""
-    for prompt in PROMPTS:
-        got = kata.speculative_generate(target, draft, prompt, max_new_tokens=12, k=k).tokens
-        want = greedy_oracle(target, prompt, 12)
+    r = seeds.rng(410 + k)
+    for _ in range(3):
+        n = r.randint(8, 14)
+        prompt, want = clear_prompt(r, lambda p, gaps, n=n: greedy_oracle(target, p, n, gaps))
+        got = kata.speculative_generate(target, draft, prompt, max_new_tokens=n, k=k).tokens
         assert got == want, (
-            f"k={k}, prompt {prompt}, 12 tokens: got {got}, the target's greedy output is {want}"
+            f"k={k}, prompt {prompt}, {n} tokens: got {got}, the target's greedy output is {want}"
         )
 
 
@@ -297,11 +330,14 @@ def test_greedy_equals_target_greedy(kata, target, draft, k):
 def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, k):
     """A draft identical to the target has every draft accepted, k + 1 tokens per round (the bonus)"""
     twin = draft_of(target, 0.0, 0)
-    r = kata.speculative_generate(target, twin, [3, 9, 27], max_new_tokens=max_new_tokens, k=k)
+    prompt, tokens = clear_prompt(
+        seeds.rng(420 + max_new_tokens), lambda p, gaps: greedy_oracle(target, p, max_new_tokens, gaps)
+    )
+    r = kata.speculative_generate(target, twin, prompt, max_new_tokens=max_new_tokens, k=k)
     rounds = math.ceil(max_new_tokens / (k + 1))
     want = (max_new_tokens - rounds, max_new_tokens - rounds, rounds)
     got = (r.drafted, r.accepted, r.rounds)
-    assert r.tokens == greedy_oracle(target, [3, 9, 27], max_new_tokens) and got == want, (
+    assert r.tokens == tokens and got == want, (
         f"draft == target, k={k}, {max_new_tokens} tokens: (drafted, accepted, rounds) {got}, want {want} "
         f"(every round but a short last one yields k + 1 tokens)"
     )
@@ -316,12 +352,16 @@ def test_draft_equal_to_target_accepts_everything(kata, target, max_new_tokens, 
 )
 def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
     """drafted, accepted and rounds equal a plain no-cache run of the README's rounds"""
-    for prompt in PROMPTS:
-        r = kata.speculative_generate(target, draft, prompt, max_new_tokens=15, k=k)
-        got = (r.tokens, r.drafted, r.accepted, r.rounds)
-        want = speculative_greedy_oracle(target, draft, prompt, 15, k)
+    r = seeds.rng(430 + k)
+    for _ in range(3):
+        n = r.randint(10, 16)
+        prompt, want = clear_prompt(
+            r, lambda p, gaps, n=n: speculative_greedy_oracle(target, draft, p, n, k, gaps)
+        )
+        got = kata.speculative_generate(target, draft, prompt, max_new_tokens=n, k=k)
+        got = (got.tokens, got.drafted, got.accepted, got.rounds)
         assert got == want, (
-            f"k={k}, prompt {prompt}, 15 tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
+            f"k={k}, prompt {prompt}, {n} tokens: (tokens, drafted, accepted, rounds) {got}, want {want}"
         )
 
 
@@ -330,23 +370,28 @@ def test_greedy_rounds_follow_the_rules(kata, target, draft, k):
 def test_one_target_pass_per_round(kata, target, draft):
     """The target runs one forward pass per round, over the drafts and the tokens its cache lacks"""
     events = []
-    k = 3
+    rng = seeds.rng(440)
+    k, max_new_tokens = rng.randint(2, 4), rng.randint(10, 16)
+    prompt, tokens = clear_prompt(rng, lambda p, gaps: greedy_oracle(target, p, max_new_tokens, gaps))
     r = kata.speculative_generate(
         Recorder(target, "target", events),
         Recorder(draft, "draft", events),
-        [3, 9, 27, 1, 8],
-        max_new_tokens=14,
+        prompt,
+        max_new_tokens=max_new_tokens,
         k=k,
     )
     passes = [e for e in events if e[0] == "target"]
     assert len(passes) == r.rounds, f"{len(passes)} target forward passes for {r.rounds} rounds: {passes}"
     fed = sum(n for _, _, n in passes)
-    want = 5 + r.drafted + r.rounds - 1  # the prompt, each draft once, each round's own token but the last
+    # the prompt, each draft once, each round's own token but the last
+    want = len(prompt) + r.drafted + r.rounds - 1
     assert fed == want, (
         f"the target was fed {fed} tokens over {r.rounds} rounds, want {want}: the prompt, "
         f"each draft once and each round's own token once (positions rolled back, not recomputed)"
     )
-    assert r.tokens == greedy_oracle(target, [3, 9, 27, 1, 8], 14)
+    assert r.tokens == tokens, (
+        f"prompt {prompt}, k={k}: got {r.tokens}, the target's greedy output is {tokens}"
+    )
 
 
 @pytest.mark.points(1)
@@ -354,16 +399,24 @@ def test_one_target_pass_per_round(kata, target, draft):
 def test_eos_and_streaming(kata, target, draft):
     """An EOS ends the output (kept as its last token); on_token streams every kept token in order"""
     twin = draft_of(target, 0.0, 0)  # every draft accepted: rounds of k + 1 tokens, so an EOS lands mid-round
+
+    def cuts(tokens):  # where an EOS could cut the output: the first 4 positions of an id first seen there
+        return [i for i in range(1, len(tokens)) if tokens[i] not in tokens[:i]][:4]
+
+    prompt, _ = clear_prompt(  # one whose output has a cut inside one of the twin's rounds of 4 (k = 3)
+        seeds.rng(450),
+        lambda p, gaps: greedy_oracle(target, p, 16, gaps),
+        lambda tokens: any(i % 4 != 3 for i in cuts(tokens)),
+    )
     for name, d in (("the draft", draft), ("a draft equal to the target", twin)):
-        free = kata.speculative_generate(target, d, [40, 2, 17], max_new_tokens=16, k=3).tokens
+        free = kata.speculative_generate(target, d, prompt, max_new_tokens=16, k=3).tokens
         assert len(free) == 16, f"without an EOS the output has max_new_tokens=16 tokens, got {len(free)}"
-        cuts = [i for i in range(1, len(free)) if free[i] not in free[:i]][:4]  # EOS ids first seen there
-        for cut in cuts:
+        for cut in cuts(free):
             streamed = []
             r = kata.speculative_generate(
                 target,
                 d,
-                [40, 2, 17],
+                prompt,
                 max_new_tokens=16,
                 k=3,
                 eos_token_id=free[cut],
@@ -456,24 +509,49 @@ SAMPLE_DRAFT = [
 ]
 
 
+def sample_tables(n: int) -> tuple[list[list[float]], list[list[float]], int]:
+    """(target, draft, start token): SAMPLE_TARGET and SAMPLE_DRAFT with their token ids permuted alike and
+    every entry scaled by a factor in [0.8, 1.25] (rows renormalised), drawn from seeds.rng(n)."""
+    r = seeds.rng(n)
+    perm = r.sample(range(4), 4)  # old id -> new id
+
+    def moved(table):
+        new = [[0.0] * 4 for _ in range(4)]
+        for a in range(4):
+            row = [x * r.uniform(0.8, 1.25) for x in table[a]]
+            for b in range(4):
+                new[perm[a]][perm[b]] = row[b] / sum(row)
+        return new
+
+    return moved(SAMPLE_TARGET), moved(SAMPLE_DRAFT), r.randrange(4)
+
+
 @pytest.mark.points(3)
 @pytest.mark.builds_on("test_greedy_equals_target_greedy", "test_verify_emits_the_target_distribution")
 def test_sampled_tokens_follow_the_target(kata):
     """Sampled speculative output follows the target's distribution, not the draft's (chi-square per
     previous token over 3000 tokens)"""
+    target, draft, start = sample_tables(460)
     r = kata.speculative_generate(
-        bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=3000, k=3, temperature=1.0, seed=1234
+        bigram(target),
+        bigram(draft),
+        [start],
+        max_new_tokens=3000,
+        k=3,
+        temperature=1.0,
+        seed=seeds.seed(461),
     )
     assert len(r.tokens) == 3000, f"3000 tokens asked, {len(r.tokens)} returned"
-    seq = [0] + r.tokens
-    for prev, p in enumerate(SAMPLE_TARGET):
+    seq = [start] + r.tokens
+    for prev, p in enumerate(target):
         counts = [0] * 4
         for a, b in zip(seq, seq[1:]):
             if a == prev:
                 counts[b] += 1
         stat, df = chi_square(counts, p)
         assert stat <= CHI2_1E6[df], (
-            f"tokens after {prev} should follow the target's {p} (the draft's is {SAMPLE_DRAFT[prev]}): counts "
+            f"tokens after {prev} should follow the target's {[round(x, 3) for x in p]} (the draft's is "
+            f"{[round(x, 3) for x in draft[prev]]}): counts "
             f"{counts}, expected {[round(sum(counts) * x) for x in p]} (chi-square {stat:.1f} > {CHI2_1E6[df]})"
         )
     assert 0 < r.accepted < r.drafted, (
@@ -489,11 +567,18 @@ def test_sampled_tokens_follow_the_target(kata):
 )
 def test_temperature_sharpens_both_models(kata):
     """At temperature 0.5 the output follows softmax(log p / 0.5), the target's sharpened distribution"""
+    target, draft, start = sample_tables(470)
     r = kata.speculative_generate(
-        bigram(SAMPLE_TARGET), bigram(SAMPLE_DRAFT), [0], max_new_tokens=2000, k=2, temperature=0.5, seed=99
+        bigram(target),
+        bigram(draft),
+        [start],
+        max_new_tokens=2000,
+        k=2,
+        temperature=0.5,
+        seed=seeds.seed(471),
     )
-    seq = [0] + r.tokens
-    for prev, row in enumerate(SAMPLE_TARGET):
+    seq = [start] + r.tokens
+    for prev, row in enumerate(target):
         sharp = [x * x / sum(y * y for y in row) for x in row]
         counts = [sum(1 for a, b in zip(seq, seq[1:]) if a == prev and b == v) for v in range(4)]
         stat, df = chi_square(counts, sharp)
@@ -507,12 +592,17 @@ def test_temperature_sharpens_both_models(kata):
 @pytest.mark.builds_on("test_greedy_equals_target_greedy")
 def test_sampling_reproducible_with_seed(kata, target, draft):
     """The same seed gives the same tokens; other seeds give other tokens"""
-    kwargs = dict(max_new_tokens=12, k=3, temperature=1.0)
-    a = kata.speculative_generate(target, draft, [3, 9, 27], seed=7, **kwargs).tokens
-    b = kata.speculative_generate(target, draft, [3, 9, 27], seed=7, **kwargs).tokens
-    assert a == b, f"two runs with seed=7 differ: {a} vs {b}"
-    others = [kata.speculative_generate(target, draft, [3, 9, 27], seed=s, **kwargs).tokens for s in (8, 9)]
-    assert any(o != a for o in others), f"seeds 7, 8, 9 all sampled the same tokens {a}"
+    r = seeds.rng(480)
+    prompt = [r.randrange(VOCAB) for _ in range(r.randint(1, 6))]
+    kwargs = dict(max_new_tokens=12, k=r.randint(2, 4), temperature=r.uniform(0.8, 1.5))
+    s, *other_seeds = r.sample(range(2**32), 3)
+    a = kata.speculative_generate(target, draft, prompt, seed=s, **kwargs).tokens
+    b = kata.speculative_generate(target, draft, prompt, seed=s, **kwargs).tokens
+    assert a == b, f"two runs with seed={s} differ: {a} vs {b}"
+    others = [kata.speculative_generate(target, draft, prompt, seed=o, **kwargs).tokens for o in other_seeds]
+    assert any(o != a for o in others), (
+        f"seeds {s}, {other_seeds[0]}, {other_seeds[1]} all sampled the same tokens {a}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,23 +612,38 @@ def test_sampling_reproducible_with_seed(kata, target, draft):
 @pytest.mark.points(2)
 @pytest.mark.parametrize(
     "bad, name",
-    [
-        (dict(max_new_tokens=0), "max_new_tokens"),
-        (dict(max_new_tokens=300), "max_new_tokens"),  # the tiny model's context is 256
-        (dict(k=0), "k"),
-        (dict(temperature=-1.0), "temperature"),
-        (dict(prompt=[]), "prompt"),
-        (dict(prompt=[1, 64]), "prompt"),
-        (dict(draft_vocab=32), "vocab_size"),
+    [  # each kind of bad value; the test draws it
+        (dict(max_new_tokens="< 1"), "max_new_tokens"),
+        (dict(max_new_tokens="past the context"), "max_new_tokens"),
+        (dict(k="< 1"), "k"),
+        (dict(temperature="< 0"), "temperature"),
+        (dict(prompt="empty"), "prompt"),
+        (dict(prompt="an id past the vocabulary"), "prompt"),
+        (dict(draft_vocab="another size"), "vocab_size"),
     ],
 )
 def test_invalid_arguments(kata, target, draft, bad, name):
     """Invalid arguments raise ValueError naming the argument"""
-    kwargs = dict(prompt=[1, 2, 3], max_new_tokens=4) | bad
+    r = seeds.rng(490)
+    prompt = [r.randrange(VOCAB) for _ in range(r.randint(1, 5))]
+    context = target.config.max_seq_len
+    ids = [r.randrange(VOCAB) for _ in range(r.randint(0, 3))]
+    drawn = {
+        "< 1": r.randint(-3, 0),
+        "past the context": context - len(prompt) + r.randint(1, 64),
+        "< 0": -r.uniform(0.05, 2.0),
+        "empty": [],
+        "an id past the vocabulary": ids[:1] + [VOCAB + r.randrange(64)] + ids[1:],
+        "another size": r.choice([16, 32, 48, 65, 96]),
+    }
+    bad = {key: drawn[kind] for key, kind in bad.items()}
+    kwargs = dict(prompt=prompt, max_new_tokens=r.randint(1, 8), k=r.randint(1, 5)) | bad
     prompt = kwargs.pop("prompt")
-    other = tiny_model(2, vocab_size=kwargs.pop("draft_vocab")) if "draft_vocab" in kwargs else draft
+    other = (
+        tiny_model(seeds.seed(2), vocab_size=kwargs.pop("draft_vocab")) if "draft_vocab" in kwargs else draft
+    )
     what = (
-        f"speculative_generate with a draft of vocab_size {bad['draft_vocab']} for a target of 64"
+        f"speculative_generate with a draft of vocab_size {bad['draft_vocab']} for a target of {VOCAB}"
         if "draft_vocab" in bad
         else f"speculative_generate(..., {', '.join(f'{k}={v!r}' for k, v in bad.items())})"
     )
@@ -564,26 +669,31 @@ def test_invalid_arguments(kata, target, draft, bad, name):
 )
 def test_invalid_formula_and_verify_inputs(kata, call, name):
     """verify's mismatched shapes and the formulas' out-of-range inputs raise ValueError naming them"""
-    drafts, q, p = (
-        torch.zeros(2, 3, dtype=torch.long),
-        torch.full((2, 3, 4), 0.25),
-        torch.full((2, 4, 4), 0.25),
-    )
+    r = seeds.rng(500)
+    gen = seeds.generator(501)
+    B, k, V = r.randint(1, 3), r.randint(2, 5), r.randint(3, 8)
+    drafts = torch.randint(V, (B, k), generator=gen)  # (B, k)
+    q = torch.rand(B, k, V, generator=gen).softmax(-1)  # (B, k, V)
+    p = torch.rand(B, k + 1, V, generator=gen).softmax(-1)  # (B, k + 1, V)
+    short_q, short_p = r.randint(1, k - 1), r.randint(1, k)
+    alpha, k_ok, c = r.uniform(0.05, 0.95), r.randint(1, 6), r.uniform(0.01, 0.5)
+    too_big, k_bad, c_bad = r.uniform(1.01, 3.0), r.randint(-3, 0), -r.uniform(0.01, 1.0)
+    Vp, Vq = r.sample(range(2, 9), 2)
     calls = {
-        "verify-q": lambda: kata.verify(drafts, q[:, :2], p),
-        "verify-p": lambda: kata.verify(drafts, q, p[:, :3]),
-        "alpha": lambda: kata.expected_speedup(1.5, 3, 0.1),
-        "k": lambda: kata.expected_tokens_per_round(0.5, 0),
-        "c": lambda: kata.expected_speedup(0.5, 3, -0.1),
-        "pq": lambda: kata.acceptance_probability(torch.full((4,), 0.25), torch.full((5,), 0.2)),
+        "verify-q": lambda: kata.verify(drafts, q[:, :short_q], p),
+        "verify-p": lambda: kata.verify(drafts, q, p[:, :short_p]),
+        "alpha": lambda: kata.expected_speedup(too_big, k_ok, c),
+        "k": lambda: kata.expected_tokens_per_round(alpha, k_bad),
+        "c": lambda: kata.expected_speedup(alpha, k_ok, c_bad),
+        "pq": lambda: kata.acceptance_probability(torch.full((Vp,), 1 / Vp), torch.full((Vq,), 1 / Vq)),
     }
     what = {
-        "verify-q": "verify with draft_probs (2, 2, 4) for draft_tokens (2, 3)",
-        "verify-p": "verify with target_probs (2, 3, 4) for draft_tokens (2, 3): want (2, 4, 4)",
-        "alpha": "expected_speedup(alpha=1.5, k=3, c=0.1)",
-        "k": "expected_tokens_per_round(alpha=0.5, k=0)",
-        "c": "expected_speedup(alpha=0.5, k=3, c=-0.1)",
-        "pq": "acceptance_probability of p with 4 entries and q with 5",
+        "verify-q": f"verify with draft_probs {(B, short_q, V)} for draft_tokens {(B, k)}",
+        "verify-p": f"verify with target_probs {(B, short_p, V)} for draft_tokens {(B, k)}: want {(B, k + 1, V)}",
+        "alpha": f"expected_speedup(alpha={too_big}, k={k_ok}, c={c})",
+        "k": f"expected_tokens_per_round(alpha={alpha}, k={k_bad})",
+        "c": f"expected_speedup(alpha={alpha}, k={k_ok}, c={c_bad})",
+        "pq": f"acceptance_probability of p with {Vp} entries and q with {Vq}",
     }
     error = expect_raises(ValueError, calls[call], what[call])
     assert re.search(rf"\b({name})\b", str(error)), (
