@@ -1,6 +1,7 @@
 """Hidden suite for the int4 kata: Q4_1 / Q8_0 block formats, a blockwise matmul, and the decode speed-up.
 
 Oracles are plain loops over blocks, written here; `gguf.quants` is the trusted peer for bit-exactness.
+Blocks, weights, shapes and model sizes outside the README's examples are seeded draws (dojo.seeds).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
+from dojo import seeds
 from dojo.testing import banned_uses
 from solutions.model import LlamaConfig
 
@@ -47,9 +49,19 @@ def oracle_dequantize_q8_0(raw: np.ndarray, shape: tuple[int, ...]) -> np.ndarra
     return out.reshape(shape)
 
 
+def rng(n: int) -> np.random.Generator:
+    """numpy's generator for the suite's draw number `n` (dojo.seeds: n itself in practice)."""
+    return np.random.default_rng(seeds.seed(n))
+
+
+def random_shape(r: np.random.Generator, max_rows: int = 8, max_blocks: int = 4) -> tuple[int, int]:
+    """(rows, cols) with cols a multiple of the 32-weight block."""
+    return int(r.integers(1, max_rows + 1)), 32 * int(r.integers(1, max_blocks + 1))
+
+
 def random_q4_1(rows: int, cols: int, seed: int) -> np.ndarray:
-    """Random Q4_1 bytes (rows, cols // 32 * 20) with finite fp16 scales and minima."""
-    rng = np.random.default_rng(seed)
+    """Random Q4_1 bytes (rows, cols // 32 * 20) with finite fp16 scales and minima, from draw `seed`."""
+    rng = np.random.default_rng(seeds.seed(seed))
     n = rows * cols // 32
     d = rng.uniform(0.0, 0.1, n).astype(np.float16).view(np.uint8).reshape(n, 2)
     m = rng.uniform(-1.0, 1.0, n).astype(np.float16).view(np.uint8).reshape(n, 2)
@@ -58,7 +70,7 @@ def random_q4_1(rows: int, cols: int, seed: int) -> np.ndarray:
 
 
 def random_q8_0(rows: int, cols: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seeds.seed(seed))
     n = rows * cols // 32
     d = rng.uniform(0.0, 0.1, n).astype(np.float16).view(np.uint8).reshape(n, 2)
     qs = rng.integers(0, 256, (n, 32), dtype=np.uint8)
@@ -147,7 +159,8 @@ def test_example_smollm2_speedup(kata):
 @pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_dequantize_q4_1_matches_loop_oracle(kata):
     """dequantize_q4_1 equals d * q + m for every weight of random blocks, bit for bit."""
-    for rows, cols, seed in [(1, 32, 0), (3, 64, 1), (8, 96, 2)]:
+    r = rng(100)
+    for seed, (rows, cols) in enumerate([(1, 32), random_shape(r), random_shape(r)]):
         raw = random_q4_1(rows, cols, seed)
         assert_bit_exact(
             kata.dequantize_q4_1(raw, (rows, cols)),
@@ -162,46 +175,56 @@ def test_dequantize_q4_1_matches_gguf(kata, kata_path):
     """dequantize_q4_1 is bit-exact against gguf.quants.dequantize on random blocks, without using gguf."""
     found = banned_uses(kata_path, {"gguf", "GGUFReader"})
     assert not found, f"{kata_path.name} uses gguf, whose quants module does the whole kata: {found}"
-    raw = random_q4_1(16, 256, 3)
+    rows, cols = random_shape(rng(101), 32, 8)
+    raw = random_q4_1(rows, cols, 3)
     assert_bit_exact(
-        kata.dequantize_q4_1(raw, (16, 256)), gguf_dequantize(raw, QT.Q4_1), "dequantize_q4_1 vs gguf"
+        kata.dequantize_q4_1(raw, (rows, cols)), gguf_dequantize(raw, QT.Q4_1), "dequantize_q4_1 vs gguf"
     )
 
 
 @pytest.mark.points(2)
 def test_dequantize_q8_0_matches_oracle_and_gguf(kata):
     """dequantize_q8_0 reads signed int8 codes times the fp16 scale, bit-exact against gguf."""
-    raw = random_q8_0(4, 64, 4)
-    got = kata.dequantize_q8_0(raw, (4, 64))
-    assert_bit_exact(got, oracle_dequantize_q8_0(raw, (4, 64)), "dequantize_q8_0 (loop oracle)")
-    raw = random_q8_0(16, 256, 5)
+    r = rng(102)
+    shape = random_shape(r)
+    raw = random_q8_0(*shape, 4)
+    got = kata.dequantize_q8_0(raw, shape)
+    assert_bit_exact(got, oracle_dequantize_q8_0(raw, shape), "dequantize_q8_0 (loop oracle)")
+    shape = random_shape(r, 32, 8)
+    raw = random_q8_0(*shape, 5)
     assert_bit_exact(
-        kata.dequantize_q8_0(raw, (16, 256)), gguf_dequantize(raw, QT.Q8_0), "dequantize_q8_0 vs gguf"
+        kata.dequantize_q8_0(raw, shape), gguf_dequantize(raw, QT.Q8_0), "dequantize_q8_0 vs gguf"
     )
 
 
 def test_dequantize_takes_bytes_of_any_shape(kata):
     """Flat and (rows, bytes) block arrays give the same (rows, cols) float32 result."""
-    raw = random_q4_1(2, 64, 6)
-    flat, rowwise = kata.dequantize_q4_1(raw.ravel(), (2, 64)), kata.dequantize_q4_1(raw, (2, 64))
+    shape = random_shape(rng(103))
+    raw = random_q4_1(*shape, 6)
+    flat, rowwise = kata.dequantize_q4_1(raw.ravel(), shape), kata.dequantize_q4_1(raw, shape)
     assert_bit_exact(np.asarray(flat), np.asarray(rowwise), "dequantize_q4_1 of flat bytes vs (rows, bytes)")
-    assert np.asarray(flat).shape == (2, 64), f"shape (2, 64) requested, got {np.asarray(flat).shape}"
+    assert np.asarray(flat).shape == shape, f"shape {shape} requested, got {np.asarray(flat).shape}"
 
 
 def test_bad_block_bytes_raise(kata):
     """Bytes that do not fit the shape, or a last dimension not a multiple of 32, raise ValueError."""
-    raw = random_q4_1(2, 64, 7)
+    r = rng(104)
+    rows, cols = random_shape(r)
+    raw = random_q4_1(rows, cols, 7)
+    ragged = cols + int(r.integers(1, 32))  # not a multiple of 32
     for fn, blocks, shape in [
-        (kata.dequantize_q4_1, raw, (2, 96)),  # too few bytes
-        (kata.dequantize_q4_1, raw.ravel()[:-1], (2, 64)),  # one byte short
-        (kata.dequantize_q8_0, random_q8_0(2, 64, 7), (2, 100)),  # 100 is not a multiple of 32
+        (kata.dequantize_q4_1, raw, (rows, cols + 32 * int(r.integers(1, 4)))),  # too few bytes
+        (kata.dequantize_q4_1, raw.ravel()[: -int(r.integers(1, 20))], (rows, cols)),  # bytes short
+        (kata.dequantize_q8_0, random_q8_0(rows, cols, 7), (rows, ragged)),
     ]:
         with pytest.raises(ValueError):
             fn(blocks, shape)
             pytest.fail(f"{fn.__name__}({blocks.size} bytes, shape={shape}) did not raise ValueError")
     with pytest.raises(ValueError):
-        kata.quantize_q4_1(np.zeros((2, 40), np.float32))
-        pytest.fail("quantize_q4_1 of shape (2, 40) did not raise ValueError: 40 is not a multiple of 32")
+        kata.quantize_q4_1(np.zeros((rows, ragged), np.float32))
+        pytest.fail(
+            f"quantize_q4_1 of shape ({rows}, {ragged}) did not raise ValueError: {ragged} is not a multiple of 32"
+        )
 
 
 # ---------------------------------------------------------------- quantization
@@ -213,19 +236,23 @@ def first_bad_block(got: np.ndarray, want: np.ndarray) -> int | None:
     return int(bad[0, 0]) if len(bad) else None
 
 
-@pytest.mark.points(1)
+@pytest.mark.points(2)
 def test_quantize_ties_round_up(kata):
     """quantize_q4_1 rounds a code exactly halfway between two levels up, as llama.cpp does."""
-    w = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5].astype(np.float32)  # d = 1, min 0: codes k + 0.5 exactly
+    r = rng(110)
+    levels = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5]  # in steps above the min: codes k + 0.5 exactly
+    order = r.permutation(32)
+    d, lo = 2.0 ** int(r.integers(-6, 7)), int(r.integers(-8, 9))  # a power-of-two step keeps ties exact
+    w = ((levels[order] + lo) * d).astype(np.float32)
     got = np.asarray(kata.quantize_q4_1(w))
     assert got.shape == (20,) and got.dtype == np.uint8, (
         f"quantize_q4_1 of 32 weights: {got.dtype} {got.shape}, want uint8 (20,)"
     )
     codes = [int(b) & 0x0F for b in got[4:]] + [int(b) >> 4 for b in got[4:]]
-    want = [0, 15] + [k % 15 + 1 for k in range(30)]
+    want = [int(np.floor(v + 0.5)) for v in levels[order]]
     assert codes == want, (
-        f"quantize_q4_1 of w = [0, 15, 0.5, 1.5, ..., 14.5, 0.5, ..., 14.5] (d = 1, min 0: every weight "
-        f"after the first two is a tie k + 0.5): codes {codes}, want {want} (a tie rounds up to k + 1)"
+        f"quantize_q4_1 of w = {w.tolist()} (d = {d}, min {lo * d}: every weight but the min and the max "
+        f"is a tie, k + 0.5 steps above the min): codes {codes}, want {want} (a tie rounds up to k + 1)"
     )
 
 
@@ -233,9 +260,9 @@ def test_quantize_ties_round_up(kata):
 @pytest.mark.builds_on("test_example_quantize_one_block")
 def test_quantize_codes_use_fp32_scale(kata):
     """quantize_q4_1 computes the codes from the fp32 min and d = (max - min) / 15; fp16 is only how they are stored."""
-    rng = np.random.default_rng(8)
+    r = rng(111)
     for scale in (1e-3, 50.0):
-        w = (rng.standard_normal((64, 128)) * scale).astype(np.float32)
+        w = (r.standard_normal((64, 128)) * scale).astype(np.float32)
         got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
         assert got.shape == want.shape, f"quantize_q4_1 of (64, 128): shape {got.shape}, want {want.shape}"
         blk = first_bad_block(got, want)
@@ -252,14 +279,14 @@ def test_quantize_codes_use_fp32_scale(kata):
 )
 def test_quantize_q4_1_matches_gguf(kata):
     """quantize_q4_1 is bit-exact against gguf.quants.quantize: ties round up, constant blocks get d = 0."""
-    rng = np.random.default_rng(8)
+    r = rng(112)
     for scale in (1.0, 1e-3, 50.0):
-        w = (rng.standard_normal((8, 128)) * scale).astype(np.float32)
-        w[0, :32] = 0.75  # a constant block: d = 0, every code 0
-        w[1, 32:64] = np.linspace(-1, 1, 32)
-        w[2, :32] = (
-            np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5] * scale
-        )  # exact ties: d = scale, codes k + 0.5 round up
+        w = (r.standard_normal((8, 128)) * scale).astype(np.float32)
+        rows = r.permutation(8)[:3]
+        w[rows[0], :32] = r.uniform(-2, 2)  # a constant block: d = 0, every code 0
+        w[rows[1], 32:64] = np.linspace(*sorted(r.uniform(-2, 2, 2)), 32)
+        ties = np.r_[0.0, 15.0, np.arange(30) % 15 + 0.5][r.permutation(32)]
+        w[rows[2], 64:96] = ties * 2.0 ** np.round(np.log2(scale))  # exact ties: codes k + 0.5 round up
         got, want = np.asarray(kata.quantize_q4_1(w)), gguf_quantize(w, QT.Q4_1)
         assert got.shape == want.shape, f"quantize_q4_1 of (8, 128): shape {got.shape}, want {want.shape}"
         blk = first_bad_block(got, want)
@@ -274,8 +301,8 @@ def test_quantize_q4_1_matches_gguf(kata):
 @pytest.mark.builds_on("test_example_dequantize_one_block", "test_example_quantize_one_block")
 def test_round_trip_error_bound(kata):
     """Round trip: every weight is within half a step of its block's range / 15 (plus fp16 rounding)."""
-    rng = np.random.default_rng(9)
-    w = (rng.standard_normal((16, 256)) * 0.05).astype(np.float32)
+    r = rng(113)
+    w = (r.standard_normal(random_shape(r, 16, 8)) * r.uniform(1e-3, 10)).astype(np.float32)
     back = np.asarray(kata.dequantize_q4_1(kata.quantize_q4_1(w), w.shape))
     blocks, err = w.reshape(-1, 32), np.abs(back - w).reshape(-1, 32)
     lo, step = blocks.min(1), (blocks.max(1) - blocks.min(1)) / 15
@@ -305,17 +332,22 @@ def smollm2_reader():
 @pytest.mark.builds_on("test_example_dequantize_one_block", "test_dequantize_q8_0_matches_oracle_and_gguf")
 def test_real_smollm2_tensors(kata, smollm2_reader):
     """Real SmolLM2 tensors (Q4_1 attention and MLP, the Q8_0 embedding) dequantize bit-exactly."""
-    wanted = {"blk.0.attn_k.weight", "blk.7.ffn_down.weight", "token_embd.weight"}
+    r = rng(120)
+    q4_1 = sorted(t.name for t in smollm2_reader.tensors if t.tensor_type == QT.Q4_1)
+    attn, mlp = ([n for n in q4_1 if f".{part}_" in n] for part in ("attn", "ffn"))
+    wanted = {attn[r.integers(len(attn))], mlp[r.integers(len(mlp))], "token_embd.weight"}
     tensors = [t for t in smollm2_reader.tensors if t.name in wanted]
     assert len(tensors) == 3
     for t in tensors:
-        data = t.data[:2048]  # the first rows are enough (the embedding has 49152)
+        n = min(2048, len(t.data))  # up to 2048 rows are enough (the embedding has 49152)
+        start = int(r.integers(0, len(t.data) - n + 1))
+        data = t.data[start : start + n]
         shape = (data.shape[0], int(t.shape[0]))  # numpy order: (rows, cols), gguf's shape reversed
         fn = kata.dequantize_q4_1 if t.tensor_type == QT.Q4_1 else kata.dequantize_q8_0
         assert_bit_exact(
             np.asarray(fn(data, shape)),
             gguf_dequantize(data, t.tensor_type),
-            f"{t.name} ({t.tensor_type.name}, first {shape[0]} rows of {shape[1]})",
+            f"{t.name} ({t.tensor_type.name}, rows {start}..{start + n - 1} of {shape[1]} weights)",
         )
 
 
@@ -326,24 +358,30 @@ def test_real_smollm2_tensors(kata, smollm2_reader):
 @pytest.mark.builds_on("test_example_dequantize_one_block")
 def test_matmul_matches_dequantized_matmul(kata):
     """matmul_q4_1(x, W) equals x @ dequantize(W).T for 1-D, 2-D and 3-D x."""
-    raw = random_q4_1(48, 96, 10)
-    w = oracle_dequantize_q4_1(raw, (48, 96))
-    rng = np.random.default_rng(11)
-    for shape in [(96,), (1, 96), (5, 96), (2, 3, 96)]:
-        x = rng.standard_normal(shape).astype(np.float32)
-        got, want = np.asarray(kata.matmul_q4_1(x, raw, (48, 96))), x @ w.T
+    r = rng(121)
+    n, k = random_shape(r, 64, 4)
+    raw = random_q4_1(n, k, 10)
+    w = oracle_dequantize_q4_1(raw, (n, k))
+    m, b = (int(v) for v in r.integers(2, 6, 2))
+    for shape in [(k,), (1, k), (m, k), (b, m, k)]:
+        x = r.standard_normal(shape).astype(np.float32)
+        got, want = np.asarray(kata.matmul_q4_1(x, raw, (n, k))), x @ w.T
         assert got.shape == want.shape, (
-            f"matmul_q4_1 of x {shape} by W (48, 96): shape {got.shape}, want {want.shape}"
+            f"matmul_q4_1 of x {shape} by W ({n}, {k}): shape {got.shape}, want {want.shape}"
         )
         err = float(np.abs(got - want).max())
-        assert err < 1e-4, f"matmul_q4_1 of x {shape} by W (48, 96) is off by {err:.3g}"
+        assert err < 1e-4, f"matmul_q4_1 of x {shape} by W ({n}, {k}) is off by {err:.3g}"
 
 
 def test_matmul_rejects_mismatched_x(kata):
     """matmul_q4_1 with x's last dimension different from K raises ValueError."""
+    r = rng(122)
+    n, k = random_shape(r)
+    other = 32 * int(r.choice([b for b in range(1, 6) if 32 * b != k]))
+    x = r.standard_normal((int(r.integers(1, 4)), other)).astype(np.float32)
     with pytest.raises(ValueError):
-        kata.matmul_q4_1(np.ones((2, 64), np.float32), random_q4_1(4, 96, 12), (4, 96))
-        pytest.fail("matmul_q4_1 of x (2, 64) by W (4, 96) did not raise ValueError")
+        kata.matmul_q4_1(x, random_q4_1(n, k, 12), (n, k))
+        pytest.fail(f"matmul_q4_1 of x {x.shape} by W ({n}, {k}) did not raise ValueError")
 
 
 @pytest.mark.points(2)
@@ -382,7 +420,8 @@ def test_matmul_never_builds_the_full_fp32_matrix(kata):
 def test_speedup_is_below_eight(kata):
     """fp32 -> Q4_1 is never 8x: scales cost a bit per weight, and the KV cache does not shrink."""
     config = LlamaConfig.smollm2_135m()
-    for batch, context_len in [(1, 0), (1, 512), (8, 2048), (64, 8191)]:
+    r = rng(130)
+    for batch, context_len in [(1, 0), *zip(r.integers(1, 65, 3).tolist(), r.integers(0, 8192, 3).tolist())]:
         got = kata.predicted_decode_speedup(config, "fp32", "q4_1", batch, context_len)
         assert 1 < got < 6.4 + 1e-9, (
             f"speed-up fp32 -> q4_1 at batch {batch}, context {context_len}: got {got}, want in (1, 6.4]"
@@ -394,12 +433,14 @@ def test_speedup_is_below_eight(kata):
 def test_speedup_exact_for_given_numbers(kata):
     """The speed-up is bytes(from) / bytes(to), the KV cache kept in from_dtype, for any config."""
     config = LlamaConfig.smollm2_135m()
-    for frm, to, fb, tb, batch, context_len in [
-        ("fp16", "q4_1", 2, 0.625, 1, 0),
-        ("fp32", "q8_0", 4, 34 / 32, 4, 1000),
-        ("bf16", "q4_1", 2, 0.625, 16, 4096),
-        ("fp32", "fp16", 4, 2, 1, 100),
+    r = rng(131)
+    for frm, to, fb, tb in [
+        ("fp16", "q4_1", 2, 0.625),
+        ("fp32", "q8_0", 4, 34 / 32),
+        ("bf16", "q4_1", 2, 0.625),
+        ("fp32", "fp16", 4, 2),
     ]:
+        batch, context_len = int(r.integers(1, 65)), int(r.integers(0, 8192))
         want = smollm2_decode_bytes(fb, batch, context_len, fb) / smollm2_decode_bytes(
             tb, batch, context_len, fb
         )
@@ -407,13 +448,21 @@ def test_speedup_exact_for_given_numbers(kata):
         assert got == pytest.approx(want, rel=1e-9), (
             f"speed-up {frm} -> {to}, batch {batch}, context {context_len}: got {got}, want {want:.4f}"
         )
-    tiny = LlamaConfig.tiny()  # 256 x 64 embedding, 2 layers, 4 heads of 16, 2 KV heads, d_ff 128
-    n = 256 * 64 + 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 2 * 64) + 64
-    rest = 3 * 64 * 4 + 2 * 3 * (10 + 2) * 2 * 32 * 4  # embedding rows; K and V of 2 layers
-    got = kata.predicted_decode_speedup(tiny, "fp32", "q4_1", 3, 10)
+    heads = int(r.choice([2, 4, 8]))
+    tiny = LlamaConfig.tiny(
+        n_layers=int(r.integers(1, 5)),
+        n_heads=heads,
+        n_kv_heads=int(r.choice([h for h in (1, 2, 4, 8) if heads % h == 0])),
+        d_ff=16 * int(r.integers(1, 17)),
+    )
+    d, kv, layers = tiny.d_model, tiny.n_kv_heads * tiny.head_dim, tiny.n_layers
+    n = 256 * d + layers * (d * d * 2 + d * kv * 2 + 3 * d * tiny.d_ff + 2 * d) + d  # embedding, layers, norm
+    batch, context_len = int(r.integers(1, 9)), int(r.integers(0, tiny.max_seq_len))
+    rest = batch * d * 4 + layers * batch * (context_len + 2) * 2 * kv * 4  # embedding rows; K and V
+    got = kata.predicted_decode_speedup(tiny, "fp32", "q4_1", batch, context_len)
     want = (n * 4 + rest) / (n * 0.625 + rest)
     assert got == pytest.approx(want, rel=1e-9), (
-        f"speed-up on LlamaConfig.tiny() at batch 3, context 10: got {got}, want {want:.4f}"
+        f"speed-up on {tiny} at batch {batch}, context {context_len}: got {got}, want {want:.4f}"
     )
 
 
@@ -421,23 +470,44 @@ def test_speedup_exact_for_given_numbers(kata):
 def test_speedup_shrinks_with_context_and_batch(kata):
     """Longer contexts and bigger batches read more KV cache, so the speed-up falls."""
     config = LlamaConfig.smollm2_135m()
-    by_ctx = [kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, c) for c in (0, 1024, 8191)]
-    by_batch = [kata.predicted_decode_speedup(config, "fp32", "q4_1", b, 1024) for b in (1, 8, 64)]
-    assert by_ctx[0] > by_ctx[1] > by_ctx[2], f"speed-up at context 0, 1024, 8191 should fall: got {by_ctx}"
-    assert by_batch[0] > by_batch[1] > by_batch[2], f"speed-up at batch 1, 8, 64 should fall: got {by_batch}"
+    r = rng(132)
+    contexts, batches = (
+        sorted(r.choice(8192, 3, replace=False).tolist()),
+        sorted(r.choice(np.arange(1, 129), 3, replace=False).tolist()),
+    )
+    context = int(r.integers(0, 8192))
+    by_ctx = [kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, c) for c in contexts]
+    by_batch = [kata.predicted_decode_speedup(config, "fp32", "q4_1", b, context) for b in batches]
+    assert by_ctx[0] > by_ctx[1] > by_ctx[2], f"speed-up at context {contexts} should fall: got {by_ctx}"
+    assert by_batch[0] > by_batch[1] > by_batch[2], (
+        f"speed-up at batch {batches} (context {context}) should fall: got {by_batch}"
+    )
+
+
+UNKNOWN = ["int3", "nf4", "q2_k", "fp8", "int2", "q3_k", "fp4"]
 
 
 def test_unknown_formats_raise(kata):
     """Unknown formats, a quantized from_dtype, batch 0 and a negative context raise ValueError."""
     config = LlamaConfig.smollm2_135m()
+    r = rng(133)
+    unknown, quantized, to_unknown = (str(r.choice(c)) for c in (UNKNOWN, ["q4_1", "q8_0"], UNKNOWN))
+    batch, context_len = int(r.integers(-2, 1)), int(r.integers(-64, 0))
+    ok_batch, ok_context = int(r.integers(1, 65)), int(r.integers(0, 8192))
     cases = [
-        lambda: kata.bytes_per_weight("int3"),
-        lambda: kata.predicted_decode_speedup(config, "q4_1", "fp32", 1, 0),
-        lambda: kata.predicted_decode_speedup(config, "fp32", "nf4", 1, 0),
-        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 0, 0),
-        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", 1, -1),
+        lambda: kata.bytes_per_weight(unknown),
+        lambda: kata.predicted_decode_speedup(config, quantized, "fp32", ok_batch, ok_context),
+        lambda: kata.predicted_decode_speedup(config, "fp32", to_unknown, ok_batch, ok_context),
+        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", batch, ok_context),
+        lambda: kata.predicted_decode_speedup(config, "fp32", "q4_1", ok_batch, context_len),
     ]
-    labels = ["bytes_per_weight('int3')", "from_dtype 'q4_1'", "to_fmt 'nf4'", "batch 0", "context_len -1"]
+    labels = [
+        f"bytes_per_weight({unknown!r})",
+        f"from_dtype {quantized!r}",
+        f"to_fmt {to_unknown!r}",
+        f"batch {batch}",
+        f"context_len {context_len}",
+    ]
     for label, case in zip(labels, cases):
         with pytest.raises(ValueError):
             case()
