@@ -4,7 +4,9 @@
 The loop runs the scheduler kata's step / complete cycle (solutions.scheduler) on the paged KV cache
 kata's blocks (solutions.paged_kv): each step's prefill chunks, then one batched decode over every
 decoding request, so the weights are read once per step. A client that goes away aborts its request
-and frees its blocks. Not here: batched prefills, prefix sharing, stop strings, logprobs, n > 1.
+and frees its blocks. Each request's tokens are chosen through the sampling kata's chain
+(solutions.system.decoding.Chooser), which keeps their logprobs. Not here: batched prefills, prefix
+sharing, stop strings (the server's), n > 1.
 """
 
 from __future__ import annotations
@@ -20,19 +22,25 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor
 
-from solutions.generate import _filtered_probs
 from solutions.paged_kv import PagedKVCache
+from solutions.sampling import Sampled, make_chain
 from solutions.scheduler import Scheduler, SchedulerConfig
+from solutions.system.decoding import Chooser
 
 
 @dataclass
 class SamplingParams:
-    """How to choose each token: temperature 0 is greedy; else sampling with top-p (and a seed)."""
+    """How to choose each token: temperature 0 is greedy; else sampling with top-p (and a seed). The
+    penalties and logit_bias apply either way; top_logprobs (n) keeps each token's n alternatives."""
 
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -41,6 +49,21 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        n = self.top_logprobs
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 20:
+            raise ValueError(f"top_logprobs must be an int in [0, 20], got {n!r}")
+        self.chain()  # ValueError naming a bad penalty or bias
+
+    def chain(self) -> list:
+        """The sampling kata's processors for these parameters (greedy takes no temperature or top-p)."""
+        sampling = self.temperature > 0
+        return make_chain(
+            temperature=self.temperature if sampling else 1.0,
+            top_p=self.top_p if sampling and self.top_p < 1 else None,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias=self.logit_bias,
+        )
 
 
 @dataclass
@@ -73,7 +96,7 @@ class _Request:
     prompt: list[int]
     params: SamplingParams
     emit: Callable[[object], None]  # hands a token id, None (done) or an exception to the stream
-    generator: torch.Generator | None = None  # sampling only
+    chooser: Chooser
     in_cache: bool = False
     cancelled: bool = False
     arrival: float = field(default_factory=time.perf_counter)
@@ -82,8 +105,8 @@ class _Request:
 class TokenStream:
     """A request's new token ids as an async iterator (its end token, if it samples one, comes last).
 
-    `aclose()` (a client gone) cancels the request: the engine drops it and frees its blocks.
-    Iterating raises RuntimeError if the engine stops first.
+    `aclose()` (a client gone, or a stop string found) cancels the request: the engine drops it and
+    frees its blocks. Iterating raises RuntimeError if the engine stops first.
     """
 
     def __init__(self, engine: Engine, request: _Request, queue: asyncio.Queue):
@@ -102,6 +125,11 @@ class TokenStream:
 
     async def aclose(self) -> None:
         self._engine._cancel(self._request)
+
+    def sampled(self, i: int) -> Sampled:
+        """Token i's draw (row 0): its logprob and top_logprobs alternatives, after the chain. Valid for
+        every token the stream has yielded (the engine records it before handing the token over)."""
+        return self._request.chooser.steps[i]
 
 
 class Engine:
@@ -170,14 +198,14 @@ class Engine:
                 f"{len(prompt)} prompt tokens + max_tokens {params.max_tokens} exceed the "
                 f"context of {self.context} tokens"
             )
+        if params.logit_bias and max(params.logit_bias) >= vocab:
+            raise ValueError(f"logit_bias names token {max(params.logit_bias)}, outside [0, {vocab})")
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
-        request = _Request(next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item))
-        if params.temperature > 0:
-            request.generator = torch.Generator()
-            if params.seed is None:
-                request.generator.seed()
-            else:
-                request.generator.manual_seed(params.seed)
+        greedy, n = params.temperature == 0, params.top_logprobs
+        chooser = Chooser(params.chain(), [list(prompt)], greedy=greedy, seed=params.seed, top_logprobs=n)
+        request = _Request(
+            next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item), chooser
+        )
         with self._wake:
             if self._closing:
                 raise RuntimeError("the engine is closed")
@@ -249,7 +277,7 @@ class Engine:
             sampling += zip(batch, logits)
             self._max_batch_seen = max(self._max_batch_seen, len(batch))
         self._steps += 1
-        chosen = {str(r.id): _choose(r.params, r.generator, row) for r, row in sampling}
+        chosen = {str(r.id): int(r.chooser(row[None])[0]) for r, row in sampling}  # row (V,) -> (1, V)
         finished = self.scheduler.complete(chosen, time.perf_counter())
         for request, _ in sampling:
             request.emit(chosen[str(request.id)])
@@ -272,14 +300,6 @@ class Engine:
         with self._wake:
             for request in list(self._requests.values()) + list(self._inbox):
                 request.emit(error)
-
-
-def _choose(params: SamplingParams, generator: torch.Generator | None, logits: Tensor) -> int:
-    """The next token from one row's logits (V,): argmax, or a draw under temperature and top-p."""
-    if params.temperature == 0:
-        return int(logits.argmax())
-    probs = _filtered_probs(logits[None], params.temperature, None, params.top_p)  # (1, V)
-    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item) -> None:

@@ -2,11 +2,12 @@
 
 `build_app(engine, tokenizer, model_id)` returns a Starlette (ASGI) app: POST /v1/chat/completions,
 POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream": true` answers
-come as server-sent events. Sampling follows OpenAI's parameters, and errors come in OpenAI's shape
-with a 4xx (a 500 for a failure inside). A client that disconnects mid-stream cancels its request.
-Each request logs one line at info on REQUEST_LOG: method, path, status, milliseconds to its last byte.
-Not here: n > 1, stop strings, logprobs, tools, penalties, JSON modes, images, authentication: each is
-refused with a 400 naming it, while its explicit default (`"logprobs": false`, `"n": 1`, null) is accepted.
+come as server-sent events. Sampling follows OpenAI's parameters through the sampling kata's chain
+(penalties, logit_bias; stop strings and chat logprobs by its StopChecker and Sampled), and errors come in
+OpenAI's shape with a 4xx (a 500 inside). A client that disconnects mid-stream cancels its request. Each
+request logs one line at info on REQUEST_LOG. Not here: n > 1, the completions endpoint's logprobs, tools,
+JSON modes, images, authentication: each is refused with a 400 naming it, while its explicit default
+(`"n": 1`, null) is accepted.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from solutions.sampling import StopChecker
 from solutions.system.serving.engine import SamplingParams
 
 MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
@@ -37,9 +39,6 @@ REQUEST_LOG = logging.getLogger("solutions.system.serving.requests")  # `dojo se
 # (frameworks send the explicit defaults on every call: "logprobs": false, "top_logprobs": 0, "n": 1)
 UNSUPPORTED = {
     "n": (1,),
-    "stop": ([], ""),
-    "logprobs": (False,),
-    "top_logprobs": (0,),
     "tools": ([],),
     "functions": ([],),
     "tool_choice": ("none",),
@@ -47,9 +46,6 @@ UNSUPPORTED = {
     "best_of": (1,),
     "echo": (False,),
     "suffix": ("",),
-    "presence_penalty": (0,),
-    "frequency_penalty": (0,),
-    "logit_bias": ({},),
 }
 WHY_UNSUPPORTED = {
     "tools": "tool (function) calling is not supported by this server",
@@ -58,6 +54,8 @@ WHY_UNSUPPORTED = {
 }
 MAX_BODY = 4 * 2**20  # bytes of one request body: a full 8,192-token context is far below it
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MAX_STOP = 4  # stop strings one request may give
+FILTERED_LOGPROB = -9999.0  # what a token the filters removed (logprob -inf, not JSON) is reported as
 
 
 class APIError(Exception):
@@ -79,25 +77,65 @@ class APIError(Exception):
         return JSONResponse({"error": error}, status_code=self.status)
 
 
-class TextDelta:
-    """Turns a growing list of token ids into the new text since last time, whole characters only."""
+class Answer:
+    """One completion's text as its tokens arrive: whole characters only, cut before the first stop
+    string (solutions.sampling.StopChecker), and its logprobs entries (OpenAI's chat shape) when asked.
 
-    def __init__(self, tokenizer):
-        self.tokenizer, self.ids, self.shown = tokenizer, [], 0
+    `add(token, sampled)` returns the text safe to show now; `stopped` turns true at a stop string.
+    Every token but the EOS gets a logprobs entry, the one a stop string ends on too (its text past the
+    stop's start is never shown)."""
 
-    def add(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+    def __init__(self, token_bytes: list[bytes], eos: int, stop: list[str], logprobs: bool):
+        self.checker, self.token_bytes, self.eos = StopChecker(token_bytes, stop), token_bytes, eos
+        self.logprobs: list[dict] | None = [] if logprobs else None
+        self.stopped = False
+        self.tokens = 0  # completion tokens, the EOS and the stop string's included (usage)
+        self.last: int | None = None
+
+    def add(self, token: int, sampled=None) -> str:
+        self.tokens, self.last = self.tokens + 1, token
+        if token == self.eos:
             return ""
-        new, self.shown = text[self.shown :], len(text)
-        return new
+        shown, self.stopped = self.checker.feed(token)
+        if self.logprobs is not None:
+            top = zip(sampled.top_ids[0].tolist(), sampled.top_logprobs[0].tolist())
+            self.logprobs.append(
+                self._entry(token, float(sampled.logprobs[0]))
+                | {"top_logprobs": [self._entry(i, p) for i, p in top]}
+            )
+        return shown
+
+    def finish(self) -> str:
+        """The text held back, once the answer ended without a stop string."""
+        return "" if self.stopped else self.checker.finish()
+
+    def finish_reason(self) -> str:
+        return "stop" if self.stopped or self.last == self.eos else "length"
+
+    def take_logprobs(self) -> dict | None:
+        """The entries since the last call, as a choice's `logprobs` object (None when not asked)."""
+        if self.logprobs is None:
+            return None
+        entries, self.logprobs = self.logprobs, []
+        return {"content": entries, "refusal": None}
+
+    def _entry(self, token: int, logprob: float) -> dict:
+        data = self.token_bytes[token]
+        logprob = logprob if logprob > float("-inf") else FILTERED_LOGPROB
+        return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(data)}
 
 
 def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     """The ASGI app serving `engine` (solutions.system.serving.engine.Engine) as `model_id`."""
     eos, vocab = tokenizer.eos_token_id, engine.model.config.vocab_size
     created = int(time.time())
+    table: list[bytes] = []  # each token's bytes, made on the first completion (StopChecker reads them)
+
+    def answer(stop: list[str], logprobs: bool) -> Answer:
+        if not table:
+            table.extend(tokenizer.token_bytes())
+        return Answer(table, eos, stop, logprobs)
+
     model_card = {"id": model_id, "object": "model", "created": created, "owned_by": "decode-dojo"}
 
     async def health(request: Request) -> Response:
@@ -121,6 +159,11 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     async def completions(request: Request) -> Response:
         body = await _json_body(request)
         _check_model(body.get("model"), model_id)
+        for name in ("logprobs", "top_logprobs"):
+            if body.get(name) not in (None, 0):  # false == 0: the explicit default
+                shown = f"{name}={body[name]!r}"[:200]
+                message = f"{shown}: logprobs are supported on /v1/chat/completions, not here"
+                raise APIError(400, message, name, "unsupported_parameter")
         return await _complete(
             body, _prompt_ids(body.get("prompt"), tokenizer), "max_tokens", body.get("max_tokens"), chat=False
         )
@@ -129,52 +172,55 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         if any(not 0 <= t < vocab for t in prompt):
             raise APIError(400, f"prompt token ids must lie in [0, {vocab})", "prompt")
         params = _sampling(
-            body, len(prompt), engine.context, max_name, max_tokens, "messages" if chat else "prompt"
+            body, len(prompt), engine.context, max_name, max_tokens, "messages" if chat else "prompt", vocab
         )
+        stop, logprobs = _stop(body.get("stop")), chat and _logprobs(body, params)
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
         kind = "chatcmpl" if chat else "cmpl"
         head = {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model_id}
+        text = answer(stop, logprobs)
         tokens = engine.submit(prompt, params)
         if stream:
             usage = (body.get("stream_options") or {}).get("include_usage", False)
             return StreamingResponse(
-                _events(tokens, head, chat, len(prompt), usage), media_type="text/event-stream"
+                _events(tokens, text, head, chat, len(prompt), usage), media_type="text/event-stream"
             )
-        text, new = TextDelta(tokenizer), []
-        async for token in tokens:
-            new.append(token)
-        answer = "".join(text.add(t) for t in new if t != eos)
-        finish = "stop" if new and new[-1] == eos else "length"
+        try:
+            pieces = [piece async for piece in _pieces(tokens, text)]
+        finally:
+            await tokens.aclose()  # a stop string: the engine drops the request now
+        content = "".join(pieces) + text.finish()
         choice = (
-            {"index": 0, "message": {"role": "assistant", "content": answer, "refusal": None}}
+            {"index": 0, "message": {"role": "assistant", "content": content, "refusal": None}}
             if chat
-            else {"index": 0, "text": answer}
+            else {"index": 0, "text": content}
         )
         return JSONResponse(
             head
             | {
                 "object": "chat.completion" if chat else "text_completion",
-                "choices": [choice | {"finish_reason": finish, "logprobs": None}],
-                "usage": _usage(len(prompt), len(new)),
+                "choices": [
+                    choice | {"finish_reason": text.finish_reason(), "logprobs": text.take_logprobs()}
+                ],
+                "usage": _usage(len(prompt), text.tokens),
             }
         )
 
     async def _events(
-        tokens: AsyncIterator[int], head: dict, chat: bool, n_prompt: int, usage: bool
+        tokens, text: Answer, head: dict, chat: bool, n_prompt: int, usage: bool
     ) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(piece: str | None, finish: str | None = None) -> str:
             if chat:
                 delta = {} if piece is None else {"content": piece}
-                choice = {"index": 0, "delta": delta}
+                choice = {"index": 0, "delta": delta, "logprobs": text.take_logprobs()}
             else:
                 choice = {"index": 0, "text": piece or "", "logprobs": None}
             return _sse(head | {"object": obj, "choices": [choice | {"finish_reason": finish}]})
 
-        text, n_new, last = TextDelta(tokenizer), 0, None
         try:
             if chat:
                 yield _sse(
@@ -182,17 +228,22 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
                     | {
                         "object": obj,
                         "choices": [
-                            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
                         ],
                     }
                 )
-            async for token in tokens:
-                n_new, last = n_new + 1, token
-                if token != eos and (piece := text.add(token)):
-                    yield chunk(piece)
-            yield chunk(None, "stop" if last == eos else "length")
+            async for piece in _pieces(tokens, text):
+                yield chunk(piece)
+            if rest := text.finish():
+                yield chunk(rest)
+            yield chunk(None, text.finish_reason())
             if usage:
-                yield _sse(head | {"object": obj, "choices": [], "usage": _usage(n_prompt, n_new)})
+                yield _sse(head | {"object": obj, "choices": [], "usage": _usage(n_prompt, text.tokens)})
             yield "data: [DONE]\n\n"
         finally:
             await tokens.aclose()  # a client gone mid-stream: the engine drops the request now
@@ -412,7 +463,7 @@ def _prompt_ids(prompt, tokenizer) -> list[int]:
 
 
 def _sampling(
-    body: dict, n_prompt: int, context: int, max_name: str, max_tokens, prompt_name: str
+    body: dict, n_prompt: int, context: int, max_name: str, max_tokens, prompt_name: str, vocab: int
 ) -> SamplingParams:
     """SamplingParams from the request; APIError (400) naming the parameter that cannot work."""
     if n_prompt >= context:
@@ -436,7 +487,9 @@ def _sampling(
             "context_length_exceeded",
         )
     values = {}
-    for name, default, low, high in (("temperature", 1.0, 0.0, 2.0), ("top_p", 1.0, 0.0, 1.0)):
+    ranges = [("temperature", 1.0, 0.0, 2.0), ("top_p", 1.0, 0.0, 1.0)]
+    ranges += [("presence_penalty", 0.0, -2.0, 2.0), ("frequency_penalty", 0.0, -2.0, 2.0)]
+    for name, default, low, high in ranges:
         value = body.get(name)
         value = default if value is None else value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
@@ -447,7 +500,83 @@ def _sampling(
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise APIError(400, f"seed must be an integer, got {seed!r}", "seed")
-    return SamplingParams(max_tokens, values["temperature"], values["top_p"], seed)
+    top = body.get("top_logprobs")
+    top = 0 if top is None else top
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20:
+        raise APIError(400, f"top_logprobs must be an integer in [0, 20], got {top!r}", "top_logprobs")
+    return SamplingParams(
+        max_tokens,
+        values["temperature"],
+        values["top_p"],
+        seed,
+        values["presence_penalty"],
+        values["frequency_penalty"],
+        _logit_bias(body.get("logit_bias"), vocab),
+        top,
+    )
+
+
+def _logit_bias(value, vocab: int) -> dict[int, float] | None:
+    """{"token id": bias in [-100, 100]} (JSON keys are strings) as {int: float}; null or {} is none."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise APIError(
+            400, f"logit_bias must be an object of token id: bias, got {value!r}"[:300], "logit_bias"
+        )
+    bias = {}
+    for key, b in value.items():
+        token = int(key) if isinstance(key, str) and key.isdigit() else None
+        if token is None or not token < vocab:
+            raise APIError(
+                400, f"logit_bias keys must be token ids in [0, {vocab}), got {key!r}"[:300], "logit_bias"
+            )
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+            raise APIError(
+                400, f"logit_bias[{key}] must be a number in [-100, 100], got {b!r}"[:300], "logit_bias"
+            )
+        bias[token] = float(b)
+    return bias
+
+
+async def _pieces(tokens, text: Answer) -> AsyncIterator[str]:
+    """The text pieces of `tokens` (an engine TokenStream) through `text`, until it ends or stops."""
+    i = 0
+    async for token in tokens:
+        piece = text.add(token, tokens.sampled(i))
+        i += 1
+        if piece:
+            yield piece
+        if text.stopped:
+            return
+
+
+def _stop(value) -> list[str]:
+    """The stop strings: one string or a list of at most MAX_STOP; null, "" and [] mean none."""
+    if value is None or value == "" or value == []:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOP
+        or not all(isinstance(x, str) and x for x in stops)
+    ):
+        raise APIError(
+            400,
+            f"stop must be a string or a list of at most {MAX_STOP} non-empty strings, got {value!r}"[:300],
+            "stop",
+        )
+    return stops
+
+
+def _logprobs(body: dict, params: SamplingParams) -> bool:
+    """Whether the chat answer reports logprobs ("logprobs": true; "top_logprobs" needs it)."""
+    value = body.get("logprobs")
+    if value is not None and not isinstance(value, bool):
+        raise APIError(400, f"logprobs must be true or false, got {value!r}", "logprobs")
+    if params.top_logprobs and not value:
+        raise APIError(400, "top_logprobs needs logprobs set to true", "top_logprobs")
+    return bool(value)
 
 
 def _usage(n_prompt: int, n_new: int) -> dict:
