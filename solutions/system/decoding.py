@@ -61,7 +61,10 @@ def _argmax(chain, prompt_ids, output_ids, logits: Tensor, top_logprobs: int) ->
         raise ValueError(f"top_logprobs must be an int in [0, {V}], got {top_logprobs!r}")
     tokens = logits.argmax(dim=-1)  # (B,)
     logp = logits.log_softmax(dim=-1)
-    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)
+    if top_logprobs == 0:  # the usual case: no sort of the whole vocabulary
+        none = torch.empty((logits.shape[0], 0))
+        return Sampled(tokens, logp.gather(1, tokens[:, None])[:, 0], none.long(), none)
+    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)  # ties: lower id first
     return Sampled(
         tokens, logp.gather(1, tokens[:, None])[:, 0], order[:, :top_logprobs], sorted_logp[:, :top_logprobs]
     )
