@@ -69,7 +69,7 @@ def pick(topic: str | None = None) -> list[BankQuestion]:
 
 
 def closest(kata: Kata) -> list[BankQuestion]:
-    """Every bank entry, closest to `kata` first: its topic is one of the kata's tags or its slug; a topic
+    """Every bank entry, closest to `kata` first: its topic is the kata's slug; one of its tags; a topic
     word is a tag; a topic word is a tag of a related kata (a prerequisite, a kata building on it, one
     sharing a tag); the question names the slug; the question names a tag; then the rest in file order."""
     entries = bank()
@@ -85,7 +85,8 @@ def closest(kata: Kata) -> list[BankQuestion]:
     }
     related = {word for t in related for word in t.split()}
     tests = (
-        lambda q: _plain(q.topic) in tags | {slug},
+        lambda q: _plain(q.topic) == slug,
+        lambda q: _plain(q.topic) in tags,
         lambda q: bool(set(_plain(q.topic).split()) & tags),
         lambda q: bool(set(_plain(q.topic).split()) & related),
         lambda q: _names(q.question.question, slug),
