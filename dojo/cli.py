@@ -267,6 +267,11 @@ def cmd_grade(args) -> int:
                 else f"{r['points']}/{r['total']}"
                 + ("" if r["status"] == "pass" else f" {r['status']}")
                 + (f" ({len(r['inconclusive'])} inconclusive)" if r["inconclusive"] else "")
+                + (
+                    f" (optional {r['optional_points']['points']}/{r['optional_points']['total']})"
+                    if r.get("optional_points", {}).get("total")
+                    else ""
+                )
             )
         note = "" if sub["katas"] else " (errors: see below)" if sub["errors"] else " (no kata files)"
         note += (

@@ -2,8 +2,8 @@
 
 `GradeResult.to_json()` is the results.json document (Exercism's version 3 plus dojo's points,
 properties, integrity findings and the "inconclusive" extension). `score` counts points: skipped
-and inconclusive tests count for neither side. It runs nothing (dojo.grading.grade) and writes no
-file (dojo.practice.report.write_results).
+and inconclusive tests count for neither side, optional tests (`optional_points`) are graded apart.
+It runs nothing (dojo.grading.grade) and writes no file (dojo.practice.report.write_results).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class TestResult:
         False  # measured inside the candidate's process (judge mode cannot vouch for it)
     )
     case: str = ""  # a parametrised test's case in words ("seed=2"), for the report; "" when not parametrised
+    optional: bool = False  # an optional part's test: its points are graded apart, never needed to pass
 
     __test__ = False  # not a pytest test class
 
@@ -39,7 +40,7 @@ class GradeResult:
     tests: list[TestResult]
     points: int  # earned
     total: int  # available
-    passed: bool  # every test passed and nothing went wrong
+    passed: bool  # every required (not optional) test passed and nothing went wrong
     duration: float  # seconds, wall clock
     started: float  # epoch seconds
     error: str | None = None  # why the run ended abnormally, or could not run
@@ -61,6 +62,19 @@ class GradeResult:
         return sum(t.points for t in mine if t.outcome == "passed"), sum(t.points for t in mine)
 
     @property
+    def optional_points(self) -> tuple[int, int]:
+        """(earned, available) points of the optional tests, outside points, total and passed. In judge mode
+        only those the judge decided: one measured in the candidate's process is in candidate_points alone."""
+        mine = [
+            t
+            for t in self.tests
+            if t.optional
+            and t.outcome not in ("skipped", "inconclusive")
+            and not (self.judged and t.candidate_process)
+        ]
+        return sum(t.points for t in mine if t.outcome == "passed"), sum(t.points for t in mine)
+
+    @property
     def inconclusive(self) -> list[TestResult]:
         """Timing tests the machine was too noisy to decide: neither earned nor counted in the total."""
         return [t for t in self.tests if t.outcome == "inconclusive"]
@@ -79,9 +93,15 @@ class GradeResult:
         Extension: a test's status may be "inconclusive" besides pass / fail / skip (see `inconclusive`);
         "inconclusive" at the top lists those tests' ids, and `dojo check --rerun-inconclusive` re-runs them.
         """
-        failing = [t for t in self.tests if t.outcome in ("failed", "skipped")]
+        required = [t for t in self.tests if not t.optional]
+        failing = [t for t in required if t.outcome in ("failed", "skipped")]
         unsure = self.inconclusive
-        message = self.error or (f"{len(failing)} of {len(self.tests)} tests failing" if failing else None)
+        message = self.error or (f"{len(failing)} of {len(required)} tests failing" if failing else None)
+        extra, available = self.optional_points
+        if available and not self.error:
+            message = (f"{message}; " if message else "") + (
+                f"optional part {extra}/{available} points (graded apart, not needed to pass)"
+            )
         if unsure and not self.error:
             message = (f"{message}; " if message else "") + (
                 f"{len(unsure)} inconclusive (the machine was too noisy to decide; not counted)"
@@ -107,6 +127,8 @@ class GradeResult:
             # points measured in the candidate's process: judge mode cannot vouch for these, so under it they
             # are claims not verified, outside points and total
             "candidate_process_points": dict(zip(("points", "total"), self.candidate_points)),
+            # the optional part's tests (@pytest.mark.optional): outside points, total and status
+            "optional_points": dict(zip(("points", "total"), self.optional_points)),
             "inconclusive": [t.id for t in unsure],
             "tests": [
                 {
@@ -124,9 +146,10 @@ _STATUS = {"passed": "pass", "skipped": "skip", "inconclusive": "inconclusive"}
 
 
 def score(tests: list[TestResult], error: str | None) -> tuple[int, int, bool]:
-    """(points earned, points available, passed): skipped and inconclusive tests count for neither;
-    passed needs no error, at least one test passed, and every other test passed or inconclusive."""
-    counted = [t for t in tests if t.outcome not in ("skipped", "inconclusive")]
+    """(points earned, points available, passed) of the required tests: optional ones count for neither
+    (GradeResult.optional_points), nor do skipped and inconclusive ones; passed needs no error, at least
+    one required test passed, and every other required test passed or inconclusive."""
+    counted = [t for t in tests if not t.optional and t.outcome not in ("skipped", "inconclusive")]
     points = sum(t.points for t in counted if t.outcome == "passed")
     total = sum(t.points for t in counted)
     passed = error is None and bool(counted) and all(t.outcome == "passed" for t in counted)

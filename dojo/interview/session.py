@@ -175,13 +175,14 @@ def submit(
     report.write_results(result, workspace.results_file(s.kata))
     attempt = history.record_result(result, mode="interview")
     at = min(now(), s.deadline) if by == "time" and s.deadline is not None else now()
-    passed = sum(1 for t in result.tests if t.outcome == "passed")
-    unsure = len(result.inconclusive)
+    required = [t for t in result.tests if not t.optional]  # an optional part is graded apart
+    passed = sum(1 for t in required if t.outcome == "passed")
+    unsure = sum(1 for t in required if t.outcome == "inconclusive")
     with history.connect() as conn, history.transaction(conn):
         won = conn.execute(
             "UPDATE sessions SET phase = 'questions', submitted = ?, submitted_by = ?, points = ?, total = ?,"
             " tests = ?, tests_passed = ?, inconclusive = ?, attempt = ? WHERE id = ? AND phase = 'coding'",
-            (at, by, result.points, result.total, len(result.tests) - unsure, passed, unsure, attempt, s.id),
+            (at, by, result.points, result.total, len(required) - unsure, passed, unsure, attempt, s.id),
         ).rowcount
     if won:  # for the scorecard: an event row, so the sessions table keeps its schema
         detail = {"session": s.id, "sandboxed": result.sandboxed, "findings": result.integrity}

@@ -37,7 +37,8 @@ def grade_submissions(
     gradings at once. Returns the report: {"version", "graded", "submissions": [{"path", "katas":
     {slug: results.json document}, "errors": [the submission's own problems], "points", "total", "passed",
     "sandboxed" and "judged" (None when no kata file ran), "integrity": {slug: findings},
-    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran)}], "similar": dojo.grading.scan.similarity.find's pairs and copies
+    "candidate_process_points": {"points", "total"} (measured where the candidate's code ran), "optional_points":
+    {"points", "total"} (the katas' optional parts, graded apart)}], "similar": dojo.grading.scan.similarity.find's pairs and copies
     of the reference, plus "errors"}, "seed": the secret input seed every grading drew its inputs from (made
     here when None; `dojo grade --seed` replays it). Raises nothing for what a submission holds; records
     nothing in the progress DB."""
@@ -85,6 +86,11 @@ def grade_submissions(
         sub["candidate_process_points"] = {
             "points": sum(a.get("points", 0) for a in apart),
             "total": sum(a.get("total", 0) for a in apart),
+        }
+        extra = [r.get("optional_points", {}) for r in results]  # outside points, total and passed
+        sub["optional_points"] = {
+            "points": sum(o.get("points", 0) for o in extra),
+            "total": sum(o.get("total", 0) for o in extra),
         }
         sub["judged"] = all(r.get("judged") for r in ran) if ran else None
     sources: dict[str, dict[str, str]] = {}

@@ -214,7 +214,7 @@ def verdict(result: GradeResult, slug: str, *, in_notebook: bool) -> str:
     """One closing line: what to do next."""
     again = "run this cell again" if in_notebook else f"run `dojo check {slug} --notebook` again"
     if result.passed and not result.examples_only:
-        return f"All tests pass. `dojo solution {slug}` shows the reference to compare with."
+        return f"{report.all_pass(result)} `dojo solution {slug}` shows the reference to compare with."
     if result.passed:
         return f"The README examples pass. `dojo check {slug} --notebook` runs the full hidden suite."
     return (

@@ -4,8 +4,8 @@
 read it). `working` says that a long grading is under way (a spinner on a terminal). `show_result`
 prints one line per property (pass, FAIL, or "?" for a timing test left inconclusive), the cases of a
 parametrised test folded (dojo.practice.fold), one "todo" line for the tests that wait only on
-functions not written yet, then the score and the notes. `write_results` writes the Exercism-style JSON
-atomically.
+functions not written yet, the optional part apart, then the score and the notes. `write_results`
+writes the Exercism-style JSON atomically.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from dojo.grading.result import GradeResult
+from dojo.grading.result import GradeResult, TestResult
 from dojo.practice.fold import Block, Unwritten, fold, set_aside_unwritten
 
 MESSAGE_LINES = 6  # lines of one failure message shown in the terminal (the JSON keeps it whole)
@@ -58,14 +58,51 @@ def working(out: Console, what: str) -> Iterator[None]:
 def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
     """The report: a line per property (the cases of a parametrised test folded into one block, each cause
     of failure once), the tests that fail only because a stub's function is not written yet in one line
-    naming those functions, then the score and the notes that concern the learner. On a console that
+    naming those functions, the optional part's tests in a short section of their own (its one line alone
+    while none of it is written), then the score and the notes that concern the learner. On a console that
     wraps, a long line wraps inside its column (a hanging indent)."""
     heading = Text(f"{result.slug}", style="bold")
     if title:
         heading.append(f" · {title}", style="")
     heading.append(f"   ({result.path})", style="dim")
     _say(out, heading, 2)
-    blocks, todo = set_aside_unwritten(fold(result.tests))
+    required = [t for t in result.tests if not t.optional]
+    _show_tests(out, required)
+    optional = [t for t in result.tests if t.optional]
+    if optional:
+        earned, available = result.optional_points
+        _say(out, Text(f"  optional part: {earned}/{available} pt — not required to pass", style="bold"), 2)
+        _show_tests(out, optional, quiet_if_untouched=True)
+    if result.error:
+        _say(out, Text(f"Problem: {result.error}", style="bold red"), 9)
+    score = Text("Score ", style="bold")
+    failing = sum(1 for t in required if t.outcome == "failed")
+    unsure = sum(1 for t in required if t.outcome == "inconclusive")
+    counted = len(required) - unsure
+    score.append(
+        f"{result.points}/{result.total} points", style="bold green" if result.passed else "bold yellow"
+    )
+    score.append(f" · {counted - failing}/{counted} tests passing · {result.duration:.1f} s")
+    if unsure:
+        score.append(
+            f" · {unsure} inconclusive (machine too noisy to decide; not counted: "
+            f"`dojo check {result.slug} --rerun-inconclusive` re-runs them)",
+            style="yellow",
+        )
+    if result.examples_only:
+        score.append(" · README examples only", style="dim")
+    _say(out, score, 6)
+    for note in shown_notes(result.notes):
+        _say(out, Text(f"Note: {note}", style="dim" if note.startswith(PRISTINE) else "yellow"), 6)
+
+
+def _show_tests(out: Console, tests: list[TestResult], *, quiet_if_untouched: bool = False) -> None:
+    """A line per folded block and its causes, then one todo line for the blocks that wait only on
+    unwritten functions; `quiet_if_untouched`: nothing at all when every block waits so (an optional part
+    not started)."""
+    blocks, todo = set_aside_unwritten(fold(tests))
+    if quiet_if_untouched and not blocks:
+        return
     for block in blocks:
         line = _test_line(block)
         _say(out, line, _MARK + len(line.plain[_MARK:].split(" pt  ", 1)[0]) + len(" pt  "))
@@ -86,27 +123,6 @@ def show_result(result: GradeResult, out: Console, *, title: str = "") -> None:
     if todo.blocks:
         line = _unwritten_line(todo)
         _say(out, line, _MARK + len(line.plain[_MARK:].split(" pt  ", 1)[0]) + len(" pt  "))
-    if result.error:
-        _say(out, Text(f"Problem: {result.error}", style="bold red"), 9)
-    score = Text("Score ", style="bold")
-    failing = sum(1 for t in result.tests if t.outcome == "failed")
-    unsure = len(result.inconclusive)
-    counted = len(result.tests) - unsure
-    score.append(
-        f"{result.points}/{result.total} points", style="bold green" if result.passed else "bold yellow"
-    )
-    score.append(f" · {counted - failing}/{counted} tests passing · {result.duration:.1f} s")
-    if unsure:
-        score.append(
-            f" · {unsure} inconclusive (machine too noisy to decide; not counted: "
-            f"`dojo check {result.slug} --rerun-inconclusive` re-runs them)",
-            style="yellow",
-        )
-    if result.examples_only:
-        score.append(" · README examples only", style="dim")
-    _say(out, score, 6)
-    for note in shown_notes(result.notes):
-        _say(out, Text(f"Note: {note}", style="dim" if note.startswith(PRISTINE) else "yellow"), 6)
 
 
 PRISTINE = (
@@ -175,10 +191,18 @@ def verdict(result: GradeResult, slug: str) -> str:
             f"machine: `dojo check {slug} --rerun-inconclusive` when it is quieter."
         )
     if result.passed and not result.examples_only:
-        return f"All tests pass. `dojo solution {slug}` shows the reference to compare with."
+        return f"{all_pass(result)} `dojo solution {slug}` shows the reference to compare with."
     if result.passed:
         return f"The README examples pass. `dojo check {slug}` runs the full hidden suite."
     return f"Keep going: edit the file and run `dojo check {slug}` again (`dojo hint {slug}` if stuck)."
+
+
+def all_pass(result: GradeResult) -> str:
+    """ "All tests pass.", or what an optional part still lacks beside a pass."""
+    earned, available = result.optional_points
+    if earned == available:
+        return "All tests pass."
+    return f"All required tests pass (optional part: {earned}/{available} pt, not needed to pass)."
 
 
 def write_results(result: GradeResult, path: Path) -> None:

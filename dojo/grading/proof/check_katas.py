@@ -3,7 +3,8 @@
 For each kata in katas.toml that has a suite, in-process and in judge mode: the suite passes on the
 reference (solutions), every graded test fails on the stub (katas), every mutant in
 tests/katas/mutants/<slug>/ fails at least one test, and (run to the end) each of its later failures
-is its first's property or says "probably because". Prints a table; exits 1 on any violation.
+is its first's property or says "probably because". Optional tests are graded tests here: the proof
+holds them to the same rules, and a mutant they kill is killed. Prints a table; exits 1 on any violation.
 Runs fork this warm process, N at a time, cached while their inputs are unchanged (--no-cache runs
 all; dojo.grading.proof.suite_runs). It proves the suites, not the sandbox.
 """
@@ -340,9 +341,10 @@ def _print_table(katas: list[catalog.Kata], runs: list[Run], seconds: float) -> 
         killed = sum(not violations(m) for m in mutants)
         surveys = [r for r in mine if r.kind == "survey"]  # in-process only
         explained = sum(not violations(s) for s in surveys)
+        optional = sum(bool(r.get("optional")) for r in graded)
         table.add_row(
             name,
-            str(len(graded)),
+            f"{len(graded)}" + (f" ({optional} optional)" if optional else ""),
             ("ok " if not violations(ref) else "BAD ")
             + f"{ok_ref}/{len(graded)} pass"
             + (f" ({unsure} inconclusive)" if unsure else ""),

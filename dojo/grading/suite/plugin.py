@@ -1,7 +1,7 @@
 """The grading plugin: pytest options, markers and fixtures every hidden kata suite relies on.
 
 A kata suite sets `KATA = "<slug>"`; its tests ask for the `kata` fixture (the implementation under
-test, from `--target`) and carry `points(n)`, `example`, `builds_on(...)`, `machine` or
+test, from `--target`) and carry `points(n)`, `example`, `optional`, `builds_on(...)`, `machine` or
 `candidate_process` markers; the first paragraph of a test's docstring is its property. The plugin writes
 a row per test to the grader's signed channel (dojo.grading.channel) or to `--dojo-results FILE`, and
 fails a test that runs past `--dojo-test-timeout`. Loaded for every pytest run (pyproject.toml's
@@ -77,6 +77,11 @@ def pytest_configure(config: pytest.Config) -> None:
     machine_lock.connect()  # likewise: the grader's timing lock service, when it gave one
     config.addinivalue_line("markers", "points(n): points a graded test is worth (default 1)")
     config.addinivalue_line("markers", "example: a worked example from the kata README")
+    config.addinivalue_line(
+        "markers",
+        "optional: a test of the kata's optional part: its points are graded apart (optional_points), "
+        "and the kata passes without it",
+    )
     config.addinivalue_line(
         "markers",
         "builds_on(*tests): basic tests whose failure explains this one's (dojo.grading.suite.causes)",
@@ -266,6 +271,7 @@ def describe(item: pytest.Item) -> dict:
         "case": case_label(item),
         "points": points_of(item),
         "example": item.get_closest_marker("example") is not None,
+        "optional": item.get_closest_marker("optional") is not None,
         "candidate_process": in_candidate_process(item),
     }
 
