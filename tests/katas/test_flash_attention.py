@@ -664,13 +664,14 @@ def oracle_grads(q, k, v, dout, causal):
     return [t.grad for t in leaves]
 
 
+@pytest.mark.optional
 @pytest.mark.points(3)
 @pytest.mark.parametrize(
     "causal, block_q, block_k", [(False, 3, 2), (True, 2, 3), (True, 1, 1), (True, 16, 16)]
 )
 @pytest.mark.builds_on("test_causal_bottom_right_equals_oracle", "test_lse_is_the_log_sum_exp")
 def test_optional_backward_equals_autograd(kata, causal, block_q, block_k):
-    """Optional part: flash_attention_backward's (dq, dk, dv) equal autograd through the oracle, given the
+    """flash_attention_backward's (dq, dk, dv) equal autograd through the oracle, given the
     oracle's out and lse (grouped-query heads sum into their kv head; Tq > Tk has blind queries)."""
     q, k, v = qkv(1, 4, 2, 7, 5 if causal else 6, 4, seed=170 + block_q)
     dout = rand(*q.shape, seed=171)
@@ -686,10 +687,11 @@ def test_optional_backward_equals_autograd(kata, causal, block_q, block_k):
         close(g, w, f"{name}, {what}", atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.optional
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_optional_backward_equals_autograd")
 def test_optional_backward_recomputes_from_the_lse(kata):
-    """Optional part: the backward rebuilds each tile's weights as exp(score - lse) from the lse it is given,
+    """The backward rebuilds each tile's weights as exp(score - lse) from the lse it is given,
     with D = rowsum(dout * out): an lse raised by log 2 halves every gradient."""
     q, k, v = qkv(1, 2, 2, 5, 6, 4, seed=180)
     dout = rand(*q.shape, seed=181)
@@ -701,6 +703,7 @@ def test_optional_backward_recomputes_from_the_lse(kata):
         close(g, w / 2, f"{name} given lse + log 2 (the weights exp(s - lse) halve)", atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.optional
 @pytest.mark.points(2)
 @pytest.mark.candidate_process  # gradients through the candidate's autograd.Function exist only in its process
 @pytest.mark.builds_on(  # its forward is flash_attention's, and its backward uses that forward's lse
@@ -709,7 +712,7 @@ def test_optional_backward_recomputes_from_the_lse(kata):
     "test_stable_when_the_max_is_in_another_tile",
 )
 def test_optional_autograd_function_gradients(kata):
-    """Optional part: FlashAttentionFunction.apply(q, k, v, causal, block_q, block_k, scale) is differentiable,
+    """FlashAttentionFunction.apply(q, k, v, causal, block_q, block_k, scale) is differentiable,
     and its gradients equal autograd through the oracle."""
     q, k, v = (t.requires_grad_() for t in qkv(1, 4, 2, 6, 6, 4, seed=190))
     dout = rand(*q.shape, seed=191)
