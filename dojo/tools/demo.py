@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ MINE = {
     "generate": ("generate", "generate"),
     "speculative": ("speculative_generate", "speculative"),
     "decoder_block": ("Llama", "llama_cls"),
+    "sampling": ("make_chain", "make_chain"),
 }
 BLOCK_LINE = (
     "your decoder_block's Llama runs this answer, forward-only in fp32: no KV cache, so every new token "
@@ -47,8 +49,17 @@ class Parts:
     generate: Callable | None = None
     speculative: Callable | None = None
     llama_cls: type | None = None  # None: the system's model; else your decoder_block's Llama, forward-only
+    make_chain: Callable | None = None  # None: the reference sampling kata (its chain and StopChecker)
     mine: list[str] = field(default_factory=list)  # katas whose code is the learner's
     notes: list[str] = field(default_factory=list)  # why a part fell back to the reference
+
+
+def sampling_module(parts: Parts):
+    """The sampling kata whose chain, draw and StopChecker the demo runs: yours where it passed (the
+    module that defines your make_chain), else the reference."""
+    import solutions.sampling
+
+    return solutions.sampling if parts.make_chain is None else sys.modules[parts.make_chain.__module__]
 
 
 def keep_block_where_it_runs(args: argparse.Namespace, parts: Parts) -> None:
@@ -221,10 +232,17 @@ class TextStream:
     only, and never the start of a stop string. The first stop string found raises StopStringFound,
     which ends the generation; `finish()` writes what was held back when the answer ended otherwise."""
 
-    def __init__(self, token_bytes, eos: int, write: Callable[[str], None], stop: list[str] | None = None):
-        from solutions.sampling import StopChecker
+    def __init__(
+        self,
+        token_bytes,
+        eos: int,
+        write: Callable[[str], None],
+        stop: list[str] | None = None,
+        sampling=None,
+    ):
+        import solutions.sampling
 
-        self.checker = StopChecker(token_bytes, stop or [])
+        self.checker = (sampling or solutions.sampling).StopChecker(token_bytes, stop or [])
         self.eos, self.write = eos, write
         self.tokens = 0  # row 0's tokens so far, the EOS and the stop string's included
         self.first_token_at: float | None = None
@@ -276,11 +294,8 @@ def run(args: argparse.Namespace) -> int:
     kwargs = generation_kwargs(args)  # before the slow load, so bad options fail fast (ValueError -> exit 1)
     parts = choose_parts(args.mine)
     keep_block_where_it_runs(args, parts)
-    chain = None
-    if uses_chain(args, parts):
-        from solutions.sampling import make_chain
-
-        chain = make_chain(**chain_kwargs(args))
+    sampling = sampling_module(parts)
+    chain = sampling.make_chain(**chain_kwargs(args)) if uses_chain(args, parts) else None
     loaded = model = tokenizer = None
     if parts.llama_cls is not None:
         from solutions.system.loading.forward_only import load_forward_only
@@ -339,7 +354,11 @@ def run(args: argparse.Namespace) -> int:
     prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": args.question}]))
     token_bytes = tokenizer.token_bytes()
     stream = TextStream(
-        token_bytes, tokenizer.eos_token_id, lambda s: out.print(s, end="", markup=False), stop=args.stop
+        token_bytes,
+        tokenizer.eos_token_id,
+        lambda s: out.print(s, end="", markup=False),
+        stop=args.stop,
+        sampling=sampling,
     )
     spec = result = chooser = None
     start = time.perf_counter()
@@ -359,7 +378,12 @@ def run(args: argparse.Namespace) -> int:
                 from solutions.system.decoding import Chooser, chain_generate
 
                 chooser = Chooser(
-                    chain, [prompt], greedy=not args.sample, seed=args.seed, top_logprobs=args.top_logprobs
+                    chain,
+                    [prompt],
+                    greedy=not args.sample,
+                    seed=args.seed,
+                    top_logprobs=args.top_logprobs,
+                    sampling=sampling,
                 )
                 result = chain_generate(
                     model,
@@ -532,7 +556,7 @@ def register(subparsers) -> None:
         "--mine",
         action="store_true",
         help="use your passed katas: attention, kv_cache, generate, speculative (with --speculative), "
-        "decoder_block (forward-only in fp32: slow)",
+        "decoder_block (forward-only in fp32: slow), sampling (its chain and stop strings)",
     )
     p.add_argument(
         "--speculative",

@@ -9,17 +9,20 @@ Not here: beam search (the generate kata's own), stop strings (the caller's Stop
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import torch
 from torch import Tensor
 
+import solutions.sampling
 from solutions.generate import GenerationResult, _generate_choosing
-from solutions.sampling import Sampled, apply_chain, sample
+from solutions.sampling import Sampled
 
 
 class Chooser:
     """`chooser(logits (B, V)) -> (B,)` for prompts `prompts`: the chain's processors see each row's
-    prompt and the tokens this chooser picked for it so far. `steps[i]` is step i's Sampled.
+    prompt and the tokens this chooser picked for it so far. `steps[i]` is step i's Sampled. `sampling`
+    is the module whose apply_chain and sample run (a learner's passed kata; default the reference).
     Raises ValueError for a bad top_logprobs (on the first call, as `sample` does)."""
 
     def __init__(
@@ -30,8 +33,10 @@ class Chooser:
         greedy: bool,
         seed: int | None = None,
         top_logprobs: int = 0,
+        sampling: ModuleType = solutions.sampling,
     ):
         self.chain, self.prompts, self.greedy, self.top_logprobs = list(chain), prompts, greedy, top_logprobs
+        self.sampling = sampling
         self.outputs: list[list[int]] = [[] for _ in prompts]
         self.steps: list[Sampled] = []
         self.generator = torch.Generator()  # our own: the global RNG is never touched
@@ -43,9 +48,9 @@ class Chooser:
     def __call__(self, logits: Tensor) -> Tensor:
         args = (self.chain, self.prompts, self.outputs, logits)
         step = (
-            _argmax(*args, self.top_logprobs)
+            _argmax(self.sampling.apply_chain, *args, self.top_logprobs)
             if self.greedy
-            else sample(*args, self.generator, self.top_logprobs)
+            else self.sampling.sample(*args, self.generator, self.top_logprobs)
         )
         for output, token in zip(self.outputs, step.tokens.tolist()):
             output.append(token)  # a finished row's picks grow too; the generator ignores them
@@ -53,9 +58,9 @@ class Chooser:
         return step.tokens
 
 
-def _argmax(chain, prompt_ids, output_ids, logits: Tensor, top_logprobs: int) -> Sampled:
+def _argmax(apply_chain, chain, prompt_ids, output_ids, logits: Tensor, top_logprobs: int) -> Sampled:
     """Greedy's Sampled: the argmax of the processed logits (the first on ties, as generate's greedy)."""
-    logits = apply_chain(chain, prompt_ids, output_ids, logits)  # (B, V) fp32
+    logits = apply_chain(chain, prompt_ids, output_ids, logits).float()  # (B, V)
     V = logits.shape[-1]
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 0 <= top_logprobs <= V:
         raise ValueError(f"top_logprobs must be an int in [0, {V}], got {top_logprobs!r}")

@@ -117,6 +117,22 @@ def test_demo_mine_answers_with_your_decoder_block(ws):
     assert "Hello!" in done.stdout, f"fp32 greedy answers 'Hello!':\n{done.stdout}"
 
 
+def test_mine_runs_your_passed_sampling_kata(ws):
+    """A passed sampling kata (the reference standing in) is the module whose chain, draw and StopChecker
+    the demo runs; without it, the reference's"""
+    import solutions.sampling
+
+    assert demo.sampling_module(demo.choose_parts(mine=False)) is solutions.sampling
+    shutil.copy(ROOT / "solutions" / "sampling.py", ws / "sampling.py")
+    record_pass("sampling")
+    parts = demo.choose_parts(mine=True)
+    assert "sampling" in parts.mine, parts.notes
+    yours = demo.sampling_module(parts)
+    assert yours.__name__ == "dojo_demo_sampling" and yours is not solutions.sampling
+    stream = demo.TextStream([b"", b"a"], eos=0, write=print, sampling=yours)
+    assert type(stream.checker) is yours.StopChecker, "the stream does not use your StopChecker"
+
+
 def args(**kw) -> argparse.Namespace:
     base = dict(sample=False, temperature=0.7, top_p=0.9, top_k=None, seed=None, beams=1, max_new_tokens=16)
     chain = dict(min_p=None, repetition_penalty=None, presence_penalty=0.0, frequency_penalty=0.0)

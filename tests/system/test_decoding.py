@@ -95,6 +95,24 @@ def test_logprobs_come_from_the_processed_distribution(model):
             )
 
 
+def test_a_chooser_runs_the_sampling_module_it_is_given(model, tmp_path):
+    """With sampling=<a learner's passed kata> (a copy of the reference here) the chooser draws through
+    that module's sample: the same tokens as the reference's, and its steps are that module's Sampled"""
+    import shutil
+
+    from dojo import ROOT, targets
+
+    shutil.copy(ROOT / "solutions" / "sampling.py", tmp_path / "sampling.py")
+    yours = targets.load_module(tmp_path / "sampling.py", "learner_sampling")
+    chain = yours.make_chain(temperature=0.9, min_p=0.05)
+    chooser = Chooser(chain, PROMPTS, greedy=False, seed=4, sampling=yours)
+    with torch.inference_mode():
+        got = chain_generate(model, PROMPTS, chooser, max_new_tokens=NEW)
+    want, _ = run(model, make_chain(temperature=0.9, min_p=0.05), greedy=False, seed=4)
+    assert got.tokens == want.tokens
+    assert type(chooser.steps[0]) is yours.Sampled, "the chooser did not draw through the given module"
+
+
 def test_chooser_is_for_its_prompts(model):
     """A chooser built for other prompts (its penalties would read them) or used before is refused"""
     chooser = Chooser(make_chain(), [[1, 2]], greedy=True)
