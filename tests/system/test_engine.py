@@ -123,3 +123,72 @@ def test_submit_refuses_what_cannot_fit(model):
         asyncio.run(submit([9] * 30, 3))
     with pytest.raises(ValueError, match="token ids"):
         asyncio.run(submit([9, 999], 3))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        EngineConfig(num_blocks=256, block_size=4, max_tokens_per_step=16),
+        EngineConfig(num_blocks=14, block_size=4, max_tokens_per_step=8),
+    ],
+    ids=["roomy", "preempting"],
+)
+def test_a_shared_prefix_is_prefilled_once_and_changes_no_answer(model, config):
+    """A 24-token system prompt, then requests that start with it: each later one finds its 6 blocks
+    cached (cached_tokens 24) and still gets generate's greedy answer alone; with a pool of 14 blocks of
+    4 they evict and preempt, and the answers still do not change."""
+    gen = torch.Generator().manual_seed(5)
+    system = torch.randint(8, 256, (24,), generator=gen).tolist()
+    tails = [torch.randint(8, 256, (int(n),), generator=gen).tolist() for n in (3, 5, 1, 7, 2)]
+    max_tokens = 6
+    engine = Engine(model, EOS, config)
+    engine.start()
+
+    async def ask(prompt):
+        stream = engine.submit(prompt, SamplingParams(max_tokens, temperature=0))
+        return [t async for t in stream], stream.cached_tokens
+
+    async def run():
+        first = await ask(system + tails[0])
+        return [first] + list(await asyncio.gather(*(ask(system + t) for t in tails[1:])))
+
+    try:
+        got = asyncio.run(run())
+        stats = engine.stats()
+    finally:
+        engine.close()
+    for (tokens, _), tail in zip(got, tails):
+        assert tokens == alone(model, system + tail, max_tokens), f"tail {tail}: another answer than alone"
+    assert got[0][1] == 0, f"the first request found {got[0][1]} tokens cached in an empty cache"
+    if config.num_blocks > 64:
+        assert [c for _, c in got[1:]] == [24] * 4, f"cached tokens of the later requests: {got}"
+    else:
+        assert any(c == 24 for _, c in got[1:]), f"no later request found the system prompt cached: {got}"
+    assert stats.pending == 0 and stats.blocks_in_use == 0, (
+        f"blocks held after every request finished: {stats}"
+    )
+
+
+def test_prefix_caching_off_is_the_plain_paged_cache(model):
+    """EngineConfig(prefix_caching=False): nothing is found cached, answers as with it on"""
+    prompt = list(range(10, 40))
+    answers = {}
+    for caching in (False, True):
+        engine = Engine(model, EOS, EngineConfig(num_blocks=64, block_size=4, prefix_caching=caching))
+        engine.start()
+
+        async def twice(engine=engine):
+            out = []
+            for _ in range(2):
+                stream = engine.submit(prompt, SamplingParams(5, temperature=0))
+                out.append(([t async for t in stream], stream.cached_tokens))
+            return out
+
+        try:
+            answers[caching] = asyncio.run(twice())
+        finally:
+            engine.close()
+    assert [c for _, c in answers[False]] == [0, 0] and [c for _, c in answers[True]] == [0, 28]
+    assert [t for t, _ in answers[False]] == [t for t, _ in answers[True]]
+    with pytest.raises(ValueError, match="prefix_caching"):
+        EngineConfig(prefix_caching=1)

@@ -372,3 +372,27 @@ def test_a_body_past_the_limit_gets_413():
     assert r.status_code == 413, f"status {r.status_code}, want 413"
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and "at most" in error["message"], error
+
+
+def test_a_repeated_prompt_is_served_from_the_prefix_cache(server, smollm2_tokenizer):
+    """The same long system prompt twice: the second request reports every whole block but the last
+    token's as usage.prompt_tokens_details.cached_tokens, and answers exactly as the first"""
+    system = " ".join(
+        f"Rule {i}: answer in plain words and never guess a number you do not know." for i in range(12)
+    )
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Name a primary colour."}]
+    tok = smollm2_tokenizer
+    n = len(tok.encode(tok.apply_chat_template(messages)))
+    answers = [
+        server.client.chat.completions.create(
+            model=MODEL_ID, messages=messages, max_tokens=NEW, temperature=0
+        )
+        for _ in range(2)
+    ]
+    first, second = (a.usage.prompt_tokens_details.cached_tokens for a in answers)
+    block = server.engine.config.block_size
+    assert answers[0].usage.prompt_tokens == n > 150
+    assert second == (n - 1) // block * block and first < second, (
+        f"cached tokens {first} then {second} of a {n}-token prompt in blocks of {block}"
+    )
+    assert answers[1].choices[0].message.content == answers[0].choices[0].message.content

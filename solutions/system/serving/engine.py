@@ -5,8 +5,9 @@ The loop runs the scheduler kata's step / complete cycle (solutions.scheduler) o
 kata's blocks (solutions.paged_kv): each step's prefill chunks, then one batched decode over every
 decoding request, so the weights are read once per step. A client that goes away aborts its request
 and frees its blocks. Each request's tokens are chosen through the sampling kata's chain
-(solutions.system.decoding.Chooser), which keeps their logprobs. Not here: batched prefills, prefix
-sharing, stop strings (the server's), n > 1.
+(solutions.system.decoding.Chooser), which keeps their logprobs. With prefix caching (the default), a
+prompt that starts with blocks another request filled shares them and prefills only the rest
+(solutions.system.serving.prefix_kv). Not here: batched prefills, stop strings (the server's), n > 1.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from solutions.paged_kv import PagedKVCache
 from solutions.sampling import Sampled, make_chain
 from solutions.scheduler import Scheduler, SchedulerConfig
 from solutions.system.decoding import Chooser
+from solutions.system.serving.prefix_kv import CachingPagedKVCache
 
 
 @dataclass
@@ -73,11 +75,15 @@ class EngineConfig:
     num_blocks: int = 1024  # 16,384 positions of SmolLM2's fp32 keys and values: 0.75 GB
     block_size: int = 16
     max_tokens_per_step: int = 256  # decodes plus prefill chunks in one step
+    prefix_caching: bool = True  # share the cached blocks a prompt starts with (prefix_kv)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if type(value) is not int or value < 1:
+            if f.name == "prefix_caching":
+                if not isinstance(value, bool):
+                    raise ValueError(f"EngineConfig.prefix_caching must be True or False, got {value!r}")
+            elif type(value) is not int or value < 1:
                 raise ValueError(f"EngineConfig.{f.name} must be a positive int, got {value!r}")
 
 
@@ -97,6 +103,9 @@ class _Request:
     params: SamplingParams
     emit: Callable[[object], None]  # hands a token id, None (done) or an exception to the stream
     chooser: Chooser
+    generated: list[int] = field(default_factory=list)  # tokens chosen so far
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache (its first pass; not after a preemption)
+    preempted: bool = False
     in_cache: bool = False
     cancelled: bool = False
     arrival: float = field(default_factory=time.perf_counter)
@@ -126,6 +135,11 @@ class TokenStream:
     async def aclose(self) -> None:
         self._engine._cancel(self._request)
 
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose keys and values came from the prefix cache (0 until the prefill starts)."""
+        return self._request.cached_tokens
+
     def sampled(self, i: int) -> Sampled:
         """Token i's draw (row 0): its logprob and top_logprobs alternatives, after the chain. Valid for
         every token the stream has yielded (the engine records it before handing the token over)."""
@@ -142,7 +156,7 @@ class Engine:
         self.model, self.eos = model, eos_token_id
         self.config = config = config or EngineConfig()
         c = model.config
-        self.cache = PagedKVCache(
+        self.cache = (CachingPagedKVCache if config.prefix_caching else PagedKVCache)(
             c.n_layers,
             c.n_kv_heads,
             c.head_dim,
@@ -255,18 +269,26 @@ class Engine:
         """Run one plan of the scheduler: prefill chunks, one batched decode, then report the tokens."""
         plan = self.scheduler.step()
         for rid in plan.preempted:
+            self._requests[int(rid)].preempted = True
             self._free_blocks(self._requests[int(rid)])
             self._preemptions += 1
         sampling: list[tuple[_Request, Tensor]] = []  # (request, its logits (V,))
         for chunk in plan.prefills:
             request = self._requests[int(chunk.request_id)]
+            tokens = request.prompt + request.generated  # what the scheduler prefills, in order
             if not request.in_cache:
                 self.cache.add_sequence(request.id)
                 request.in_cache = True
-            view = self.cache.view([request.id])
-            logits = self.model.prefill(torch.tensor([chunk.ids]), view, last_only=True)  # (1, 1, V)
-            if chunk.sample:
-                sampling.append((request, logits[0, -1]))
+            self._reuse(request, tokens, chunk)
+            # Positions the prefix cache already holds are skipped: the scheduler counted them as a
+            # prefill, and their keys and values are there (a hit leaves the last prompt token to compute).
+            ids = chunk.ids[max(0, self.cache.num_tokens(request.id) - chunk.start) :]
+            if ids:
+                view = self.cache.view([request.id])
+                logits = self.model.prefill(torch.tensor([ids]), view, last_only=True)  # (1, 1, V)
+                if chunk.sample:
+                    sampling.append((request, logits[0, -1]))
+                self._publish(request, tokens)
         if plan.decodes:
             batch = [self._requests[int(c.request_id)] for c in plan.decodes]
             view = self.cache.view([r.id for r in batch])
@@ -276,15 +298,32 @@ class Engine:
             )  # (B, V)
             sampling += zip(batch, logits)
             self._max_batch_seen = max(self._max_batch_seen, len(batch))
+            for request in batch:
+                self._publish(request, request.prompt + request.generated)
         self._steps += 1
         chosen = {str(r.id): int(r.chooser(row[None])[0]) for r, row in sampling}  # row (V,) -> (1, V)
         finished = self.scheduler.complete(chosen, time.perf_counter())
         for request, _ in sampling:
+            request.generated.append(chosen[str(request.id)])
             request.emit(chosen[str(request.id)])
         for done in finished:
             request = self._requests[int(done.request_id)]
             self._retire(request)  # before the stream ends: a client that reads its end finds the blocks free
             request.emit(None)
+
+    def _reuse(self, request: _Request, tokens: list[int], chunk) -> None:
+        """Before a prefill chunk: take the cached blocks that continue the request's sequence, within the
+        blocks the scheduler counted up to the chunk's end (so the pool holds them). They may reach past
+        the chunk: the next chunk then skips what they hold."""
+        held = self.cache.num_tokens(request.id)
+        if isinstance(self.cache, CachingPagedKVCache) and held >= chunk.start:
+            now = self.cache.extend(request.id, tokens, upto=chunk.start + len(chunk.ids))
+            if not request.preempted:  # what the client's usage reports: its first pass only
+                request.cached_tokens += now - held
+
+    def _publish(self, request: _Request, tokens: list[int]) -> None:
+        if isinstance(self.cache, CachingPagedKVCache):
+            self.cache.publish(request.id, tokens)
 
     def _free_blocks(self, request: _Request) -> None:
         if request.in_cache:

@@ -3,8 +3,9 @@
 `CachingPagedKVCache` is the paged_kv kata's cache whose allocator remembers full blocks by their
 prefix's digest (solutions.prefix_cache.block_digest) and keeps them after their sequences end:
 evictable, least recently freed first and a sequence's tail before its head, taken only when no plain
-block is free. `start` opens a sequence on the longest cached prefix of its prompt (whole blocks, the
-last token left to compute); `publish` records the blocks a sequence has filled. Not here: salts per
+block is free. `start` opens a sequence on the longest cached prefix of its prompt and `extend` grows
+it along more cached blocks (whole blocks, the last token left to compute); `publish` records the
+blocks a sequence has filled. Not here: salts per
 tenant (every request shares one namespace), partial-block hits, moving blocks off the device.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from solutions.paged_kv import BlockAllocator, PagedKVCache, _Sequence
+from solutions.paged_kv import BlockAllocator, PagedKVCache
 from solutions.prefix_cache import block_digest
 
 
@@ -78,24 +79,34 @@ class CachingPagedKVCache(PagedKVCache):
         self.allocator = CachingAllocator(self.num_blocks)
         self._digests: dict[int, list[bytes]] = {}  # per sequence: digests of its published blocks
 
-    def start(self, seq_id: int, prompt: Sequence[int]) -> int:
-        """Open sequence `seq_id` holding the longest cached prefix of `prompt` in whole blocks, at most
-        len(prompt) - 1 tokens; returns how many tokens it holds (0: an empty sequence)."""
+    def start(self, seq_id: int, prompt: Sequence[int], upto: int | None = None) -> int:
+        """Open sequence `seq_id` on the longest cached prefix of `prompt` (see `extend`); returns how
+        many tokens it holds (0: an empty sequence)."""
         self.add_sequence(seq_id)
-        bs, hits, digests, parent = self.block_size, [], [], None
-        for start in range(0, len(prompt) - bs, bs):
-            parent = block_digest(parent, prompt[start : start + bs], None)
-            block = self.allocator.lookup(parent)
+        self._digests[seq_id] = []
+        return self.extend(seq_id, prompt, upto)
+
+    def extend(self, seq_id: int, prompt: Sequence[int], upto: int | None = None) -> int:
+        """Append to the sequence the cached blocks that continue it along `prompt`: whole blocks, no more
+        than the ceil(upto / block_size) blocks a caller has room for (default: all), and at most
+        len(prompt) - 1 tokens (the last is always computed). Only a sequence whose blocks are all full
+        and published grows. Returns the tokens it holds."""
+        seq, digests, bs = self._seq(seq_id), self._digests.setdefault(seq_id, []), self.block_size
+        held = seq.tokens
+        if held != len(digests) * bs or max(seq.lens) != held:
+            return held
+        limit = len(prompt) - 1 if upto is None else min(len(prompt) - 1, -(-upto // bs) * bs)
+        while held + bs <= limit:
+            digest = block_digest(digests[-1] if digests else None, prompt[held : held + bs], None)
+            block = self.allocator.lookup(digest)
             if block is None:
                 break
-            hits.append(block)
-            digests.append(parent)
-        for block in hits:
             self.allocator.share(block)
-        cached = len(hits) * bs
-        self._seqs[seq_id] = _Sequence(hits, [cached] * self.n_layers)
-        self._digests[seq_id] = digests
-        return cached
+            seq.table.append(block)
+            digests.append(digest)
+            held += bs
+        seq.lens = [held] * self.n_layers
+        return held
 
     def publish(self, seq_id: int, tokens: Sequence[int]) -> None:
         """Record the sequence's full blocks: `tokens` are the tokens whose keys and values it holds

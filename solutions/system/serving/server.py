@@ -204,7 +204,7 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
                 "choices": [
                     choice | {"finish_reason": text.finish_reason(), "logprobs": text.take_logprobs()}
                 ],
-                "usage": _usage(len(prompt), text.tokens),
+                "usage": _usage(len(prompt), text.tokens, tokens.cached_tokens),
             }
         )
 
@@ -243,7 +243,8 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
                 yield chunk(rest)
             yield chunk(None, text.finish_reason())
             if usage:
-                yield _sse(head | {"object": obj, "choices": [], "usage": _usage(n_prompt, text.tokens)})
+                usage_now = _usage(n_prompt, text.tokens, tokens.cached_tokens)
+                yield _sse(head | {"object": obj, "choices": [], "usage": usage_now})
             yield "data: [DONE]\n\n"
         finally:
             await tokens.aclose()  # a client gone mid-stream: the engine drops the request now
@@ -579,8 +580,14 @@ def _logprobs(body: dict, params: SamplingParams) -> bool:
     return bool(value)
 
 
-def _usage(n_prompt: int, n_new: int) -> dict:
-    return {"prompt_tokens": n_prompt, "completion_tokens": n_new, "total_tokens": n_prompt + n_new}
+def _usage(n_prompt: int, n_new: int, cached: int = 0) -> dict:
+    """OpenAI's usage object; cached: the prompt tokens the prefix cache held (prompt_tokens_details)."""
+    return {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_new,
+        "total_tokens": n_prompt + n_new,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def _sse(data: dict) -> str:
