@@ -521,7 +521,7 @@ def register(subparsers) -> None:
         help="HuggingFace's: a token already in the prompt or answer has its logit divided by P "
         "(multiplied when negative). Greedy with a penalty runs fp32 alone",
     )
-    for name, what in (("presence", "once a token has appeared"), ("frequency", "for each time it appeared")):
+    for name, what in (("presence", "once it has appeared"), ("frequency", "for each time it has appeared")):
         p.add_argument(
             f"--{name}-penalty",
             type=number(float, lambda v: True, "a number"),
