@@ -434,12 +434,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def chain_line(chain: list, args: argparse.Namespace) -> str:
-    """How the chain picks each token: its processors in order, then a seeded draw or the argmax."""
+    """How the chain picks each token: its processors in order, then a seeded draw or the argmax (greedy's
+    temperature of 1 changes nothing, so it is not named)."""
     from solutions.system.decoding import describe_chain
 
+    if not args.sample:
+        chain = [p for p in chain if type(p).__name__ != "Temperature"]
+        return f"tokens: {describe_chain(chain)}, then the argmax" if chain else "tokens: the argmax"
     seed = "unseeded" if args.seed is None else f"seed {args.seed}"
-    how = f"a draw ({seed})" if args.sample else "the argmax"
-    return f"tokens: {describe_chain(chain)}, then {how}"
+    return f"tokens: {describe_chain(chain)}, then a draw ({seed})"
 
 
 def speculative_line(chosen: Plan, result) -> str:

@@ -296,6 +296,17 @@ def test_the_chain_picks_the_tokens_for_penalties_and_sampling():
     assert sampled | dict(temperature=0.7, top_p=0.9, min_p=0.1, top_k=40) == sampled
 
 
+def test_chain_line_names_the_processors_and_the_choice():
+    """The chain line: processors in order then a seeded draw; greedy names no temperature of 1"""
+    from solutions.sampling import make_chain
+
+    sampled = demo.chain_line(make_chain(temperature=0.7, top_k=5), args(sample=True, seed=3))
+    assert sampled == "tokens: Temperature(temperature=0.7) -> TopK(k=5), then a draw (seed 3)", sampled
+    assert demo.chain_line(make_chain(), args()) == "tokens: the argmax"
+    greedy = demo.chain_line(make_chain(presence_penalty=0.5), args(presence_penalty=0.5))
+    assert greedy == "tokens: FrequencyPresencePenalty(presence=0.5, frequency=0), then the argmax", greedy
+
+
 def test_logprob_lines_show_the_token_and_its_alternatives():
     """--top-logprobs: one line per token, its text and logprob, then the N most likely with theirs"""
     import torch
