@@ -29,6 +29,7 @@ SIZES = {
     ),
     "speculative": ({"tokens": 32, "repeats": 3, "k": 4}, {"tokens": 8, "repeats": 1, "k": 4}),
     "llama_cpp": ({"tokens": 32, "repeats": 5}, {"tokens": 8, "repeats": 1}),
+    "prefix": ({"tokens": 1500, "rounds": 3}, {"tokens": 300, "rounds": 1}),
 }
 GRADING_GOAL_S = 10.0  # a kata suite runs in under 10 s on 2 cores (DESIGN.md)
 SANDBOX_GOAL_S = 1.5  # sandboxed grading of the reference costs at most this much more
@@ -299,6 +300,29 @@ def generate(ctx: Context) -> list[Row]:
             cache["ratio"],
             Goal(">", 1),
         ),
+    ]
+
+
+def prefix(ctx: Context) -> list[Row]:
+    """The serving engine's prefix cache: TTFT of a request repeating a long system prompt vs the first."""
+    from benchmarks import prefix_bench
+    from solutions.system.kernels.weight_modes import default_mode
+
+    size = ctx.size("prefix")
+    models, tokenizer = ctx.modes()
+    mode = default_mode() if default_mode() in models else "fp32"
+    r = prefix_bench.prefix_ttft(models[mode], tokenizer, tokens=size["tokens"], rounds=size["rounds"])
+    return [
+        Row(
+            "prefix",
+            f"serving TTFT, a second request repeating a {r['prompt']}-token prompt's system part / the first "
+            f"({mode} weights, one request at a time)",
+            r["ratio"],
+            "x",
+            goal=Goal("<=", 0.5, on="ours"),
+            note=f"median of {r['rounds']} rounds: {r['warm']:.2f} s vs {r['cold']:.2f} s; "
+            f"{r['cached']} prompt tokens cached",
+        )
     ]
 
 
@@ -576,6 +600,7 @@ GROUPS: dict[str, Callable[[Context], list[Row]]] = {
     "startup": startup,
     "generate": generate,
     "speculative": speculative,
+    "prefix": prefix,
     "llama_cpp": llama_cpp,
 }
 PEER_ONLY = ("llama_cpp",)
