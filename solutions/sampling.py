@@ -230,7 +230,10 @@ def sample(
         raise ValueError(f"top_logprobs must be an int in [0, {V}], got {top_logprobs!r}")
     logp = logits.log_softmax(dim=-1)  # (B, V)
     tokens = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # (B,)
-    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)  # ties: lower id first
+    if top_logprobs:
+        sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)  # ties: lower id first
+    else:  # no alternatives asked for: skip sorting the whole vocabulary
+        sorted_logp, order = logp.new_empty(logp.shape[0], 0), torch.empty(logp.shape[0], 0, dtype=torch.long)
     return Sampled(
         tokens=tokens,
         logprobs=logp.gather(1, tokens[:, None])[:, 0],

@@ -11,8 +11,8 @@ EDITS = [
     V = logits.shape[-1]""",
     ),
     (
-        r"""    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)  # ties: lower id first""",
-        r"""    logp = raw.float().log_softmax(dim=-1)
-    sorted_logp, order = logp.sort(dim=-1, descending=True, stable=True)  # ties: lower id first""",
+        r"""    tokens = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # (B,)""",
+        r"""    tokens = torch.multinomial(logp.exp(), 1, generator=generator)[:, 0]  # (B,)
+    logp = raw.float().log_softmax(dim=-1)""",
     ),
 ]
