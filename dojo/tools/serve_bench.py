@@ -121,7 +121,8 @@ async def one_request(client, url: str, model: str, question: str, max_tokens: i
 
 
 async def run_level(url: str, model: str, concurrency: int, seconds: float, max_tokens: int) -> Level:
-    """`concurrency` clients asking back to back for `seconds`; requests in flight then finish."""
+    """`concurrency` clients asking back to back for `seconds`, each at least once (a client that starts
+    late on a busy machine still asks); requests in flight then finish."""
     import httpx
 
     samples: list[Sample] = []
@@ -130,8 +131,9 @@ async def run_level(url: str, model: str, concurrency: int, seconds: float, max_
 
     async def client_loop(worker: int, client) -> None:
         nonlocal errors, first_error
-        n = worker
-        while time.perf_counter() - start < seconds:
+        n, asked = worker, False
+        while not asked or time.perf_counter() - start < seconds:
+            asked = True
             try:
                 samples.append(
                     await one_request(client, url, model, QUESTIONS[n % len(QUESTIONS)], max_tokens)
