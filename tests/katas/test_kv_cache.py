@@ -7,6 +7,7 @@ every model property is a full recompute without a cache (`model(ids)`).
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -136,17 +137,20 @@ def test_update_returns_all_positions(kata, seed):
 @pytest.mark.builds_on("test_update_returns_all_positions")
 def test_length_moves_after_last_layer(kata):
     """length moves on only once every layer has written the new positions"""
-    cache = kata.KVCache(3, 1, 1, 2, 8)
-    for t, before in [(4, 0), (1, 4), (2, 5)]:
-        for layer in range(3):
+    r = seeds.rng(220)
+    n_layers, chunks = r.randint(2, 4), [r.randint(2, 5), 1, r.randint(1, 3)]  # a prefill, then steps
+    cache, before = kata.KVCache(n_layers, 1, 1, 2, sum(chunks) + r.randint(1, 4)), 0  # never full here
+    for t in chunks:
+        for layer in range(n_layers):
             assert cache.length == before, (
                 f"writing {t} positions after {before}: length {cache.length} before layer {layer} writes, "
-                f"want {before} until all 3 layers have written"
+                f"want {before} until all {n_layers} layers have written"
             )
             cache.update(layer, *kv(1, 1, t, 2, seed=layer))
         assert cache.length == before + t, (
-            f"after all 3 layers wrote {t} after {before}: length {cache.length}, want {before + t}"
+            f"after all {n_layers} layers wrote {t} after {before}: length {cache.length}, want {before + t}"
         )
+        before += t
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
@@ -188,12 +192,19 @@ def test_update_writes_in_place(kata):
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.builds_on("test_update_writes_in_place")
 def test_bytes_needed_formula(kata, dtype):
     """bytes_needed is 2 * layers * batch * kv heads * head_dim * max_len * itemsize, and nbytes agrees"""
     itemsize = torch.tensor([], dtype=dtype).element_size()
-    for shape in [(1, 1, 1, 1, 1), (2, 3, 2, 8, 5), (3, 1, 4, 16, 7)]:
+    r = seeds.rng(200 + DTYPES.index(dtype))
+    shapes = [
+        (r.randint(1, 4), r.randint(1, 4), r.randint(1, 4), r.randint(1, 32), r.randint(1, 64)) for _ in "ab"
+    ]
+    for shape in [(1, 1, 1, 1, 1), *shapes]:
         L, B, H, D, T = shape
         want = 2 * L * B * H * D * T * itemsize
         got = kata.KVCache.bytes_needed(L, B, H, D, T, dtype)
@@ -211,7 +222,11 @@ def test_reorder_reaches_every_layer(kata):
     written = [kv(batch, 2, 3, 4, seed=layer) for layer in range(n_layers)]
     for layer, (k, v) in enumerate(written):
         cache.update(layer, k, v)
-    index = torch.tensor([2, 0, 0])
+    r = seeds.rng(221)
+    index = torch.tensor([r.randrange(batch) for _ in range(batch)])
+    while index.tolist() == list(range(batch)):
+        index = torch.tensor([r.randrange(batch) for _ in range(batch)])  # not the identity
+    shown = index.tolist()
     cache.reorder(index)
     assert cache.length == 3, f"reorder changed length from 3 to {cache.length}"
     for layer, (k, v) in enumerate(written):
@@ -220,36 +235,52 @@ def test_reorder_reaches_every_layer(kata):
         want_k = torch.cat([k[index], new_k], dim=2)
         want_v = torch.cat([v[index], new_v], dim=2)
         assert close(got_k, want_k), (
-            f"after reorder([2, 0, 0]), layer {layer} keys: rows not reordered (or new step lost)"
+            f"after reorder({shown}), layer {layer} keys: rows not reordered (or new step lost)"
         )
         assert close(got_v, want_v), (
-            f"after reorder([2, 0, 0]), layer {layer} values: rows not reordered (or new step lost)"
+            f"after reorder({shown}), layer {layer} values: rows not reordered (or new step lost)"
         )
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
 def test_reorder_rejects_bad_index(kata):
     """reorder rejects an index of the wrong shape, dtype or range with ValueError"""
-    cache = kata.KVCache(1, 2, 1, 2, 4)
-    cache.update(0, *kv(2, 1, 1, 2, seed=0))
-    raises(ValueError, lambda: cache.reorder(torch.tensor([0, 1, 1])), "reorder with 3 rows for a batch of 2")
-    raises(ValueError, lambda: cache.reorder(torch.tensor([0, 2])), "reorder([0, 2]) for a batch of 2")
-    raises(ValueError, lambda: cache.reorder(torch.tensor([0.0, 1.0])), "reorder with a float index")
+    r = seeds.rng(222)
+    B = r.randint(2, 4)
+    cache = kata.KVCache(1, B, 1, 2, 4)
+    cache.update(0, *kv(B, 1, 1, 2, seed=0))
+    rows = [r.randrange(B) for _ in range(B)]
+    longer, past = rows + [r.randrange(B)], list(rows)
+    past[r.randrange(B)] = B + r.randint(0, 3)
+    raises(
+        ValueError,
+        lambda: cache.reorder(torch.tensor(longer)),
+        f"reorder with {B + 1} rows for a batch of {B}",
+    )
+    raises(ValueError, lambda: cache.reorder(torch.tensor(past)), f"reorder({past}) for a batch of {B}")
+    raises(
+        ValueError,
+        lambda: cache.reorder(torch.tensor(rows, dtype=torch.float32)),
+        "reorder with a float index",
+    )
 
 
 @pytest.mark.builds_on("test_update_returns_all_positions")
 def test_truncate_rejects_bad_length(kata):
     """truncate accepts 0..length and rejects anything else with ValueError"""
+    r = seeds.rng(223)
+    n = r.randint(2, 6)
     cache = kata.KVCache(1, 1, 1, 2, 8)
-    cache.update(0, *kv(1, 1, 4, 2, seed=0))
-    raises(ValueError, lambda: cache.truncate(5), "truncate(5) with 4 positions cached")
-    raises(ValueError, lambda: cache.truncate(-1), "truncate(-1)")
-    cache.truncate(4)
-    assert cache.length == 4, (
-        f"truncate(4) with 4 cached: length {cache.length}, want 4 (truncate(n) keeps the first n)"
+    cache.update(0, *kv(1, 1, n, 2, seed=0))
+    over, under, keep = n + r.randint(1, 3), -r.randint(1, 3), r.randint(1, n - 1)
+    raises(ValueError, lambda: cache.truncate(over), f"truncate({over}) with {n} positions cached")
+    raises(ValueError, lambda: cache.truncate(under), f"truncate({under})")
+    cache.truncate(n)
+    assert cache.length == n, (
+        f"truncate({n}) with {n} cached: length {cache.length}, want {n} (truncate(n) keeps the first n)"
     )
-    cache.truncate(1)
-    assert cache.length == 1, f"truncate(1): length {cache.length}, want 1"
+    cache.truncate(keep)
+    assert cache.length == keep, f"truncate({keep}): length {cache.length}, want {keep}"
 
 
 @pytest.mark.points(2)
@@ -257,28 +288,48 @@ def test_truncate_rejects_bad_length(kata):
 def test_cache_full(kata):
     """writing past max_len raises CacheFullError (a ValueError) naming the lengths; a full cache works"""
     assert issubclass(kata.CacheFullError, ValueError), "CacheFullError must subclass ValueError"
-    cache = kata.KVCache(2, 1, 1, 2, 5)
-    for t in [3, 1, 1]:  # fills all 5 positions exactly
+    r = seeds.rng(224)
+    prefill, steps = r.randint(2, 6), r.randint(1, 3)
+    full = prefill + steps
+    cache = kata.KVCache(2, 1, 1, 2, full)
+    for t in [prefill] + [1] * steps:  # fills all positions exactly
         for layer in range(2):
             k_all, _ = cache.update(layer, *kv(1, 1, t, 2, seed=layer))
-    assert cache.length == 5, f"prefill 3 + 2 decode steps with max_len 5: length {cache.length}, want 5"
-    assert k_all.shape[2] == 5, f"the write that fills max_len 5 returned {k_all.shape[2]} positions, want 5"
-    msg = raises(
-        kata.CacheFullError, lambda: cache.update(0, *kv(1, 1, 1, 2, seed=9)), "a 6th position with max_len 5"
+    assert cache.length == full, (
+        f"prefill {prefill} + {steps} decode steps with max_len {full}: length {cache.length}, want {full}"
     )
-    assert "5" in msg, f"CacheFullError should name max_len 5; message: {msg!r}"
-    assert cache.length == 5, f"a refused write changed length from 5 to {cache.length}"
-    empty = kata.KVCache(1, 1, 1, 2, 5)
-    msg = raises(
-        kata.CacheFullError, lambda: empty.update(0, *kv(1, 1, 6, 2, seed=0)), "a prefill of 6 with max_len 5"
+    assert k_all.shape[2] == full, (
+        f"the write that fills max_len {full} returned {k_all.shape[2]} positions, want {full}"
     )
-    assert "6" in msg and "5" in msg, f"CacheFullError should name 6 and max_len 5; message: {msg!r}"
+    msg = raises(
+        kata.CacheFullError,
+        lambda: cache.update(0, *kv(1, 1, 1, 2, seed=9)),
+        f"position {full + 1} with max_len {full}",
+    )
+    assert str(full) in msg, f"CacheFullError should name max_len {full}; message: {msg!r}"
+    assert cache.length == full, f"a refused write changed length from {full} to {cache.length}"
+    empty, big = kata.KVCache(1, 1, 1, 2, full), full + r.randint(1, 3)
+    msg = raises(
+        kata.CacheFullError,
+        lambda: empty.update(0, *kv(1, 1, big, 2, seed=0)),
+        f"a prefill of {big} with max_len {full}",
+    )
+    assert str(big) in msg and str(full) in msg, (
+        f"CacheFullError should name {big} and max_len {full}; message: {msg!r}"
+    )
 
 
 def test_max_bytes(kata):
     """max_bytes below bytes_needed raises ValueError naming both numbers; exactly enough is fine"""
-    shape = (30, 4, 3, 64, 2048)
-    need = 2 * 30 * 4 * 3 * 64 * 2048 * 4
+    r = seeds.rng(210)
+    shape = (
+        r.randint(1, 32),
+        r.randint(1, 8),
+        r.randint(1, 4),
+        r.choice([16, 32, 64, 128]),
+        r.randint(1, 4096),
+    )
+    need = 2 * math.prod(shape) * 4
     msg = raises(
         ValueError,
         lambda: kata.KVCache(*shape, max_bytes=need - 1),
@@ -287,25 +338,37 @@ def test_max_bytes(kata):
     assert str(need) in msg and str(need - 1) in msg, (
         f"the error should name the {need} bytes needed and max_bytes {need - 1}; message: {msg!r}"
     )
-    small = (2, 1, 1, 4, 8)
-    kata.KVCache(*small, max_bytes=2 * 2 * 1 * 1 * 4 * 8 * 4)  # exactly enough
+    small = (r.randint(1, 3), r.randint(1, 2), r.randint(1, 2), r.choice([2, 4, 8]), r.randint(1, 16))
+    kata.KVCache(*small, max_bytes=2 * math.prod(small) * 4)  # exactly enough
 
 
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_update_writes_in_place")
 def test_rejects_bad_updates(kata):
     """update rejects a bad layer and k/v of the wrong shape or dtype with ValueError"""
-    cache = kata.KVCache(2, 2, 2, 4, 8)
-    good = torch.zeros(2, 2, 1, 4)
+    r = seeds.rng(211)
+    L, B, H, D, t = r.randint(1, 3), r.randint(1, 3), r.randint(1, 3), r.choice([2, 4, 8]), r.randint(1, 4)
+    cache = kata.KVCache(L, B, H, D, 8)
+    layer = r.randrange(L)
+    good = torch.randn(B, H, t, D, generator=seeds.generator(212))
+    q_heads = H * r.randint(2, 4)
+
+    def like(*shape):
+        return torch.randn(*shape, generator=seeds.generator(213))
+
     cases = {
-        "layer -1": (-1, good, good),
-        "layer 2 of 2": (2, good, good),
-        "k (2, 2, 1, 4) with v (2, 2, 2, 4)": (0, good, torch.zeros(2, 2, 2, 4)),
-        "batch 3 for a batch-2 cache": (0, torch.zeros(3, 2, 1, 4), torch.zeros(3, 2, 1, 4)),
-        "4 heads (query heads?) for a 2-kv-head cache": (0, torch.zeros(2, 4, 1, 4), torch.zeros(2, 4, 1, 4)),
-        "head_dim 8 for head_dim 4": (0, torch.zeros(2, 2, 1, 8), torch.zeros(2, 2, 1, 8)),
-        "3-D k and v": (0, torch.zeros(2, 2, 4), torch.zeros(2, 2, 4)),
-        "float64 k and v for a float32 cache": (0, good.double(), good.double()),
+        f"layer -{1 + layer}": (-1 - layer, good, good),
+        f"layer {L + layer} of {L}": (L + layer, good, good),
+        f"k {(B, H, t, D)} with v {(B, H, t + 1, D)}": (layer, good, like(B, H, t + 1, D)),
+        f"batch {B + 1} for a batch-{B} cache": (layer, like(B + 1, H, t, D), like(B + 1, H, t, D)),
+        f"{q_heads} heads (query heads?) for a {H}-kv-head cache": (
+            layer,
+            like(B, q_heads, t, D),
+            like(B, q_heads, t, D),
+        ),
+        f"head_dim {2 * D} for head_dim {D}": (layer, like(B, H, t, 2 * D), like(B, H, t, 2 * D)),
+        "3-D k and v": (layer, like(B, H, D), like(B, H, D)),
+        "float64 k and v for a float32 cache": (layer, good.double(), good.double()),
     }
     for what, (layer, k, v) in cases.items():
         raises(ValueError, lambda layer=layer, k=k, v=v: cache.update(layer, k, v), f"update with {what}")
