@@ -165,6 +165,9 @@ def test_penalties_and_logit_bias_choose_as_the_chain_does(client, model):
         ({"top_logprobs": 2}, "top_logprobs", "needs logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "[0, 20]"),
         ({"logprobs": 1}, "logprobs", "true or false"),
+        ({"n": 0}, "n", "[1, 8]"),
+        ({"n": 9}, "n", "[1, 8]"),
+        ({"n": True}, "n", "[1, 8]"),
     ],
 )
 def test_bad_values_are_refused_by_name(client, extra, param, words):
@@ -180,3 +183,27 @@ def test_completions_logprobs_are_refused(client):
     r = post(client, {"logprobs": 2}, path="completions")
     assert r.status_code == 400 and "chat/completions" in r.json()["error"]["message"], r.text
     assert post(client, {"logprobs": 0}, path="completions").status_code == 200
+
+
+def test_n_choices_each_answer_as_one_request_would(client):
+    """n = 3 greedy: three identical choices indexed 0-2, usage counting all their tokens; n = 2 seeded
+    sampling: choice i is what a lone request seeded seed + i answers; streamed, each choice's chunks
+    carry its index and add up to the same answers"""
+    one = post(client, {}).json()
+    three = post(client, {"n": 3}).json()
+    assert [c["index"] for c in three["choices"]] == [0, 1, 2]
+    assert [c["message"]["content"] for c in three["choices"]] == [content(one)] * 3
+    assert three["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"]
+    assert three["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    sampled = {"temperature": 1.0, "seed": 11}
+    two = post(client, sampled | {"n": 2}).json()
+    alone = [content(post(client, sampled | {"seed": 11 + i}).json()) for i in range(2)]
+    assert [c["message"]["content"] for c in two["choices"]] == alone
+    assert alone[0] != alone[1], "seeds 11 and 12 drew the same answer: the test shows nothing"
+    chunks = streamed(client, sampled | {"n": 2, "stream_options": {"include_usage": True}})
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for choice in c["choices"]:
+            texts[choice["index"]] += choice["delta"].get("content") or ""
+    assert [texts[0], texts[1]] == alone
+    assert chunks[-1]["usage"]["completion_tokens"] == two["usage"]["completion_tokens"]

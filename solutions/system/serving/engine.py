@@ -7,7 +7,7 @@ decoding request, so the weights are read once per step. A client that goes away
 and frees its blocks. Each request's tokens are chosen through the sampling kata's chain
 (solutions.system.decoding.Chooser), which keeps their logprobs. With prefix caching (the default), a
 prompt that starts with blocks another request filled shares them and prefills only the rest
-(solutions.system.serving.prefix_kv). Not here: batched prefills, stop strings (the server's), n > 1.
+(solutions.system.serving.prefix_kv). Not here: batched prefills; stop strings and n > 1 (the server's).
 """
 
 from __future__ import annotations

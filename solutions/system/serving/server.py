@@ -5,13 +5,16 @@ POST /v1/completions, GET /v1/models, /v1/models/{id} and /health. With `"stream
 come as server-sent events. Sampling follows OpenAI's parameters through the sampling kata's chain
 (penalties, logit_bias; stop strings and chat logprobs by its StopChecker and Sampled), and errors come in
 OpenAI's shape with a 4xx (a 500 inside). A client that disconnects mid-stream cancels its request. Each
-request logs one line at info on REQUEST_LOG. Not here: n > 1, the completions endpoint's logprobs, tools,
-JSON modes, images, authentication: each is refused with a 400 naming it, while its explicit default
-(`"n": 1`, null) is accepted.
+request logs one line at info on REQUEST_LOG. `n` > 1 (up to MAX_N) runs n requests on one prompt:
+the prefix cache shares its full blocks, and with a seed choice i draws from seed + i. Not here: the
+completions endpoint's logprobs, tools, JSON modes, images, authentication: each is refused with a 400
+naming it, while its explicit default (null, false, []) is accepted.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 import socket
@@ -36,9 +39,8 @@ MODEL_ID = "SmolLM2-135M-Instruct"  # what /v1/models lists and requests name
 REQUEST_LOG = logging.getLogger("solutions.system.serving.requests")  # `dojo serve` gives it a handler
 
 # parameters a client may send that this server does not implement, and the values that mean "unused"
-# (frameworks send the explicit defaults on every call: "logprobs": false, "top_logprobs": 0, "n": 1)
+# (frameworks send the explicit defaults on every call: "logprobs": false, "top_logprobs": 0)
 UNSUPPORTED = {
-    "n": (1,),
     "tools": ([],),
     "functions": ([],),
     "tool_choice": ("none",),
@@ -55,6 +57,7 @@ WHY_UNSUPPORTED = {
 MAX_BODY = 4 * 2**20  # bytes of one request body: a full 8,192-token context is far below it
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP = 4  # stop strings one request may give
+MAX_N = 8  # choices one request may ask for
 FILTERED_LOGPROB = -9999.0  # what a token the filters removed (logprob -inf, not JSON) is reported as
 
 
@@ -178,76 +181,101 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
+        n = _n(body.get("n"))
         kind = "chatcmpl" if chat else "cmpl"
         head = {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model_id}
-        text = answer(stop, logprobs)
-        tokens = engine.submit(prompt, params)
+        texts = [answer(stop, logprobs) for _ in range(n)]
+        streams = [engine.submit(prompt, _choice_params(params, i)) for i in range(n)]
         if stream:
             usage = (body.get("stream_options") or {}).get("include_usage", False)
             return StreamingResponse(
-                _events(tokens, text, head, chat, len(prompt), usage), media_type="text/event-stream"
+                _events(streams, texts, head, chat, len(prompt), usage), media_type="text/event-stream"
             )
+
+        async def whole(tokens, text: Answer) -> str:
+            try:
+                return "".join([piece async for piece in _pieces(tokens, text)]) + text.finish()
+            finally:
+                await tokens.aclose()  # a stop string: the engine drops the request now
+
         try:
-            pieces = [piece async for piece in _pieces(tokens, text)]
+            contents = await asyncio.gather(*(whole(t, x) for t, x in zip(streams, texts)))
         finally:
-            await tokens.aclose()  # a stop string: the engine drops the request now
-        content = "".join(pieces) + text.finish()
-        choice = (
-            {"index": 0, "message": {"role": "assistant", "content": content, "refusal": None}}
-            if chat
-            else {"index": 0, "text": content}
-        )
+            for tokens in streams:
+                await tokens.aclose()
+        choices = []
+        for i, (content, text) in enumerate(zip(contents, texts)):
+            choice = (
+                {"index": i, "message": {"role": "assistant", "content": content, "refusal": None}}
+                if chat
+                else {"index": i, "text": content}
+            )
+            choices.append(choice | {"finish_reason": text.finish_reason(), "logprobs": text.take_logprobs()})
         return JSONResponse(
             head
             | {
                 "object": "chat.completion" if chat else "text_completion",
-                "choices": [
-                    choice | {"finish_reason": text.finish_reason(), "logprobs": text.take_logprobs()}
-                ],
-                "usage": _usage(len(prompt), text.tokens, tokens.cached_tokens),
+                "choices": choices,
+                "usage": _usage(len(prompt), sum(t.tokens for t in texts), streams[0].cached_tokens),
             }
         )
 
     async def _events(
-        tokens, text: Answer, head: dict, chat: bool, n_prompt: int, usage: bool
+        streams: list, texts: list[Answer], head: dict, chat: bool, n_prompt: int, usage: bool
     ) -> AsyncIterator[str]:
+        """The choices' chunks as server-sent events, interleaved as their tokens come, then usage."""
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(piece: str | None, finish: str | None = None) -> str:
+        def chunk(i: int, piece: str | None, finish: str | None = None) -> str:
+            text = texts[i]
             if chat:
                 delta = {} if piece is None else {"content": piece}
-                choice = {"index": 0, "delta": delta, "logprobs": text.take_logprobs()}
+                choice = {"index": i, "delta": delta, "logprobs": text.take_logprobs()}
             else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None}
+                choice = {"index": i, "text": piece or "", "logprobs": None}
             return _sse(head | {"object": obj, "choices": [choice | {"finish_reason": finish}]})
 
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def choice(i: int) -> None:
+            try:
+                if chat:
+                    role = {"role": "assistant", "content": ""}
+                    first = {"index": i, "delta": role, "logprobs": None, "finish_reason": None}
+                    await queue.put(_sse(head | {"object": obj, "choices": [first]}))
+                async for piece in _pieces(streams[i], texts[i]):
+                    await queue.put(chunk(i, piece))
+                if rest := texts[i].finish():
+                    await queue.put(chunk(i, rest))
+                await queue.put(chunk(i, None, texts[i].finish_reason()))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the engine stopped: the stream ends with the error
+                await queue.put(exc)
+            finally:
+                await streams[i].aclose()
+                await queue.put(None)
+
+        tasks = [asyncio.create_task(choice(i)) for i in range(len(streams))]
         try:
-            if chat:
-                yield _sse(
-                    head
-                    | {
-                        "object": obj,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                        ],
-                    }
-                )
-            async for piece in _pieces(tokens, text):
-                yield chunk(piece)
-            if rest := text.finish():
-                yield chunk(rest)
-            yield chunk(None, text.finish_reason())
+            done = 0
+            while done < len(tasks):
+                item = await queue.get()
+                if item is None:
+                    done += 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
             if usage:
-                usage_now = _usage(n_prompt, text.tokens, tokens.cached_tokens)
-                yield _sse(head | {"object": obj, "choices": [], "usage": usage_now})
+                used = _usage(n_prompt, sum(t.tokens for t in texts), streams[0].cached_tokens)
+                yield _sse(head | {"object": obj, "choices": [], "usage": used})
             yield "data: [DONE]\n\n"
-        finally:
-            await tokens.aclose()  # a client gone mid-stream: the engine drops the request now
+        finally:  # a client gone mid-stream: every choice's request is dropped now
+            for task in tasks:
+                task.cancel()
+            for tokens in streams:
+                await tokens.aclose()
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return APIError(
@@ -550,6 +578,20 @@ async def _pieces(tokens, text: Answer) -> AsyncIterator[str]:
             yield piece
         if text.stopped:
             return
+
+
+def _n(value) -> int:
+    """How many choices: null is 1; else an integer in [1, MAX_N]."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_N:
+        raise APIError(400, f"n must be an integer in [1, {MAX_N}], got {value!r}"[:300], "n")
+    return value
+
+
+def _choice_params(params: SamplingParams, i: int) -> SamplingParams:
+    """Choice i's parameters: with a seed, seed + i, so the choices differ and each repeats."""
+    return params if params.seed is None or i == 0 else dataclasses.replace(params, seed=params.seed + i)
 
 
 def _stop(value) -> list[str]:
