@@ -220,9 +220,17 @@ def startup(ctx: Context) -> list[Row]:
                 f"{modes_bench.WARM_RUNS})",
                 r["warm_s"],
                 "s",
-                goal=Goal("<=", 2.0, on="ours", unit=" s") if mode == default_mode() else None,
                 note=f"of which `import torch` {r['torch_s']:.2f} s (a Python that imports it and exits, "
-                f"interleaved): the demo's own part {r['warm_s'] - r['torch_s']:.2f} s",
+                f"interleaved), not counted: the goal is on the demo's own part, the next row",
+            ),
+            Row(
+                "startup",
+                f"dojo demo --weights {mode}'s own part of that warm start-up, above `import torch`",
+                r["warm_s"] - r["torch_s"],
+                "s",
+                goal=Goal("<=", 0.5, on="ours", unit=" s") if mode == default_mode() else None,
+                note=f"{r['warm_s']:.2f} s warm minus {r['torch_s']:.2f} s for `import torch` alone, measured "
+                "interleaved",
             ),
             Row(
                 "startup",
