@@ -303,11 +303,13 @@ def test_rms_norm_in_fp32(kata):
 @pytest.mark.builds_on("test_example_rope")
 def test_rope_pairs(kata):
     """RoPE rotates dimension i together with i + D/2 (rotate-half), nothing else"""
-    D, T = 8, 5
+    g = seeds.rng(35)
+    D, T, theta = g.choice([4, 8, 16]), g.randint(2, 6), g.choice([10.0, 10000.0, 100000.0])
+    positions = torch.tensor(sorted(g.sample(range(1, 200), T)))  # no position 0: every pair turns
     for i in range(D):
         x = torch.zeros(1, T, D)
-        x[..., i] = 1.0
-        got = kata.rope(x, torch.arange(T), 10.0)
+        x[..., i] = g.uniform(0.5, 2.0)
+        got = kata.rope(x, positions, theta)
         partner = (i + D // 2) % D
         moved = [j for j in range(D) if j not in (i, partner) and float(got[..., j].abs().max()) > 1e-6]
         assert isinstance(got, torch.Tensor) and not moved, (
@@ -404,17 +406,19 @@ def test_attention_gqa_head_sharing(kata):
 @pytest.mark.builds_on("test_attention_matches_oracle")
 def test_attention_scale(kata):
     """attention scales the scores by 1/sqrt(D), the head size"""
-    D = 16
+    g = seeds.rng(75)
+    D, scaled = g.choice([4, 16, 64]), g.uniform(0.5, 2.0)  # the score key 0 should get, once scaled
     q = torch.zeros(1, 1, 2, D)
     q[..., 1, :] = 1.0  # position 1's query: q . k = D * k_entry
     k = torch.zeros(1, 1, 2, D)
-    k[..., 0, :] = 0.25  # q . k0 = 4, scaled 1 = 4 / sqrt(16); q . k1 = 0
+    k[..., 0, :] = scaled / math.sqrt(D)  # q . k0 = sqrt(D) * scaled, scaled = q . k0 / sqrt(D); q . k1 = 0
     v = torch.tensor([1.0, 0.0]).view(1, 1, 2, 1).expand(1, 1, 2, D).contiguous()
     got = float(kata.attention(q, k, v)[0, 0, 1, 0])
-    want = math.exp(1) / (math.exp(1) + 1)  # weights softmax([1, 0])
+    want = math.exp(scaled) / (math.exp(scaled) + 1)  # weights softmax([scaled, 0])
+    dot = float((q[0, 0, 1] * k[0, 0, 0]).sum())
     assert abs(got - want) < 1e-4, (
-        f"scores q.k = [4, 0] at D = 16 gave weight {got:.4f} on key 0, want {want:.4f} = softmax([4/sqrt(16), 0]): "
-        "scale the scores by 1/sqrt(D)"
+        f"scores q.k = [{dot:.4g}, 0] at D = {D} gave weight {got:.4f} on key 0, want {want:.4f} = "
+        f"softmax([{dot:.4g}/sqrt({D}), 0]): scale the scores by 1/sqrt(D)"
     )
 
 
@@ -582,7 +586,7 @@ def test_load_names_missing_or_misshapen_tensors(kata):
 
 def test_no_library_shortcuts(kata, kata_path):
     """written by hand: no fused attention or norm from torch, no transformers, gguf or solutions imports"""
-    kata.rms_norm(torch.ones(2), torch.ones(2), 1e-5)  # a working file first: an empty one bans nothing
+    kata.rms_norm(randn(2, seed=110), torch.ones(2), 1e-5)  # a working file first: an empty one bans nothing
     found = banned_uses(kata_path, BANNED)
     tree = ast.parse(kata_path.read_text())
     found += [
