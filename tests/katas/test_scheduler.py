@@ -82,6 +82,16 @@ def blocks(positions: int, block_size: int) -> int:
     return -(-positions // block_size)
 
 
+def ids(r, n: int) -> tuple[int, ...]:
+    """`n` token ids drawn from `r` (a seeds.rng)."""
+    return tuple(r.randrange(VOCAB) for _ in range(n))
+
+
+def room(reqs: list[Req], block_size: int) -> int:
+    """The blocks that let every request of `reqs` keep its whole cache at once."""
+    return sum(blocks(len(q.prompt) + q.max_new - 1, block_size) for q in reqs)
+
+
 class Policy:
     """The README's policy, written plainly: requests in add order, each with its tokens, computed count
     and whether it runs; a step's blocks are derived from the computed counts."""
@@ -423,33 +433,38 @@ def smoke(kata) -> None:
 
 @pytest.mark.points(2)
 def test_prefill_resumes_where_it_stopped(kata):
-    """Chunked prefill: a 10-token prompt under a budget of 4 goes in as positions 0-3, 4-7, 8-9, the last one sampling"""
-    engine = Engine(kata, 4, 8, 2)
-    req = Req("long", tuple(range(1, 11)), 2)
+    """Chunked prefill: a prompt longer than the budget goes in as consecutive chunks of budget positions (0-3, 4-7, 8-9 for 10 tokens under 4), the last one sampling"""
+    r = seeds.rng(600)
+    budget, bs = r.randint(2, 6), r.randint(1, 4)
+    n_chunks = r.randint(2, 4)
+    # max_new >= 2: it does not finish in these steps (its TTFT and TPOT are other tests')
+    req = Req("long", ids(r, budget * (n_chunks - 1) + r.randint(1, budget)), r.randint(2, 4))
+    engine = Engine(kata, budget, room([req], bs) + r.randint(0, 2), bs)
     engine.add(req)
-    chunks = [engine.step()[0] for _ in range(3)]
-    want = [
-        [("long", 0, (1, 2, 3, 4), False)],
-        [("long", 4, (5, 6, 7, 8), False)],
-        [("long", 8, (9, 10), True)],
-    ]
+    chunks = [engine.step()[0] for _ in range(n_chunks)]
+    n = len(req.prompt)
+    want = [[("long", lo, req.prompt[lo : lo + budget], lo + budget >= n)] for lo in range(0, n, budget)]
     assert chunks == want, f"prefill chunks {[show(c) for c in chunks]}, want {[show(c) for c in want]}"
 
 
 @pytest.mark.points(1)
 @pytest.mark.builds_on("test_prefill_resumes_where_it_stopped")
 def test_decodes_count_against_the_token_budget(kata):
-    """A step's decodes spend its token budget too: a decode beside a long prompt fills a budget of 3, never more"""
-    engine = Engine(kata, 3, 16, 2)  # the engine fails a step that plans more tokens than the budget
-    engine.add(Req("a", (1, 2), 8))
+    """A step's decodes spend its token budget too: a decode beside a long prompt fills the budget, never more"""
+    r = seeds.rng(601)
+    budget, bs, steps = r.randint(3, 6), r.randint(1, 4), r.randint(2, 4)
+    a = Req("a", ids(r, r.randint(1, budget)), steps + r.randint(2, 4))  # still running at the end
+    long = Req("long", ids(r, (budget - 1) * steps + r.randint(0, budget)), 2)
+    engine = Engine(kata, budget, room([a, long], bs) + r.randint(0, 2), bs)  # fails a step over the budget
+    engine.add(a)
     engine.step()
-    engine.add(Req("long", tuple(range(8)), 2))
-    for s in range(1, 4):
+    engine.add(long)
+    for s in range(1, steps + 1):
         prefills, decodes, _ = engine.step()
         used = sum(len(c[2]) for c in prefills + decodes)
-        assert used == 3, (
+        assert used == budget, (
             f"step {s}: prefills {show(prefills)}, decodes {show(decodes)}: {used} tokens; want the whole "
-            "budget of 3 used while a decodes and the 8-token prompt goes in"
+            f"budget of {budget} used while a decodes and the {len(long.prompt)}-token prompt goes in"
         )
 
 
@@ -457,20 +472,28 @@ def test_decodes_count_against_the_token_budget(kata):
 @pytest.mark.builds_on("test_prefill_resumes_where_it_stopped", "test_decodes_count_against_the_token_budget")
 def test_decodes_are_not_stalled_by_a_long_prompt(kata):
     """A long prompt enters in chunks beside the running decodes: each of them still gets its token every step"""
-    engine = Engine(kata, 6, 64, 4)
-    engine.add(Req("a", (1, 2), 12))
-    engine.add(Req("b", (3, 4), 12))
-    engine.step()  # both prompts
-    engine.add(Req("long", tuple(i % VOCAB for i in range(40)), 2))
-    for s in range(1, 11):
+    r = seeds.rng(602)
+    n_decoding, bs, steps = r.randint(2, 3), r.randint(2, 4), r.randint(6, 10)
+    chunk = r.randint(n_decoding, 5)  # what the decodes leave of the budget; their prompts fit in one step
+    budget = n_decoding + chunk
+    decoding = [Req(rid, ids(r, r.randint(1, 2)), steps + r.randint(2, 4)) for rid in "abc"[:n_decoding]]
+    long = Req("long", ids(r, chunk * steps + r.randint(1, chunk)), 2)
+    engine = Engine(kata, budget, room([*decoding, long], bs) + r.randint(0, 4), bs)
+    for req in decoding:
+        engine.add(req)
+    engine.step()  # their prompts
+    engine.add(long)
+    names = [q.id for q in decoding]
+    for s in range(1, steps + 1):
         prefills, decodes, _ = engine.step()
         who = sorted(c[0] for c in decodes)
-        assert who == ["a", "b"], (
-            f"step {s}: decodes {show(decodes)}, prefills {show(prefills)}; want a and b to decode "
-            "every step while the 40-token prompt goes in with what is left of the budget"
+        assert who == names, (
+            f"step {s}: decodes {show(decodes)}, prefills {show(prefills)}; want {' and '.join(names)} to decode "
+            f"every step while the {len(long.prompt)}-token prompt goes in with what is left of the budget"
         )
-        assert [c[0] for c in prefills] == ["long"] and len(prefills[0][2]) == 4, (
-            f"step {s}: prefills {show(prefills)}; want a 4-token chunk of the long prompt (budget 6 - 2 decodes)"
+        assert [c[0] for c in prefills] == ["long"] and len(prefills[0][2]) == chunk, (
+            f"step {s}: prefills {show(prefills)}; want a {chunk}-token chunk of the long prompt (budget {budget} "
+            f"- {n_decoding} decodes)"
         )
 
 
@@ -478,22 +501,35 @@ def test_decodes_are_not_stalled_by_a_long_prompt(kata):
 @pytest.mark.builds_on("test_prefill_resumes_where_it_stopped")
 def test_blocks_follow_the_computed_positions(kata):
     """A request holds ceil(computed / block_size) blocks: a chunk or a decode that starts a block takes one, and free_blocks says what is left"""
-    engine = Engine(kata, 4, 8, 2, check_free=True)  # checks free_blocks after every step
-    engine.add(Req("a", (1, 2), 5))
-    engine.add(Req("b", (3, 4, 5), 5))
-    for _ in range(4):  # a: positions 2, 3, 4, 5 by the end; b: 2, 3, 5, 5 (its prompt in two chunks)
+    r = seeds.rng(603)
+    budget, bs = r.randint(3, 5), r.randint(2, 4)
+    steps = r.randint(3, 5)
+    la = r.randint(1, budget - 1)
+    a = Req("a", ids(r, la), steps + r.randint(1, 2))  # neither finishes in these steps
+    # b often in two chunks, the second short enough to leave room for a's decode
+    b = Req("b", ids(r, r.randint(2, 2 * budget - la - 1)), steps + r.randint(1, 2))
+    engine = Engine(kata, budget, room([a, b], bs) + r.randint(0, 2), bs, check_free=True)  # after every step
+    engine.add(a)
+    engine.add(b)
+    for _ in range(steps):
         engine.step()
-    assert engine.sched.free_blocks == 2, (
-        f"a and b have 5 positions computed each, 3 blocks of 2 each of the 8: free_blocks "
-        f"{engine.sched.free_blocks}, want 2"
+    held = engine.held()
+    want = engine.num_blocks - sum(held.values())
+    computed = {rid: len(engine.tracks[rid].fed) for rid in held}
+    assert engine.sched.free_blocks == want, (
+        f"positions computed {computed}, so blocks of {bs} held {held} of the {engine.num_blocks}: free_blocks "
+        f"{engine.sched.free_blocks}, want {want}"
     )
 
 
 @pytest.mark.points(1)
 def test_one_token_has_no_tpot(kata):
     """A request that generates a single token has tpot None"""
-    engine = Engine(kata, 4, 4, 2)
-    engine.run([Req("one", (5, 6, 7), 1)])
+    r = seeds.rng(604)
+    budget, bs = r.randint(2, 6), r.randint(1, 4)
+    req = Req("one", ids(r, r.randint(1, budget)), 1)  # one chunk: TTFT over chunks is another test's
+    engine = Engine(kata, budget, room([req], bs) + r.randint(0, 2), bs)
+    engine.run([req])
     assert engine.done["one"][2] is None, f"one token: tpot {engine.done['one'][2]!r}, want None"
 
 
@@ -501,14 +537,15 @@ def test_one_token_has_no_tpot(kata):
 @pytest.mark.builds_on("test_prefill_resumes_where_it_stopped", "test_one_token_has_no_tpot")
 def test_ttft_counts_queueing_and_every_chunk(kata):
     """TTFT runs from arrival to the first token, queueing and every prefill chunk included"""
-    engine = Engine(kata, 4, 16, 2)
-    engine.run(
-        [
-            Req("a", (1, 2, 3, 4, 5, 6), 1),  # one token each: no TPOT to get wrong
-            Req("b", (7, 8, 9, 1, 2, 3, 4, 5, 6, 7), 1),
-            Req("c", (2,), 1, at=1),
-        ]
-    )
+    r = seeds.rng(605)
+    budget, bs = r.randint(3, 5), r.randint(1, 3)
+    workload = [  # one token each: no TPOT to get wrong
+        Req("a", ids(r, r.randint(budget + 1, 2 * budget)), 1),
+        Req("b", ids(r, r.randint(2 * budget, 3 * budget)), 1),
+        Req("c", ids(r, r.randint(1, 2)), 1, at=r.randint(1, 2)),
+    ]
+    engine = Engine(kata, budget, room(workload, bs) + r.randint(0, 2), bs)
+    engine.run(workload)
     # the engine checked each Finished against its stamps; spell out one: b queued behind a, its prompt in chunks
     t = engine.tracks["b"]
     assert engine.done["b"][1] == pytest.approx(t.stamps[0] - t.arrival) and len(t.stamps) == 1
@@ -517,26 +554,35 @@ def test_ttft_counts_queueing_and_every_chunk(kata):
 @pytest.mark.points(1)
 def test_tpot_averages_the_gaps_after_the_first_token(kata):
     """TPOT is the time from the first token to the last over the tokens after the first: (last - first) / (n - 1)"""
-    engine = Engine(kata, 4, 8, 2)  # the engine checks each Finished's ttft and tpot against its stamps
-    engine.run([Req("a", (1, 2, 3), 4)])
+    r = seeds.rng(606)
+    budget, bs, n = r.randint(2, 6), r.randint(1, 4), r.randint(3, 6)
+    req = Req("a", ids(r, r.randint(1, budget)), n)  # one chunk
+    engine = Engine(kata, budget, room([req], bs) + r.randint(0, 2), bs)  # checks each Finished's stamps
+    engine.run([req])
     t = engine.tracks["a"]
-    want = (t.stamps[-1] - t.stamps[0]) / 3
+    want = (t.stamps[-1] - t.stamps[0]) / (n - 1)
     assert engine.done["a"][2] == pytest.approx(want), (
-        f"4 tokens at {t.stamps}: tpot {engine.done['a'][2]}, want {want:g} (3 gaps)"
+        f"{n} tokens at {t.stamps}: tpot {engine.done['a'][2]}, want {want:g} ({n - 1} gaps)"
     )
 
 
 @pytest.mark.points(1)
 def test_admission_is_first_come_first_served(kata):
     """Requests are admitted (first scheduled) in the order they were added, whatever their prompt lengths"""
-    engine = Engine(kata, 6, 16, 2)
-    for rid, n in (("a", 5), ("b", 1), ("c", 3)):
-        engine.add(Req(rid, tuple(range(n)), 4))
+    r = seeds.rng(607)
+    budget = r.randint(5, 9)
+    la = r.randint(budget // 2 + 1, budget - 1)  # a and b fill the budget; b and c are shorter than a
+    lengths = {"a": la, "b": budget - la, "c": r.randint(1, la - 1)}
+    reqs = [Req(rid, ids(r, n), 4) for rid, n in lengths.items()]
+    engine = Engine(kata, budget, room(reqs, 2) + r.randint(0, 2), 2)
+    for req in reqs:
+        engine.add(req)
     prefills, _, _ = engine.step()
     got = sorted((c[0], len(c[2])) for c in prefills)
-    assert got == [("a", 5), ("b", 1)], (
-        f"a budget of 6, prompts of 5, 1 and 3 tokens added as a, b, c: the first step admits "
-        f"{show(prefills)}; want a's 5 tokens and b's 1 (first come, first served), c waits its turn"
+    assert got == [("a", lengths["a"]), ("b", lengths["b"])], (
+        f"a budget of {budget}, prompts of {lengths['a']}, {lengths['b']} and {lengths['c']} tokens added as a, "
+        f"b, c: the first step admits {show(prefills)}; want a's {lengths['a']} tokens and b's {lengths['b']} "
+        "(first come, first served), c waits its turn"
     )
 
 
@@ -544,16 +590,18 @@ def test_admission_is_first_come_first_served(kata):
 @pytest.mark.builds_on("test_blocks_follow_the_computed_positions")
 def test_preemption_takes_the_newest(kata):
     """When blocks run out, the newest running request is preempted, never an older one"""
-    engine = Engine(kata, 16, 6, 2)
-    for rid, prompt in (("a", (1, 2)), ("b", (3, 4)), ("c", (5, 6))):
-        engine.add(Req(rid, prompt, 6))
-    engine.step()  # three prompts: 3 blocks
-    engine.step()  # decodes at position 2: one more block each, all 6 blocks held
-    engine.step()  # position 3 fits
+    r = seeds.rng(608)
+    bs = r.randint(2, 4)
+    engine = Engine(kata, r.randint(3 * bs, 3 * bs + 6), 6, bs)
+    for rid in "abc":
+        engine.add(Req(rid, ids(r, bs), bs + r.randint(3, 5)))  # none finishes in these steps
+    engine.step()  # three one-block prompts: 3 blocks
+    for _ in range(bs):  # decodes at positions bs .. 2 bs - 1: one more block each, all 6 blocks held
+        engine.step()
     _, decodes, preempted = engine.step()
     assert preempted and preempted[0] == "c", (
-        f"6 blocks of 2, a, b and c (added in that order) each need a fifth position: preempted {preempted}, "
-        f"decodes {show(decodes)}; want c, the newest, preempted first"
+        f"6 blocks of {bs}, a, b and c (added in that order) each need a third block for position {2 * bs}: "
+        f"preempted {preempted}, decodes {show(decodes)}; want c, the newest, preempted first"
     )
     assert sorted(c[0] for c in decodes) == ["a", "b"], (
         f"after c is preempted a and b decode: decodes {show(decodes)}"
@@ -572,13 +620,14 @@ def test_preemption_takes_the_newest(kata):
 )
 def test_blocks_come_back_on_finish_abort_and_preemption(kata):
     """Finishing, aborting and preempting free a request's blocks: free_blocks ends at num_blocks"""
+    r = seeds.rng(609)  # the lengths are fixed (so that c is still running at step 3), the ids drawn
     engine = Engine(kata, 8, 5, 2, check_free=True)
     engine.run(
         [
-            Req("a", (1, 2, 3), 4),
-            Req("b", (4, 5), 3),
-            Req("c", (6, 7, 8, 9), 2, at=1),
-            Req("d", (2, 2), 3, at=5),
+            Req("a", ids(r, 3), 4),
+            Req("b", ids(r, 2), 3),
+            Req("c", ids(r, 4), 2, at=1),
+            Req("d", ids(r, 2), 3, at=5),
         ],
         aborts={3: ["c"]},
     )
@@ -589,7 +638,7 @@ def test_blocks_come_back_on_finish_abort_and_preemption(kata):
     for _ in range(
         3
     ):  # blocks that did not come back would show as a cache that shrinks, request after request
-        engine.run([Req("e", (1, 1, 1, 1, 1), 6)])
+        engine.run([Req("e", ids(r, r.randint(1, 5)), 6)])
         engine.done.pop("e")
         assert engine.sched.free_blocks == 5, (
             f"after another request finished, free_blocks {engine.sched.free_blocks}"
@@ -607,9 +656,11 @@ def test_blocks_come_back_on_finish_abort_and_preemption(kata):
 )
 def test_recompute_feeds_the_prompt_and_the_generated_tokens(kata):
     """A preempted request comes back from position 0 with its prompt and every token it generated"""
+    r = seeds.rng(610)
     engine = Engine(kata, 16, 4, 2)
-    engine.add(Req("a", (1, 2), 6))  # 7 positions by its end: all 4 blocks
-    engine.add(Req("b", (3, 4), 4))  # preempted at step 3, after 3 tokens
+    engine.add(Req("a", ids(r, 2), 6))  # 7 positions by its end: all 4 blocks
+    b = Req("b", ids(r, 2), 4)  # preempted at step 3, after 3 tokens
+    engine.add(b)
     preempted_at = None
     for s in range(30):
         prefills, decodes, preempted = engine.step()
@@ -629,7 +680,7 @@ def test_recompute_feeds_the_prompt_and_the_generated_tokens(kata):
         f"nobody was preempted ({engine.where()})"
     )
     engine.drain()
-    assert list(engine.done["b"][0]) == solo([3, 4], 4, None), (
+    assert list(engine.done["b"][0]) == solo(list(b.prompt), 4, None), (
         "b's tokens after its recompute differ from its solo ones"
     )
 
@@ -641,14 +692,20 @@ def test_recompute_feeds_the_prompt_and_the_generated_tokens(kata):
 )
 def test_stop_token_ends_a_request(kata):
     """A request ends on its stop token (included in its tokens), before max_new_tokens"""
-    prompt = next(
+    r = seeds.rng(611)
+    max_new, budget, bs = r.randint(5, 10), r.randint(2, 8), r.randint(1, 4)
+    prompt = next(  # one whose solo run meets the stop token before max_new
         p
-        for p in ([a, b] for a in range(VOCAB) for b in range(VOCAB))
-        if solo(p, 8, STOP)[-1] == STOP and len(solo(p, 8, STOP)) < 8
+        for p in (list(ids(r, r.randint(1, 6))) for _ in range(10_000))
+        if solo(p, max_new, STOP)[-1] == STOP and len(solo(p, max_new, STOP)) < max_new
     )
-    engine = Engine(kata, 8, 8, 4)
-    engine.run([Req("s", tuple(prompt), 8, stop=STOP)])
-    assert list(engine.done["s"][0]) == solo(prompt, 8, STOP)
+    req = Req("s", tuple(prompt), max_new, stop=STOP)
+    engine = Engine(kata, budget, room([req], bs) + r.randint(0, 2), bs)
+    engine.run([req])
+    assert list(engine.done["s"][0]) == solo(prompt, max_new, STOP), (
+        f"prompt {prompt}, stop token {STOP}: tokens {list(engine.done['s'][0])}, alone it gets "
+        f"{solo(prompt, max_new, STOP)}"
+    )
 
 
 # A workload run to its end rests on every basic property above: the engine checks offsets, budgets, blocks,
@@ -846,9 +903,10 @@ def test_plans_follow_the_policy(kata):
 @pytest.mark.builds_on(*BASICS)
 def test_no_request_starves(kata):
     """No starvation: a long prompt behind a steady overload of short requests still finishes (first come, first served)"""
+    r = seeds.rng(612)
     engine = Engine(kata, 4, 12, 2)
-    workload = [Req(f"s{i}", (i % VOCAB, 1), 2, at=i // 2) for i in range(120)]
-    workload.insert(4, Req("long", tuple(range(12)), 2, at=2))
+    workload = [Req(f"s{i}", ids(r, 2), 2, at=i // 2) for i in range(120)]
+    workload.insert(4, Req("long", ids(r, 12), 2, at=2))
     queue, s = workload, 0
     while "long" not in engine.done:
         while queue and queue[0].at <= s:
@@ -868,9 +926,11 @@ def test_no_request_starves(kata):
 @pytest.mark.builds_on(*BASICS)
 def test_abort_drops_a_request(kata):
     """An aborted request is never scheduled again and its blocks come back; the others are unaffected"""
+    r = seeds.rng(613)
     engine = Engine(kata, 4, 8, 2, check_free=True)
-    engine.add(Req("a", (1, 2, 3), 6))
-    engine.add(Req("b", (4, 5, 6, 7, 8), 3))
+    engine.add(Req("a", ids(r, 3), 6))
+    b = Req("b", ids(r, 5), 3)
+    engine.add(b)
     engine.step()
     engine.step()
     engine.abort("a")
@@ -878,7 +938,9 @@ def test_abort_drops_a_request(kata):
         f"after aborting a of 2 pending requests: pending {engine.sched.pending}"
     )
     engine.drain()  # the engine fails on any plan that names a
-    assert list(engine.done["b"][0]) == solo([4, 5, 6, 7, 8], 3, None)
+    assert list(engine.done["b"][0]) == solo(list(b.prompt), 3, None), (
+        f"b's tokens after a was aborted: {list(engine.done['b'][0])}, alone it gets {solo(list(b.prompt), 3, None)}"
+    )
     expect_value_error(lambda: engine.sched.abort("a"), "abort('a') again, after it was aborted")
 
 
@@ -888,47 +950,67 @@ def test_abort_drops_a_request(kata):
 @pytest.mark.points(1)
 def test_add_rejects_bad_requests(kata):
     """add raises ValueError for a pending id, an empty prompt, max_new_tokens < 1, or a request that cannot fit the cache"""
-    sched = kata.Scheduler(kata.SchedulerConfig(4, 3, 2))
-    sched.add("a", [1, 2], 2, 0.0)
+    r = seeds.rng(614)
+    num_blocks, bs = r.randint(2, 5), r.randint(1, 4)
+    sched = kata.Scheduler(kata.SchedulerConfig(r.randint(2, 8), num_blocks, bs))
+    sched.add("a", list(ids(r, r.randint(1, bs))), 1, r.uniform(0, 10))
+    positions = num_blocks * bs  # what the cache holds: a request may need up to that many
+    big_new = r.randint(1, positions)  # and a prompt one position too long for it
+    fits_new = r.randint(1, positions)
+    zero = r.randint(-2, 0)
     cases = {
-        "add('a', ...) while 'a' is pending": lambda: sched.add("a", [1], 1, 0.0),
-        "an empty prompt": lambda: sched.add("e", [], 1, 0.0),
-        "max_new_tokens=0": lambda: sched.add("z", [1], 0, 0.0),
-        "5 prompt + 3 new tokens (7 positions: 4 blocks of 2) in a cache of 3 blocks": lambda: sched.add(
-            "big", [1] * 5, 3, 0.0
+        "add('a', ...) while 'a' is pending": lambda: sched.add("a", list(ids(r, 1)), 1, 0.0),
+        "an empty prompt": lambda: sched.add("e", [], r.randint(1, 3), 0.0),
+        f"max_new_tokens={zero}": lambda: sched.add("z", list(ids(r, 1)), zero, 0.0),
+        f"{positions - big_new + 2} prompt + {big_new} new tokens ({positions + 1} positions: "
+        f"{blocks(positions + 1, bs)} blocks of {bs}) in a cache of {num_blocks} blocks": lambda: sched.add(
+            "big", list(ids(r, positions - big_new + 2)), big_new, 0.0
         ),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
-    sched.add("fits", [1] * 4, 3, 0.0)  # 6 positions: exactly 3 blocks
+    # exactly the cache: prompt + max_new - 1 positions
+    sched.add("fits", list(ids(r, positions - fits_new + 1)), fits_new, 0.0)
     assert sched.pending == 2, f"after two good adds and four refused: pending {sched.pending}, want 2"
 
 
 @pytest.mark.points(1)
 def test_calls_out_of_order_are_refused(kata):
     """step() with a plan out, complete() without one, and abort() with a plan out raise RuntimeError"""
-    sched = kata.Scheduler(kata.SchedulerConfig(4, 4, 2))
+    r = seeds.rng(615)
+    budget, bs = r.randint(2, 6), r.randint(1, 4)
+    prompt, max_new = list(ids(r, r.randint(1, budget))), r.randint(2, 4)  # its prompt in one step
+    sched = kata.Scheduler(
+        kata.SchedulerConfig(budget, blocks(len(prompt) + max_new, bs) + r.randint(0, 2), bs)
+    )
     expect_raises(RuntimeError, lambda: sched.complete({}, 0.0), "complete() before any step()")
-    sched.add("a", [1, 2], 2, 0.0)
+    sched.add("a", prompt, max_new, r.uniform(0, 10))
     sched.step()
     expect_raises(RuntimeError, lambda: sched.step(), "step() twice without complete()")
     expect_raises(RuntimeError, lambda: sched.abort("a"), "abort() between step() and complete()")
-    sched.complete({"a": 1}, 1.0)
-    expect_value_error(lambda: sched.abort("nobody"), "abort('nobody'), never added")
+    sched.complete({"a": r.randrange(VOCAB)}, 11.0)
+    nobody = f"nobody{r.randrange(1000)}"
+    expect_value_error(lambda: sched.abort(nobody), f"abort({nobody!r}), never added")
 
 
 @pytest.mark.points(1)
 def test_complete_checks_its_outputs(kata):
     """complete() raises ValueError when outputs miss a sampling request or name one that did not sample"""
-    sched = kata.Scheduler(kata.SchedulerConfig(3, 8, 2))
-    sched.add("a", [1, 2], 3, 0.0)
-    sched.add("b", [3, 4, 5], 3, 0.0)
-    sched.step()  # a samples (2 tokens), b gets 1 of 3 prompt tokens
+    r = seeds.rng(616)
+    budget = r.randint(3, 6)
+    a = Req("a", ids(r, r.randint(1, budget - 1)), 3)
+    # b: longer than a (first come is also shortest first) and than what a leaves of the budget
+    b = Req("b", ids(r, max(len(a.prompt), budget - len(a.prompt)) + r.randint(1, 3)), 3)
+    sched = kata.Scheduler(kata.SchedulerConfig(budget, room([a, b], 2) + r.randint(0, 2), 2))
+    for q in (a, b):
+        sched.add(q.id, list(q.prompt), q.max_new, 0.0)
+    sched.step()  # a samples (its whole prompt), b gets the rest of the budget: part of its prompt
+    token, other = r.randrange(VOCAB), r.randrange(VOCAB)
     expect_value_error(lambda: sched.complete({}, 1.0), "complete({}) when a sampled")
     expect_value_error(
-        lambda: sched.complete({"a": 1, "b": 1}, 1.0), "complete() with a token for b, mid-prompt"
+        lambda: sched.complete({"a": token, "b": other}, 1.0), "complete() with a token for b, mid-prompt"
     )
-    done = sched.complete({"a": 1}, 1.0)
+    done = sched.complete({"a": token}, 1.0)
     assert list(done) == [], "the right outputs are accepted after refused ones"
 
 
