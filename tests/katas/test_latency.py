@@ -1,8 +1,8 @@
 """Hidden suite for the latency kata: TTFT vs TPOT, their roofline predictions, chunked prefill.
 
 Predictions are checked exactly, against max(FLOPs / peak, bytes / bandwidth) of the reference
-`solutions.roofline.phase_cost`, with ceilings the test chooses. Timing semantics are exact too:
-the tiny model's prefill and decode steps charge chosen seconds to a fake clock (dojo.fakeclock),
+`solutions.roofline.phase_cost`, with ceilings the test draws (dojo.seeds). Timing semantics are exact
+too: the tiny model's prefill and decode steps charge drawn seconds to a fake clock (dojo.fakeclock),
 so what is timed, the warm-up and what is divided by what come out the same on any machine,
 however busy. Chunked prefill is compared with one-shot prefill, logits within 1e-5. Those hold
 most of the points.
@@ -80,27 +80,40 @@ def test_predict_tpot_is_the_weight_read(kata):
 @pytest.mark.builds_on("test_predict_tpot_is_the_weight_read")
 def test_predict_tpot_reads_the_kv_cache(kata):
     """predict_tpot grows with the context: each step also reads K and V of every cached position"""
-    got = kata.predict_tpot(SMOL, 512, PEAK, BANDWIDTH)
-    want = 561_747_456 / BANDWIDTH  # + 513 positions x 46,080 bytes of K and V read, one written
+    r = seeds.rng(700)
+    context_len = r.randint(64, SMOL.max_seq_len - 1)
+    peak, bandwidth = PEAK * r.uniform(0.5, 4.0), BANDWIDTH * r.uniform(0.25, 2.0)  # decode memory-bound
+    got = kata.predict_tpot(SMOL, context_len, peak, bandwidth)
+    # every weight, one embedding row, and K and V of every cached position
+    want = roofline_seconds("decode", SMOL, 1, context_len, peak, bandwidth)
     assert got == pytest.approx(want, rel=1e-9), (
-        f"predict_tpot(SmolLM2, context_len=512) = {got:.6g} s, want {want:.6g} s: "
-        "the step reads the whole KV cache as well as the weights"
+        f"predict_tpot(SmolLM2, context_len={context_len}, peak={peak:g}, bandwidth={bandwidth:g}) = {got:.6g} s, "
+        f"want {want:.6g} s: the step reads the whole KV cache as well as the weights"
     )
+
+
+def drawn_ceilings(r, peak: float, bandwidth: float) -> tuple[float, float]:
+    """`peak` and `bandwidth` scaled alike by a factor in [0.25, 4], the ridge moved by at most 10%."""
+    scale = r.uniform(0.25, 4.0)
+    return peak * scale * r.uniform(0.9, 1.1), bandwidth * scale
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize(
-    "prompt_len, peak, bandwidth",
+    "case, prompt_lens, peak, bandwidth",
     [
-        (40, PEAK, BANDWIDTH),  # FLOP time 72 ms, byte time 45 ms: comparable, so max vs sum shows
-        (1, PEAK, BANDWIDTH),
-        (300, 2e10, 5e9),
-        (64, 1e12, 1e12),
+        # at 40 tokens FLOP time 72 ms, byte time 45 ms: comparable, so max vs sum shows
+        (0, (30, 50), PEAK, BANDWIDTH),
+        (1, (1, 3), PEAK, BANDWIDTH),
+        (2, (200, 400), 2e10, 5e9),
+        (3, (48, 80), 1e12, 1e12),
     ],
 )
 @pytest.mark.builds_on("test_predict_ttft_long_prompt_is_compute_bound")
-def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
+def test_predict_ttft_is_the_slower_ceiling(kata, case, prompt_lens, peak, bandwidth):
     """predict_ttft = max(FLOPs / peak, bytes / bandwidth) of the prefill: the slower resource sets the pace"""
+    r = seeds.rng(710 + case)
+    prompt_len, (peak, bandwidth) = r.randint(*prompt_lens), drawn_ceilings(r, peak, bandwidth)
     got = kata.predict_ttft(SMOL, prompt_len, peak, bandwidth)
     want = roofline_seconds("prefill", SMOL, prompt_len, 0, peak, bandwidth)
     assert got == pytest.approx(want, rel=1e-9), (
@@ -110,10 +123,14 @@ def test_predict_ttft_is_the_slower_ceiling(kata, prompt_len, peak, bandwidth):
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("context_len, peak, bandwidth", [(100, 2e9, 1e11), (7, PEAK, BANDWIDTH)])
+@pytest.mark.parametrize(
+    "case, contexts, peak, bandwidth", [(0, (50, 200), 2e9, 1e11), (1, (1, 20), PEAK, BANDWIDTH)]
+)
 @pytest.mark.builds_on("test_predict_tpot_reads_the_kv_cache")
-def test_predict_tpot_is_the_slower_ceiling(kata, context_len, peak, bandwidth):
+def test_predict_tpot_is_the_slower_ceiling(kata, case, contexts, peak, bandwidth):
     """predict_tpot = max(FLOPs / peak, bytes / bandwidth) of one decode step, also on a slow-compute machine"""
+    r = seeds.rng(720 + case)
+    context_len, (peak, bandwidth) = r.randint(*contexts), drawn_ceilings(r, peak, bandwidth)
     config = LlamaConfig.tiny()
     got = kata.predict_tpot(config, context_len, peak, bandwidth)
     want = roofline_seconds("decode", config, 1, context_len, peak, bandwidth)
@@ -126,11 +143,21 @@ def test_predict_tpot_is_the_slower_ceiling(kata, context_len, peak, bandwidth):
 @pytest.mark.points(1)
 def test_predictions_reject_bad_ceilings(kata):
     """Predictions raise ValueError for a ceiling that is zero or negative, or a prompt of 0 tokens"""
+    r = seeds.rng(730)
+    n, peak, bandwidth = r.randint(1, 2048), *drawn_ceilings(r, PEAK, BANDWIDTH)
+    negative_bw, negative_peak = -r.uniform(1.0, 1e11), -r.uniform(1.0, 1e12)
     cases = {
-        "predict_ttft(peak=0)": lambda: kata.predict_ttft(SMOL, 8, 0.0, BANDWIDTH),
-        "predict_ttft(bandwidth=-1)": lambda: kata.predict_ttft(SMOL, 8, PEAK, -1.0),
-        "predict_tpot(bandwidth=0)": lambda: kata.predict_tpot(SMOL, 8, PEAK, 0.0),
-        "predict_ttft(prompt_len=0)": lambda: kata.predict_ttft(SMOL, 0, PEAK, BANDWIDTH),
+        f"predict_ttft({n} tokens, peak=0)": lambda: kata.predict_ttft(SMOL, n, 0.0, bandwidth),
+        f"predict_ttft({n} tokens, bandwidth={negative_bw:g})": lambda: kata.predict_ttft(
+            SMOL, n, peak, negative_bw
+        ),
+        f"predict_tpot(context {n}, bandwidth=0)": lambda: kata.predict_tpot(SMOL, n, peak, 0.0),
+        f"predict_tpot(context {n}, peak={negative_peak:g})": lambda: kata.predict_tpot(
+            SMOL, n, negative_peak, bandwidth
+        ),
+        f"predict_ttft(prompt_len=0, peak={peak:g}, bandwidth={bandwidth:g})": lambda: kata.predict_ttft(
+            SMOL, 0, peak, bandwidth
+        ),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
@@ -196,33 +223,38 @@ def test_ttft_is_prefill_and_tpot_is_one_decode_step(kata):
 @pytest.mark.builds_on("test_ttft_is_prefill_and_tpot_is_one_decode_step")
 def test_measure_latency_warms_up_untimed(kata):
     """One untimed warm-up run comes first: a slow first run does not reach the reported times"""
+    r = seeds.rng(740)
+    prefill_s, decode_s, warm_s = r.uniform(0.02, 0.2), r.uniform(0.005, 0.03), r.uniform(0.5, 2.0)
+    prompt_len, new_tokens = r.randint(1, 16), r.randint(2, 6)
     clock = FakeClock()
-    model, _ = charged(tiny_model(seed=0), clock, prefill_s=PREFILL_S, decode_s=DECODE_S, warm_s=1.0)
+    model, _ = charged(tiny_model(seed=seeds.seed(741)), clock, prefill_s, decode_s, warm_s)
     with reading(clock, kata):
-        got = kata.measure_latency(model, 8, 4, repeats=1)
-    assert (got.ttft, got.tpot) == (pytest.approx(PREFILL_S, rel=1e-6), pytest.approx(DECODE_S, rel=1e-6)), (
-        f"every call of the first run takes 1 s, later prefills {PREFILL_S * 1e3:.0f} ms and decode steps "
-        f"{DECODE_S * 1e3:.0f} ms; measure_latency(prompt 8, 4 new tokens, repeats=1) says TTFT "
-        f"{got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms: the warm-up run must not be timed"
+        got = kata.measure_latency(model, prompt_len, new_tokens, repeats=1)
+    assert (got.ttft, got.tpot) == (pytest.approx(prefill_s, rel=1e-6), pytest.approx(decode_s, rel=1e-6)), (
+        f"every call of the first run takes {warm_s:.4g} s, later prefills {prefill_s * 1e3:.4g} ms and decode "
+        f"steps {decode_s * 1e3:.4g} ms; measure_latency(prompt {prompt_len}, {new_tokens} new tokens, repeats=1) "
+        f"says TTFT {got.ttft * 1e3:.4g} ms, TPOT {got.tpot * 1e3:.4g} ms: the warm-up run must not be timed"
     )
 
 
 @pytest.mark.points(2)
 def test_measure_latency_generates_greedily_from_one_prefill(kata):
     """Each run: one prefill of the whole prompt on an empty cache, then new_tokens - 1 greedy decode steps"""
-    model, calls = charged(tiny_model(seed=1), FakeClock())
-    kata.measure_latency(model, 6, 5, repeats=2)
+    r = seeds.rng(750)
+    prompt_len, new_tokens, repeats = r.randint(1, 12), r.randint(2, 6), r.randint(1, 3)
+    model, calls = charged(tiny_model(seed=seeds.seed(751)), FakeClock())
+    kata.measure_latency(model, prompt_len, new_tokens, repeats=repeats)
     names = [c[0] for c in calls]
-    run = ["prefill"] + ["decode_step"] * 4
-    assert names == run * (len(names) // 5) and len(names) >= 10, (
-        f"measure_latency(prompt 6, 5 new tokens, repeats=2) called {names}: want each run to be "
-        f"{run} (warm-up runs allowed)"
+    run = ["prefill"] + ["decode_step"] * (new_tokens - 1)
+    assert names == run * (len(names) // new_tokens) and len(names) >= repeats * new_tokens, (
+        f"measure_latency(prompt {prompt_len}, {new_tokens} new tokens, repeats={repeats}) called {names}: want "
+        f"each run to be {run} (warm-up runs allowed)"
     )
     for i, (name, ids, length, _logits) in enumerate(calls):
         if name == "prefill":
-            assert tuple(ids.shape) == (1, 6) and length == 0, (
+            assert tuple(ids.shape) == (1, prompt_len) and length == 0, (
                 f"prefill got ids {tuple(ids.shape)} on a cache holding {length} positions; "
-                "want the whole prompt (1, 6) on an empty cache"
+                f"want the whole prompt (1, {prompt_len}) on an empty cache"
             )
             continue
         prev = calls[i - 1][3]
@@ -230,18 +262,34 @@ def test_measure_latency_generates_greedily_from_one_prefill(kata):
         assert tuple(ids.shape) == (1,) and torch.equal(ids, want), (
             f"decode step {i} fed {ids.tolist()}, want the argmax of the previous logits {want.tolist()}"
         )
-        assert length == 6 + (i % 5) - 1, f"decode step fed on a cache of {length} positions"
+        want_length = prompt_len + (i % new_tokens) - 1
+        assert length == want_length, (
+            f"decode step fed on a cache of {length} positions, want {want_length} (prompt {prompt_len} "
+            f"+ {i % new_tokens - 1} tokens fed back)"
+        )
 
 
 @pytest.mark.points(1)
 def test_measure_latency_rejects_bad_input(kata):
     """measure_latency raises ValueError for an empty prompt, < 2 new tokens, or running past the context"""
-    model = tiny_model(seed=0)  # max_seq_len 256
+    r = seeds.rng(760)
+    model = tiny_model(seed=seeds.seed(761), max_seq_len=r.randint(16, 256))
+    n = model.config.max_seq_len
+    prompt_len, new_tokens = r.randint(1, n // 2), r.randint(2, n // 2)  # fine on their own
+    bad_prompt, bad_new, bad_repeats = r.randint(-3, 0), r.randint(-1, 1), r.randint(-2, 0)
+    long_prompt = r.randint(1, n - 1)
+    past = n - long_prompt + 2 + r.randint(0, 8)  # prompt + past - 1 > n
     cases = {
-        "prompt_len=0": lambda: kata.measure_latency(model, 0, 4),
-        "new_tokens=1 (no TPOT without a second token)": lambda: kata.measure_latency(model, 8, 1),
-        "250 prompt + 8 new tokens on a 256 context": lambda: kata.measure_latency(model, 250, 8),
-        "repeats=0": lambda: kata.measure_latency(model, 8, 4, repeats=0),
+        f"prompt_len={bad_prompt}": lambda: kata.measure_latency(model, bad_prompt, new_tokens),
+        f"new_tokens={bad_new} (no TPOT without a second token)": lambda: kata.measure_latency(
+            model, prompt_len, bad_new
+        ),
+        f"{long_prompt} prompt + {past} new tokens on a {n} context": lambda: kata.measure_latency(
+            model, long_prompt, past
+        ),
+        f"repeats={bad_repeats}": lambda: kata.measure_latency(
+            model, prompt_len, new_tokens, repeats=bad_repeats
+        ),
     }
     for what, fn in cases.items():
         expect_value_error(fn, f"measure_latency with {what}")
@@ -272,7 +320,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("chunk", [1, 4, 5, 13, 32])
 def test_chunked_prefill_equals_one_shot(kata, chunk):
     """Chunked prefill gives the logits of one prefill of the whole prompt (within 1e-5)"""
-    model = tiny_model(seed=0)
+    model = tiny_model(seed=seeds.seed(770))
     ids = torch.randint(256, (2, 13), generator=seeds.generator(chunk))  # (B, T)
     want = model.prefill(ids, model.new_cache(2, 32))
     cache = model.new_cache(2, 32)
@@ -293,7 +341,7 @@ def test_chunked_prefill_equals_one_shot(kata, chunk):
 @pytest.mark.builds_on("test_chunked_prefill_equals_one_shot")
 def test_chunked_prefill_bounds_each_step(kata, T, chunk):
     """Each model call prefills at most `chunk` tokens, in order: ceil(T / chunk) calls"""
-    model, calls = prefill_calls(tiny_model(seed=0))
+    model, calls = prefill_calls(tiny_model(seed=seeds.seed(771)))
     ids = torch.randint(256, (1, T), generator=seeds.generator(0))
     kata.chunked_prefill(model, ids, model.new_cache(1, 16), chunk)
     sizes = [(shape[1], length) for shape, length in calls]
@@ -309,7 +357,7 @@ def test_chunked_prefill_bounds_each_step(kata, T, chunk):
 @pytest.mark.builds_on("test_chunked_prefill_equals_one_shot")
 def test_chunked_prefill_appends_to_a_filled_cache(kata):
     """Chunks appended after cached positions match one prefill, and decoding afterwards is unchanged"""
-    model = tiny_model(seed=2)
+    model = tiny_model(seed=seeds.seed(772))
     ids = torch.randint(256, (1, 19), generator=seeds.generator(3))  # 5 cached + 11 new + 3 decoded
     ref = model.new_cache(1, 32)
     model.prefill(ids[:, :5], ref)
@@ -333,7 +381,7 @@ def test_chunked_prefill_appends_to_a_filled_cache(kata):
 )
 def test_chunked_prefill_with_left_padding(kata):
     """A left-padded batch: each chunk gets the attention mask of everything cached plus itself"""
-    model = tiny_model(seed=4)
+    model = tiny_model(seed=seeds.seed(773))
     ids = torch.randint(256, (3, 10), generator=seeds.generator(5))
     mask = torch.ones(3, 10, dtype=torch.bool)
     mask[0, :4] = False  # row 0: 4 pad positions
@@ -351,9 +399,10 @@ def test_chunked_prefill_with_left_padding(kata):
 @pytest.mark.points(1)
 def test_chunked_prefill_rejects_bad_chunk(kata):
     """chunk must be a positive int: 0, -2 or 2.5 is a ValueError"""
-    model = tiny_model(seed=0)
-    ids = torch.zeros(1, 4, dtype=torch.long)
-    for chunk in (0, -2, 2.5):
+    r = seeds.rng(780)
+    model = tiny_model(seed=seeds.seed(781))
+    ids = torch.randint(256, (1, r.randint(1, 8)), generator=seeds.generator(782))  # (1, T)
+    for chunk in (0, r.randint(-5, -1), r.randint(1, 4) + r.choice([0.5, 0.25])):
         expect_value_error(
             lambda c=chunk: kata.chunked_prefill(model, ids, model.new_cache(1, 8), c),
             f"chunked_prefill(chunk={chunk!r})",
