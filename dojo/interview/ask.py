@@ -147,7 +147,7 @@ def cmd_ask(args) -> int:
         covered = mark(out, given, len(q.rubric))
     except EOFError:
         return 0
-    points = session.marked(q.rubric, given, covered)
+    points = session.marked(q.rubric, given, covered, q.question)
     unfound = sum(1 for p in points if not p["found"])
     out.print(
         f"Covered {len(covered)} of {len(q.rubric)} rubric points"

@@ -88,16 +88,23 @@ def terms(point: str) -> list[Term]:
     return list(found.values())
 
 
-def found(point: str, answer: str) -> list[str]:
-    """The terms of `point` that `answer` contains (their text, in `terms` order; none for a blank answer)."""
-    text = _plain(answer)
+def found(point: str, answer: str, question: str = "") -> list[str]:
+    """The terms of `point` that `answer` contains (their text, in `terms` order; none for a blank answer).
+    A term the `question` itself holds is no evidence, as an answer can echo it ("the GPU is purple"),
+    unless the point has no other term."""
+    asked, held = _holds(question), _holds(answer)
+    own = [t for t in terms(point) if not asked(t)] or terms(point)
+    return [t.text for t in own if held(t)]
+
+
+def _holds(text: str):
+    """A test of whether plain `text` contains a Term (its number, or its stemmed word or phrase)."""
+    text = _plain(text)
     numbers = [_values(m) for m in NUMBER.finditer(text)]
     stems = [_stem(w) for w in _words(NUMBER.sub(" ", text))]
-    return [
-        t.text
-        for t in terms(point)
-        if (t.values and any(_same(t.values, n) for n in numbers)) or (t.stems and _contains(stems, t.stems))
-    ]
+    return lambda t: bool(
+        (t.values and any(_same(t.values, n) for n in numbers)) or (t.stems and _contains(stems, t.stems))
+    )
 
 
 def _plain(text: str) -> str:

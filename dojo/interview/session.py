@@ -237,11 +237,13 @@ def verdict(score: float, all_passed: bool, answers: float = 1.0) -> str:
     return VERDICTS[-1][1]
 
 
-def marked(rubric: list[str], answer: str, covered: list[int]) -> list[dict]:
+def marked(rubric: list[str], answer: str, covered: list[int], question: str = "") -> list[dict]:
     """Each point of `rubric` marked in `covered` (1-based), with the evidence `answer` holds for it:
-    {"number", "point", "found": its terms the answer contains (none: self-assessed, not found)}."""
+    {"number", "point", "found": its terms the answer contains and the `question` does not (none:
+    self-assessed, not found)}."""
     return [
-        {"number": n, "point": rubric[n - 1], "found": evidence.found(rubric[n - 1], answer)} for n in covered
+        {"number": n, "point": rubric[n - 1], "found": evidence.found(rubric[n - 1], answer, question)}
+        for n in covered
     ]
 
 
@@ -250,7 +252,12 @@ def scorecard(s: Session) -> dict:
     answers = answered(s)
     offered = sum(len(q["rubric"]) for q in s.questions)
     follow_ups = [
-        {"number": n, "marked": marked(s.questions[n - 1]["rubric"], a["answer"], a["covered"])}
+        {
+            "number": n,
+            "marked": marked(
+                s.questions[n - 1]["rubric"], a["answer"], a["covered"], s.questions[n - 1]["question"]
+            ),
+        }
         for n, a in sorted(answers.items())
         if a["answer"].strip()  # blank earns nothing
     ]

@@ -169,3 +169,13 @@ def test_matcher_is_case_punctuation_and_unit_insensitive(point, given, term):
 def test_matcher_finds_only_the_terms(point, given):
     """a near number, a near word and a digit inside an identifier are not evidence"""
     assert evidence.found(point, given) == []
+
+
+def test_echoing_the_question_is_no_evidence():
+    """a term the question itself holds ("GPU" in a question about GPUs) is not found in an answer that
+    repeats it; the point's other terms still are"""
+    point = "Knows TP > n_kv_heads replicates KV heads, so the per-GPU saving stops there"
+    question = "Llama-2-70B runs tensor-parallel over 8 GPUs. How much KV memory does each GPU hold?"
+    assert "GPU" in evidence.found(point, "the GPU is purple")
+    assert evidence.found(point, "the GPU is purple", question) == []
+    assert "replicates" in evidence.found(point, "each GPU replicates the 8 KV heads", question)

@@ -167,7 +167,7 @@ def test_resume_after_the_process_is_killed(dojo):
     watchdog = threading.Timer(60, proc.kill)
     watchdog.start()
     try:
-        proc.stdin.write("punctuation stays, a regex strips it\n.\nall\n")
+        proc.stdin.write("punctuation is kept, a regex strips it\n.\nall\n")
         proc.stdin.flush()
         for line in proc.stdout:
             if line.startswith("Question 2 of 2"):
