@@ -168,44 +168,58 @@ def check_sharing(cache, oracle: Oracle, history: str) -> None:
 def test_allocator_hands_out_each_block_once(kata):
     """allocate hands out every block once, counts down num_free, and raises OutOfBlocksError when empty"""
     assert issubclass(kata.OutOfBlocksError, RuntimeError), "OutOfBlocksError must subclass RuntimeError"
-    pool = kata.BlockAllocator(5)
-    got = [pool.allocate() for _ in range(5)]
-    assert sorted(got) == [0, 1, 2, 3, 4], (
-        f"5 allocations from a pool of 5 gave {got}, want each of 0..4 once"
+    rng = seeds.rng(7001)
+    n = rng.randint(3, 9)
+    pool = kata.BlockAllocator(n)
+    got = [pool.allocate() for _ in range(n)]
+    assert sorted(got) == list(range(n)), (
+        f"{n} allocations from a pool of {n} gave {got}, want each of 0..{n - 1} once"
     )
-    assert pool.num_free == 0, f"all 5 blocks allocated: num_free {pool.num_free}, want 0"
-    raises(kata.OutOfBlocksError, pool.allocate, "allocate with all 5 blocks in use")
-    pool.release(got[3])
-    assert pool.num_free == 1, f"release one of 5: num_free {pool.num_free}, want 1"
+    assert pool.num_free == 0, f"all {n} blocks allocated: num_free {pool.num_free}, want 0"
+    raises(kata.OutOfBlocksError, pool.allocate, f"allocate with all {n} blocks in use")
+    back = got[rng.randrange(n)]
+    pool.release(back)
+    assert pool.num_free == 1, f"release one of {n}: num_free {pool.num_free}, want 1"
     again = pool.allocate()
-    assert again == got[3], f"the only free block is {got[3]}, but allocate gave {again}"
+    assert again == back, f"the only free block is {back}, but allocate gave {again}"
 
 
 @pytest.mark.points(2)
 @pytest.mark.builds_on("test_allocator_hands_out_each_block_once")
 def test_allocator_refcounts_and_double_free(kata):
     """a shared block is freed by its last release; a double free or a bad id is a ValueError"""
-    pool = kata.BlockAllocator(3)
+    rng = seeds.rng(7002)
+    n, shares = rng.randint(3, 8), rng.randint(2, 4)
+    pool = kata.BlockAllocator(n)
+    held = [pool.allocate() for _ in range(rng.randrange(n))]  # other blocks in use
     b = pool.allocate()
-    pool.share(b)
-    pool.share(b)
+    for _ in range(shares):
+        pool.share(b)
     pool.release(b)
-    assert (pool.refcount(b), pool.num_free) == (2, 2), (
-        f"allocate, share, share, release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 2, 2"
+    free = n - len(held) - 1  # the blocks neither held nor b
+    assert (pool.refcount(b), pool.num_free) == (shares, free), (
+        f"pool of {n}, {len(held)} other blocks in use, allocate, share x{shares}, release: "
+        f"refcount {pool.refcount(b)}, num_free {pool.num_free}; want {shares}, {free}"
     )
-    pool.release(b)
-    pool.release(b)
-    assert (pool.refcount(b), pool.num_free) == (0, 3), (
-        f"the last release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, 3"
+    for _ in range(shares):
+        pool.release(b)
+    assert (pool.refcount(b), pool.num_free) == (0, free + 1), (
+        f"the last release: refcount {pool.refcount(b)}, num_free {pool.num_free}; want 0, {free + 1}"
     )
     raises(ValueError, lambda: pool.release(b), "release of a free block (a double free)")
-    assert pool.num_free == 3, f"a refused double free changed num_free to {pool.num_free}, want 3"
+    assert pool.num_free == free + 1, (
+        f"a refused double free changed num_free to {pool.num_free}, want {free + 1}"
+    )
     raises(ValueError, lambda: pool.share(b), "share of a free block")
-    for bad in (-1, 3):
-        raises(ValueError, lambda bad=bad: pool.release(bad), f"release({bad}) in a pool of 3")
-        raises(ValueError, lambda bad=bad: pool.refcount(bad), f"refcount({bad}) in a pool of 3")
-    got = sorted(pool.allocate() for _ in range(3))
-    assert got == [0, 1, 2], f"after the refused double free, 3 allocations gave {got}, want each block once"
+    for h in held:
+        pool.release(h)
+    for bad in (-1, n):
+        raises(ValueError, lambda bad=bad: pool.release(bad), f"release({bad}) in a pool of {n}")
+        raises(ValueError, lambda bad=bad: pool.refcount(bad), f"refcount({bad}) in a pool of {n}")
+    got = sorted(pool.allocate() for _ in range(n))
+    assert got == list(range(n)), (
+        f"after the refused double free, {n} allocations gave {got}, want each block once"
+    )
 
 
 @pytest.mark.example
@@ -589,33 +603,49 @@ def test_random_operations_match_oracle(kata, ops):
 @pytest.mark.builds_on("test_allocator_hands_out_each_block_once")
 def test_rejects_bad_input(kata):
     """unknown or duplicate sequence ids, a bad layer, and k / v of the wrong shape or dtype are ValueErrors"""
-    cache = kata.PagedKVCache(2, 2, 4, num_blocks=4, block_size=2)
-    cache.add_sequence(0)
-    good = torch.zeros(2, 1, 4)
+    rng = seeds.rng(7003)
+    n_layers, heads, dim = rng.randint(1, 3), rng.randint(1, 3), rng.randint(2, 5)
+    num_blocks, bs = rng.randint(2, 5), rng.randint(1, 4)
+    cache = kata.PagedKVCache(n_layers, heads, dim, num_blocks=num_blocks, block_size=bs)
+    s = rng.randrange(100)  # the sequence; u and c: ids no sequence has
+    u, c = s + rng.randint(1, 50), s + rng.randint(51, 100)
+    cache.add_sequence(s)
+    held = rng.randrange(bs * (num_blocks - 1) + 1)  # positions already cached, a block left free
+    if held:
+        append(cache, s, n_layers, held, seed=7003, heads=heads, dim=dim)
+    in_use = cache.blocks_in_use
+    good = torch.zeros(heads, 1, dim)
     cases = {
-        "add_sequence(0) twice": lambda: cache.add_sequence(0),
-        "fork(0, 0): the child id exists": lambda: cache.fork(0, 0),
-        "fork(5, 6): no sequence 5": lambda: cache.fork(5, 6),
-        "free(5): no sequence 5": lambda: cache.free(5),
-        "block_table(5): no sequence 5": lambda: cache.block_table(5),
-        "update(5, ...): no sequence 5": lambda: cache.update(5, 0, good, good),
-        "update at layer 2 of 2": lambda: cache.update(0, 2, good, good),
-        "update at layer -1": lambda: cache.update(0, -1, good, good),
-        "k (2, 1, 4) with v (2, 2, 4)": lambda: cache.update(0, 0, good, torch.zeros(2, 2, 4)),
-        "3 heads for a 2-kv-head cache": lambda: cache.update(
-            0, 0, torch.zeros(3, 1, 4), torch.zeros(3, 1, 4)
+        f"add_sequence({s}) twice": lambda: cache.add_sequence(s),
+        f"fork({s}, {s}): the child id exists": lambda: cache.fork(s, s),
+        f"fork({u}, {c}): no sequence {u}": lambda: cache.fork(u, c),
+        f"free({u}): no sequence {u}": lambda: cache.free(u),
+        f"block_table({u}): no sequence {u}": lambda: cache.block_table(u),
+        f"update({u}, ...): no sequence {u}": lambda: cache.update(u, 0, good, good),
+        f"update at layer {n_layers} of {n_layers}": lambda: cache.update(s, n_layers, good, good),
+        "update at layer -1": lambda: cache.update(s, -1, good, good),
+        f"k ({heads}, 1, {dim}) with v ({heads}, 2, {dim})": lambda: cache.update(
+            s, 0, good, torch.zeros(heads, 2, dim)
         ),
-        "head_dim 8 for head_dim 4": lambda: cache.update(0, 0, torch.zeros(2, 1, 8), torch.zeros(2, 1, 8)),
-        "4-D k and v (a batch) for one sequence": lambda: cache.update(0, 0, good[None], good[None]),
-        "float64 k and v for a float32 cache": lambda: cache.update(0, 0, good.double(), good.double()),
-        "gather(0, layer 2) of 2 layers": lambda: cache.gather(0, 2),
+        f"{heads + 1} heads for a {heads}-kv-head cache": lambda: cache.update(
+            s, 0, torch.zeros(heads + 1, 1, dim), torch.zeros(heads + 1, 1, dim)
+        ),
+        f"head_dim {2 * dim} for head_dim {dim}": lambda: cache.update(
+            s, 0, torch.zeros(heads, 1, 2 * dim), torch.zeros(heads, 1, 2 * dim)
+        ),
+        "4-D k and v (a batch) for one sequence": lambda: cache.update(s, 0, good[None], good[None]),
+        "float64 k and v for a float32 cache": lambda: cache.update(s, 0, good.double(), good.double()),
+        f"gather({s}, layer {n_layers}) of {n_layers}": lambda: cache.gather(s, n_layers),
         "view([])": lambda: cache.view([]),
-        "view([0, 0])": lambda: cache.view([0, 0]),
-        "view([0, 5]): no sequence 5": lambda: cache.view([0, 5]),
+        f"view([{s}, {s}])": lambda: cache.view([s, s]),
+        f"view([{s}, {u}]): no sequence {u}": lambda: cache.view([s, u]),
     }
     for what, call in cases.items():
         raises(ValueError, call, what)
-    assert cache.num_tokens(0) == 0 and cache.blocks_in_use == 0, "rejected calls changed the cache"
+    assert cache.num_tokens(s) == held and cache.blocks_in_use == in_use, (
+        f"rejected calls changed the cache: {held} positions in {in_use} blocks became "
+        f"{cache.num_tokens(s)} in {cache.blocks_in_use}"
+    )
 
 
 # --------------------------------------------------------------------------- the batch view
