@@ -1,9 +1,10 @@
 """Hidden suite for the sampling kata: logits processors, their chain, a seeded draw, logprobs, stop strings.
 
-No model: every test hands the kata logits (seeded random ones through dojo.seeds, and a few fixed edge
-cases) and id lists. Oracles are written plainly here, on Python floats: each processor's formula, the
-chain in the prompt's order, the processed distribution, and a stop checker that decodes the whole
-stream again after every token. Statistical checks use a fixed seed and chi-square bounds computed below.
+No model: every test hands the kata logits and id lists drawn through dojo.seeds (edge cases built from
+a draw); only the README's worked examples are fixed. Oracles are written plainly here, on Python floats:
+each processor's formula, the chain in the prompt's order, the processed distribution, and a stop checker
+that decodes the whole stream again after every token. Statistical checks use seeded draws and
+chi-square bounds computed below.
 """
 
 from __future__ import annotations
@@ -190,18 +191,32 @@ def test_top_k_random(kata):
         assert_logits(kata.TopK(k)(prompts, outputs, x), [o_top_k(r, k) for r in rows(x)], f"TopK({k})")
 
 
-TOP_P_PROBS = [0.5, 0.25, 0.15, 0.10]
+def drawn_distribution(r, V: int, gap: float = 0.02) -> list[float]:
+    """V probabilities whose sorted values are at least `gap` apart, in a drawn token order."""
+    while True:
+        w = [r.uniform(1.0, 10.0) for _ in range(V)]
+        probs = [x / sum(w) for x in w]
+        ranked = sorted(probs)
+        if all(b - a > gap for a, b in zip(ranked, ranked[1:])):
+            return probs
 
 
 @pytest.mark.points(2)
 def test_top_p_keeps_the_token_that_crosses_p(kata):
     """TopP keeps the smallest set of most probable tokens whose mass reaches p: the token that crosses p stays"""
-    z = torch.tensor([TOP_P_PROBS]).log()
-    for p, kept in [(0.7, [0, 1]), (0.3, [0]), (0.8, [0, 1, 2]), (0.95, [0, 1, 2, 3]), (1.0, [0, 1, 2, 3])]:
+    r = seeds.rng(100)
+    probs = drawn_distribution(r, r.randint(4, 7))
+    shift = r.uniform(-5.0, 5.0)  # softmax ignores it
+    z = torch.tensor([[math.log(q) + shift for q in probs]])
+    ranked = sorted(range(len(probs)), key=lambda v: -probs[v])
+    masses = [sum(probs[v] for v in ranked[: i + 1]) for i in range(len(probs))]
+    cases = [(r.uniform(lo + 1e-3, hi - 1e-3), i) for i, (lo, hi) in enumerate(zip([0.0, *masses], masses))]
+    for p, i in [*cases, (1.0, len(probs) - 1)]:  # p in (mass of i tokens, mass of i + 1]: i + 1 stay
+        kept = sorted(ranked[: i + 1])
         got = kata.TopP(p)(NO, NO, z)
         got_kept = [v for v, x in enumerate(got[0].tolist()) if x > -INF]
         assert got_kept == kept, (
-            f"TopP({p}) on probabilities {TOP_P_PROBS}: kept tokens {got_kept}, want {kept} "
+            f"TopP({p:.4f}) on probabilities {[round(q, 4) for q in probs]}: kept tokens {got_kept}, want {kept} "
             "(a token stays while the mass of the tokens before it is < p)"
         )
 
@@ -210,11 +225,19 @@ def test_top_p_keeps_the_token_that_crosses_p(kata):
 @pytest.mark.builds_on("test_top_p_keeps_the_token_that_crosses_p")
 def test_top_p_ties_go_to_the_lower_id(kata):
     """TopP sorts tied probabilities by token id: among equal tokens the lower ids are kept"""
-    z = torch.tensor([[0.0, 1.0, 1.0, 1.0, 1.0]])  # tokens 1-4 tie at p ~ .2375, token 0 at ~ .05
-    got = kata.TopP(0.5)(NO, NO, z)
+    r = seeds.rng(101)
+    V = r.randint(6, 12)
+    tied = sorted(r.sample(range(V), r.randint(3, V - 2)))
+    top = r.uniform(-2.0, 2.0)
+    z = [top if v in tied else top - r.uniform(0.5, 3.0) for v in range(V)]
+    q = softmax(z)[tied[0]]
+    j = r.randint(1, len(tied) - 2)  # p falls inside the tie: j + 1 of the tied tokens reach it
+    p = r.uniform(j * q + 1e-3, (j + 1) * q - 1e-3)
+    got = kata.TopP(p)(NO, NO, torch.tensor([z]))
     kept = [v for v, x in enumerate(got[0].tolist()) if x > -INF]
-    assert kept == [1, 2, 3], (
-        f"TopP(0.5), tokens 1-4 tied at p = .2375: kept {kept}, want [1, 2, 3] (lower ids first)"
+    want = tied[: j + 1]
+    assert kept == want, (
+        f"TopP({p:.4f}), tokens {tied} tied at p = {q:.4f}: kept {kept}, want {want} (lower ids first)"
     )
 
 
@@ -250,12 +273,18 @@ def test_top_p_one_keeps_every_token_of_a_real_vocabulary(kata):
 @pytest.mark.points(1)
 def test_min_p_against_the_top_probability(kata):
     """MinP keeps the tokens whose probability is at least min_p times the top probability"""
-    z = torch.tensor([[2.0, 1.0, 0.5, -1.0, 1.9]])  # probabilities .357 .131 .080 .018 .323
-    for m, kept in [(0.2, [0, 1, 2, 4]), (0.5, [0, 4]), (0.95, [0]), (0.0, [0, 1, 2, 3, 4]), (1.0, [0])]:
-        got = kata.MinP(m)(NO, NO, z)
+    r = seeds.rng(102)
+    probs = drawn_distribution(r, r.randint(5, 8))
+    top = r.uniform(1.5, 3.0)  # softmax ignores the shift; a positive top logit makes min_p on logits differ
+    z = [math.log(q / max(probs)) + top for q in probs]
+    ratios = sorted(q / max(probs) for q in probs)
+    drawn = [r.uniform(lo + 1e-3, hi - 1e-3) for lo, hi in zip(ratios, ratios[1:])]
+    for m in [*r.sample(drawn, min(3, len(drawn))), 0.0, 1.0]:
+        kept = [v for v, q in enumerate(probs) if q >= m * max(probs)]
+        got = kata.MinP(m)(NO, NO, torch.tensor([z]))
         got_kept = [v for v, x in enumerate(got[0].tolist()) if x > -INF]
         assert got_kept == kept, (
-            f"MinP({m}) on logits [2, 1, .5, -1, 1.9] (probabilities .357 .131 .080 .018 .323): kept {got_kept}, "
+            f"MinP({m:.4f}) on logits {fmt(z)} (probabilities {[round(q, 3) for q in probs]}): kept {got_kept}, "
             f"want {kept}: keep p >= min_p * p_max, on probabilities, not logits"
         )
 
@@ -497,10 +526,24 @@ SAMPLE_CHAINS = [
     dict(logit_bias={7: 3.0, 0: -1.0}, temperature=0.8, top_k=6),
 ]  # (the penalties loop over rows; the chain-order and logprob tests check them inside sample)
 DRAWS = 20_000
-# A correct sampler fails one case with probability 1e-7 (the chi-square bound's tail; every expected count
-# is >= 20,000 * .005 = 100, where the chi-square approximation holds), so one test of 6 cases fails with
-# probability < 6e-7 < 1e-6. Draws are seeded, so in practice a run is the same every time.
+# A correct sampler fails one case with probability 1e-7 (the chi-square bound's tail; the rarest tokens are
+# pooled into bins until every bin expects >= MIN_EXPECTED draws, where the chi-square approximation holds:
+# temperature 0.6 expects 5 of the least likely token), so one test of 6 cases fails with probability < 6e-7 < 1e-6.
+# Draws are seeded, so in practice a run is the same every time.
+MIN_EXPECTED = 100
 TAIL = 1e-7
+
+
+def expected_bins(want: list[float]) -> list[list[int]]:
+    """The kept tokens in bins, rarest pooled together until each bin expects >= MIN_EXPECTED draws."""
+    bins, pool = [], []
+    for v in sorted((v for v, q in enumerate(want) if q > 0), key=lambda v: want[v]):
+        pool.append(v)
+        if DRAWS * sum(want[u] for u in pool) >= MIN_EXPECTED:
+            bins, pool = [*bins, pool], []
+    if pool:  # what is left joins the last (most probable) bin
+        bins = [*bins[:-1], bins[-1] + pool] if bins else [pool]
+    return bins
 
 
 @pytest.mark.points(3)
@@ -508,20 +551,35 @@ TAIL = 1e-7
 @pytest.mark.builds_on("test_chain_order")
 def test_sample_matches_processed_distribution(kata, params):
     """sample draws from softmax of the processed logits (chi-square over 20,000 seeded draws)"""
-    prompt, output = [3, 4], [0, 0, 1, 5]  # every row alike: DRAWS draws of one distribution
-    x = torch.tensor([SAMPLE_LOGITS]).expand(DRAWS, -1).contiguous()
+    # SAMPLE_LOGITS with the token ids permuted and a shift added, both drawn: the chains hold no penalty,
+    # so the processed probabilities are the same set whatever the draw.
+    r = seeds.rng(120 + SAMPLE_CHAINS.index(params))
+    perm = list(range(len(SAMPLE_LOGITS)))  # token v of SAMPLE_LOGITS is token perm[v] here
+    r.shuffle(perm)
+    shift = r.uniform(-3.0, 3.0)
+    logits = [0.0] * len(SAMPLE_LOGITS)
+    for v, z in enumerate(SAMPLE_LOGITS):
+        logits[perm[v]] = z + shift
+    if "logit_bias" in params:
+        params = {**params, "logit_bias": {perm[v]: b for v, b in params["logit_bias"].items()}}
+    # every row alike: DRAWS draws of one distribution
+    prompt, output = [perm[3], perm[4]], [perm[0], perm[0], perm[1], perm[5]]
+    x = torch.tensor([logits]).expand(DRAWS, -1).contiguous()
     r = kata.sample(kata.make_chain(**params), [prompt] * DRAWS, [output] * DRAWS, x, seeded_generator(30))
     counts = Counter(r.tokens.tolist())
-    want = softmax(o_chain(SAMPLE_LOGITS, prompt, output, params))
+    want = softmax(o_chain(logits, prompt, output, params))
     banned = sorted(v for v in counts if want[v] == 0)
     assert not banned, (
         f"make_chain({params}): tokens {banned} were drawn but the chain removes them; counts {dict(counts)}"
     )
-    kept = [v for v, p in enumerate(want) if p > 0]
-    chi2 = sum((counts[v] - DRAWS * want[v]) ** 2 / (DRAWS * want[v]) for v in kept)
-    bound = chi2_isf(TAIL, len(kept) - 1) if len(kept) > 1 else 0.0
+    bins = expected_bins(want)
+    chi2 = sum(
+        (sum(counts[v] for v in b) - DRAWS * sum(want[v] for v in b)) ** 2 / (DRAWS * sum(want[v] for v in b))
+        for b in bins
+    )
+    bound = chi2_isf(TAIL, len(bins) - 1) if len(bins) > 1 else 0.0
     assert chi2 <= bound, (
-        f"make_chain({params}) on logits {SAMPLE_LOGITS}, prompt {prompt}, output {output}: {DRAWS} draws "
+        f"make_chain({params}) on logits {fmt(logits)}, prompt {prompt}, output {output}: {DRAWS} draws "
         f"counted {[counts[v] for v in range(8)]}, want about {[round(DRAWS * p) for p in want]} "
         f"(chi-square {chi2:.1f} > {bound:.1f})"
     )
@@ -630,62 +688,106 @@ def feed_all(kata, token_bytes, stop, tokens):
     return pieces, checker.finish()
 
 
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+FILLER = "0123456789 .,;-"  # no letter: a stop string of letters never occurs in it
+
+
+def cut(r, data: bytes, at: tuple[int, ...] = ()) -> tuple[list[bytes], list[int]]:
+    """(vocabulary, token ids): `data` cut into tokens of 1-4 bytes at drawn places and at each offset in `at`."""
+    cuts, i = set(at), 0
+    while i < len(data):
+        i += r.randint(1, 4)
+        cuts.add(i)
+    ends = sorted(c for c in cuts if 0 < c < len(data)) + [len(data)]
+    pieces = [data[a:b] for a, b in zip([0, *ends], ends)]
+    vocab = sorted(set(pieces))
+    r.shuffle(vocab)
+    return vocab, [vocab.index(t) for t in pieces]
+
+
+def filler(r, lo: int = 1, hi: int = 8) -> str:
+    return "".join(r.choice(FILLER) for _ in range(r.randint(lo, hi)))
+
+
+def letters(r, n: int) -> str:
+    return "".join(r.sample(LETTERS, n))  # distinct letters: a stop string that cannot overlap itself
+
+
 @pytest.mark.points(1)
 def test_utf8_never_split(kata):
     """With no stop strings, a character split across tokens is shown whole once its last byte arrives"""
-    pieces, rest = feed_all(kata, TOK, [], [0, 5, 6, 1, 5, 6, 5, 6])
-    want = [
-        ("Hel", False),
-        ("", False),
-        ("€", False),
-        ("lo", False),
-        ("", False),
-        ("€", False),
-        ("", False),
-        ("€", False),
-    ]
-    assert pieces == want and rest == "", (
-        f"tokens Hel, e2 82, ac, lo, ...: feed returned {pieces}, then finish {rest!r}; want {want}, then '' "
-        "(hold the bytes of an incomplete character; never show U+FFFD for them)"
-    )
+    r = seeds.rng(110)
+    for _ in range(4):
+        chars = [r.choice(ALPHABET) for _ in range(r.randint(3, 20))]
+        k = r.randrange(len(chars))
+        chars[k] = r.choice(["é", "€", "😀"])  # one character at least is cut inside its bytes
+        offset = len("".join(chars[:k]).encode())
+        vocab, tokens = cut(r, "".join(chars).encode(), (offset + r.randint(1, len(chars[k].encode()) - 1),))
+        pieces, rest = feed_all(kata, vocab, [], tokens)
+        want, want_rest = stop_oracle(vocab, [], tokens)
+        assert pieces == want and rest == want_rest, (
+            f"tokens {[vocab[t] for t in tokens]}: feed returned {pieces}, then finish {rest!r}; want {want}, "
+            f"then {want_rest!r} (hold the bytes of an incomplete character; never show U+FFFD for them)"
+        )
 
 
 @pytest.mark.points(1)
 def test_stop_prefix_is_held_back(kata):
     """Text that may be the start of a stop string is held back, then shown once it cannot be"""
-    pieces, rest = feed_all(kata, TOK, ["world"], [0, 1, 2, 4, 3])
-    want = [("Hel", False), ("lo", False), (" ", False), ("wor!", False), ("ld", False)]
-    assert pieces == want and rest == "", (
-        f"stop 'world', tokens Hel lo ' wor' ! ld: feed returned {pieces}, finish {rest!r}; want {want}, then '': "
-        "' wor' waits (it may start 'world'), and is shown in full once '!' rules it out"
-    )
+    r = seeds.rng(111)
+    for _ in range(4):
+        stop = letters(r, r.randint(3, 6))
+        j = r.randint(1, len(stop) - 1)
+        head = filler(r) + stop[:j]  # ends with the start of the stop string, which must wait
+        text = head + r.choice("!?") + filler(r)  # then a character that rules it out
+        vocab, tokens = cut(r, text.encode(), (len(head),))
+        pieces, rest = feed_all(kata, vocab, [stop], tokens)
+        want, want_rest = stop_oracle(vocab, [stop], tokens)
+        assert pieces == want and rest == want_rest, (
+            f"stop {stop!r}, tokens {[vocab[t] for t in tokens]}: feed returned {pieces}, finish {rest!r}; want "
+            f"{want}, then {want_rest!r}: {stop[:j]!r} waits (it may start {stop!r}), and is shown in full once "
+            "the next character rules it out"
+        )
 
 
 @pytest.mark.points(1)
 @pytest.mark.builds_on("test_stop_prefix_is_held_back")
 def test_stop_string_is_not_shown(kata):
     """A stop string across tokens stops the stream; only the text before it is shown"""
-    pieces, _ = feed_all(kata, TOK, ["o world"], [0, 1, 2, 3, 4])
-    want = [("Hel", False), ("l", False), ("", False), ("", True)]
-    assert pieces == want, (
-        f"stop 'o world', tokens Hel lo ' wor' ld: feed returned {pieces}, want {want} "
-        "(the stop text is never shown; 'Hell' is all the reader sees)"
-    )
+    r = seeds.rng(112)
+    for _ in range(4):
+        word = letters(r, r.randint(3, 7))
+        space = r.randint(1, len(word) - 1)
+        stop = word[:space] + " " + word[space:]  # like 'o world': letters at both ends
+        head = filler(r)
+        vocab, tokens = cut(r, (head + stop + filler(r)).encode(), (len(head) + r.randint(1, len(stop) - 1),))
+        pieces, _ = feed_all(kata, vocab, [stop], tokens)
+        want, _ = stop_oracle(vocab, [stop], tokens)
+        assert pieces == want, (
+            f"stop {stop!r}, tokens {[vocab[t] for t in tokens]}: feed returned {pieces}, want {want} "
+            f"(the stop text is never shown; {head!r} is all the reader sees)"
+        )
 
 
 @pytest.mark.points(1)
 @pytest.mark.builds_on("test_stop_string_is_not_shown")
 def test_stop_cuts_at_the_earliest_occurrence(kata):
     """When one token completes two stop strings, the text is cut where the earliest one starts"""
-    pieces, _ = feed_all(kata, [b"ab", b"cde"], ["de", "bc"], [0, 1])
-    assert pieces == [("a", False), ("", True)], (
-        f"stops ['de', 'bc'], tokens 'ab', 'cde': feed returned {pieces}, want [('a', False), ('', True)]: "
-        "'bc' starts before 'de', though listed second"
+    r = seeds.rng(113)
+    w, head = letters(r, 5), filler(r, 0, 6)
+    vocab = [(head + w[:2]).encode(), (w[2:] + filler(r, 0, 6)).encode()]
+    stops = [w[3:], w[1:3]]  # the second token completes both; the one listed second starts first
+    pieces, _ = feed_all(kata, vocab, stops, [0, 1])
+    want = stop_oracle(vocab, stops, [0, 1])[0]
+    assert pieces == want, (
+        f"stops {stops}, tokens {vocab}: feed returned {pieces}, want {want}: "
+        f"{stops[1]!r} starts before {stops[0]!r}, though listed second"
     )
-    pieces, _ = feed_all(kata, [b"xy!z"], ["!"], [0])
-    assert pieces == [("xy", True)], (
-        f"stop '!', one token 'xy!z': feed returned {pieces}, want [('xy', True)]"
-    )
+    stop = r.choice("!?;")
+    token = (letters(r, r.randint(1, 4)) + stop + letters(r, r.randint(1, 4))).encode()
+    pieces, _ = feed_all(kata, [token], [stop], [0])
+    want = stop_oracle([token], [stop], [0])[0]
+    assert pieces == want, f"stop {stop!r}, one token {token!r}: feed returned {pieces}, want {want}"
 
 
 @pytest.mark.example
@@ -751,41 +853,97 @@ def test_stop_checker_random_streams(kata):
 # Errors and banned imports.
 
 
+def bad_top_logprobs(k, r, below: bool):
+    """sample with top_logprobs below 0 or above V, on drawn logits of a drawn V."""
+    V = r.randint(2, 20)
+    x = torch.randn(1, V, generator=seeds.generator(r.randrange(2**31)))
+    top = -r.randint(1, 5) if below else V + r.randint(1, 5)
+    return k.sample([], NO, NO, x, build("torch:Generator"), top_logprobs=top)
+
+
+def drawn_stops(r) -> list[str]:
+    return ["".join(r.choice(ALPHABET) for _ in range(r.randint(1, 4))) for _ in range(r.randint(1, 3))]
+
+
+# A valid value of each parameter, drawn, which must not raise: every case also meets the other side of
+# its boundary, and no case's calls are the same under every seed.
+VALID = {
+    "temperature": lambda k, r: k.Temperature(r.uniform(1e-3, 10.0)),
+    "top_k": lambda k, r: k.TopK(r.randint(1, 100)),
+    "top_p": lambda k, r: k.TopP(r.uniform(1e-3, 1.0)),
+    "min_p": lambda k, r: k.MinP(r.uniform(0.0, 1.0)),
+    "repetition_penalty": lambda k, r: k.RepetitionPenalty(r.uniform(1e-3, 10.0)),
+    "presence_penalty": lambda k, r: k.FrequencyPresencePenalty(presence_penalty=r.uniform(-5.0, 5.0)),
+    "frequency_penalty": lambda k, r: k.FrequencyPresencePenalty(frequency_penalty=r.uniform(-5.0, 5.0)),
+    "logit_bias": lambda k, r: k.LogitBias({r.randrange(1000): r.uniform(-100.0, 100.0)}),
+    "top_logprobs": lambda k, r: k.sample(
+        [],
+        NO,
+        NO,
+        random_logits(r.randrange(2**31), B=1),
+        build("torch:Generator"),
+        top_logprobs=r.randint(0, 12),
+    ),
+    "stop": lambda k, r: k.StopChecker(TOK, drawn_stops(r)),
+}
+
+
 @pytest.mark.points(2)
 @pytest.mark.parametrize(
     "call, name",
-    [
-        (lambda k: k.Temperature(0.0), "temperature"),
-        (lambda k: k.Temperature(-1.0), "temperature"),
-        (lambda k: k.TopK(0), "top_k"),
-        (lambda k: k.TopP(0.0), "top_p"),
-        (lambda k: k.TopP(1.5), "top_p"),
-        (lambda k: k.MinP(-0.1), "min_p"),
-        (lambda k: k.MinP(1.5), "min_p"),
-        (lambda k: k.RepetitionPenalty(0.0), "repetition_penalty"),
-        (lambda k: k.FrequencyPresencePenalty(presence_penalty=math.nan), "presence_penalty"),
-        (lambda k: k.FrequencyPresencePenalty(frequency_penalty=math.inf), "frequency_penalty"),
-        (lambda k: k.LogitBias({-1: 1.0}), "logit_bias"),
-        (lambda k: k.LogitBias({1: math.inf}), "logit_bias"),
-        (lambda k: k.make_chain(temperature=0.0), "temperature"),
-        (lambda k: k.make_chain(top_p=2.0), "top_p"),
-        (lambda k: k.make_chain(min_p=-1.0), "min_p"),
-        (lambda k: k.make_chain(top_k=0), "top_k"),
-        (lambda k: k.make_chain(repetition_penalty=-2.0), "repetition_penalty"),
+    [  # the boundaries themselves (0, nan, inf) stay exact; the values beyond them are drawn
+        (lambda k, r: k.Temperature(0.0), "temperature"),
+        (lambda k, r: k.Temperature(-r.uniform(1e-3, 10.0)), "temperature"),
+        (lambda k, r: k.TopK(0), "top_k"),
+        (lambda k, r: k.TopP(0.0), "top_p"),
+        (lambda k, r: k.TopP(1.0 + r.uniform(1e-3, 5.0)), "top_p"),
+        (lambda k, r: k.MinP(-r.uniform(1e-3, 1.0)), "min_p"),
+        (lambda k, r: k.MinP(1.0 + r.uniform(1e-3, 5.0)), "min_p"),
+        (lambda k, r: k.RepetitionPenalty(0.0), "repetition_penalty"),
         (
-            lambda k: k.sample([], NO, NO, torch.zeros(1, 4), build("torch:Generator"), top_logprobs=-1),
-            "top_logprobs",
+            lambda k, r: k.FrequencyPresencePenalty(
+                presence_penalty=math.nan, frequency_penalty=r.uniform(-2.0, 2.0)
+            ),
+            "presence_penalty",
         ),
         (
-            lambda k: k.sample([], NO, NO, torch.zeros(1, 4), build("torch:Generator"), top_logprobs=5),
-            "top_logprobs",
+            lambda k, r: k.FrequencyPresencePenalty(
+                presence_penalty=r.uniform(-2.0, 2.0), frequency_penalty=r.choice([math.inf, -math.inf])
+            ),
+            "frequency_penalty",
         ),
-        (lambda k: k.StopChecker(TOK, ["ok", ""]), "stop"),
+        (
+            lambda k, r: k.LogitBias({r.randrange(50): 1.0, -r.randint(1, 100): r.uniform(-5.0, 5.0)}),
+            "logit_bias",
+        ),
+        (
+            lambda k, r: k.LogitBias({r.randrange(50): r.choice([math.inf, -math.inf, math.nan])}),
+            "logit_bias",
+        ),
+        (lambda k, r: k.make_chain(temperature=0.0, top_k=r.randint(1, 50)), "temperature"),
+        (
+            lambda k, r: k.make_chain(top_p=1.0 + r.uniform(1e-3, 5.0), temperature=r.uniform(0.1, 3.0)),
+            "top_p",
+        ),
+        (lambda k, r: k.make_chain(min_p=-r.uniform(1e-3, 5.0), top_p=r.uniform(0.1, 1.0)), "min_p"),
+        (lambda k, r: k.make_chain(top_k=0, min_p=r.uniform(0.0, 1.0)), "top_k"),
+        (
+            lambda k, r: k.make_chain(repetition_penalty=-r.uniform(1e-3, 5.0), top_k=r.randint(1, 50)),
+            "repetition_penalty",
+        ),
+        (lambda k, r: bad_top_logprobs(k, r, below=True), "top_logprobs"),
+        (lambda k, r: bad_top_logprobs(k, r, below=False), "top_logprobs"),
+        (lambda k, r: k.StopChecker(TOK, [*drawn_stops(r), ""]), "stop"),
     ],
 )
-def test_invalid_arguments(kata, call, name):
+def test_invalid_arguments(kata, call, name, request):
     """Invalid parameters raise ValueError naming the parameter"""
-    exc = expect_value_error(lambda: call(kata), f"a bad {name}")
+    r = seeds.rng(900 + request.node.callspec.indices["call"])
+    try:
+        VALID[name](kata, r)
+    except ValueError as exc:
+        raise AssertionError(f"a valid {name} raised ValueError({str(exc)!r})") from None
+    exc = expect_value_error(lambda: call(kata, r), f"a bad {name}")
     assert name in str(exc), f"a bad {name} raised ValueError({str(exc)!r}), which does not name {name}"
 
 
@@ -793,6 +951,7 @@ def test_invalid_arguments(kata, call, name):
 @pytest.mark.builds_on("test_temperature_divides_logits")
 def test_written_by_hand(kata, kata_path):
     """works without transformers or vllm"""
-    kata.Temperature(2.0)(NO, NO, torch.zeros(1, 3))
+    r = seeds.rng(14)
+    kata.Temperature(r.uniform(0.1, 5.0))(NO, NO, random_logits(14, B=1, V=r.randint(2, 20)))
     found = banned_uses(kata_path, {"transformers", "vllm"})
     assert not found, f"the processors must be written by hand, not imported; found {found}"
