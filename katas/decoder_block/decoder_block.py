@@ -47,7 +47,8 @@ class LlamaConfig:
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the last dimension; computed in fp32, returned in x's dtype."""
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension; fp16/bf16 computed in fp32, fp32 and float64
+    in their own precision; returned in x's dtype."""
     raise NotImplementedError
 
 

@@ -83,6 +83,24 @@ REFERENCES = """
     sched.add("a", [1, 2, 3], 2, 0.0)
     sched.step()
     assert sched.complete({"a": 5}, 1.0) == []
+    out, lse = m["flash_attention"].flash_attention(q, q, q, causal=True, block_q=2, block_k=3, return_lse=True)
+    m["flash_attention"].merge_partials([(out, lse), (out, lse)])
+    m["flash_attention"].flash_decode(q[:, :, :1], q, q, splits=2)
+    db = m["decoder_block"]
+    x = torch.randn(1, 2, 3, 8)
+    db.rms_norm(x, torch.ones(8), 1e-5)
+    db.rope(x, torch.arange(3), 10000.0)
+    db.attention(x, x[:, :1], x[:, :1])
+    db.swiglu(torch.randn(3, 8), torch.randn(16, 8), torch.randn(16, 8), torch.randn(8, 16))
+    sp = m["sampling"]
+    chain = sp.make_chain(temperature=0.7, top_p=0.9, min_p=0.1, repetition_penalty=1.2)
+    sp.sample(chain, [[1]], [[2]], torch.randn(1, 8), torch.Generator().manual_seed(0), top_logprobs=2)
+    stop = sp.StopChecker([b"a", b"b", b"c"], ["bc"])
+    stop.feed(0), stop.feed(1), stop.finish()
+    pc = m["prefix_cache"].PrefixCache(4, 2)
+    pc.add(0, [1, 2, 3])
+    pc.free(0)
+    assert pc.add(1, [1, 2, 4]) == 2
     print(json.dumps({"found": found}))
 """
 

@@ -101,7 +101,7 @@ def test_each_cached_position_adds_its_kv_bytes(kata):
 
 
 @pytest.mark.example
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.builds_on("test_each_cached_position_adds_its_kv_bytes")
 def test_decode_reads_every_weight_once(kata):
     """Decode at batch 1 reads every weight once: 538 MB of SmolLM2 in fp32, plus one embedding row and the KV cache"""
@@ -129,7 +129,7 @@ def test_decode_counts_kv_cache_reads(kata):
 
 
 @pytest.mark.example
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 @pytest.mark.builds_on("test_decode_reads_every_weight_once")
 def test_prefill_512_cost(kata):
     """Prefill of 512 tokens: 2 FLOPs per weight per token plus every query-key pair; weights read once"""
@@ -696,7 +696,7 @@ def drawn_plot(kata, tmp_path_factory, n: int):
 
 
 @pytest.mark.example
-@pytest.mark.points(2)
+@pytest.mark.points(1)
 def test_plot_is_a_log_log_png(plotted):
     """plot_roofline saves a valid PNG of a log-log roofline"""
     import matplotlib.image

@@ -953,24 +953,25 @@ def test_add_rejects_bad_requests(kata):
     r = seeds.rng(614)
     num_blocks, bs = r.randint(2, 5), r.randint(1, 4)
     sched = kata.Scheduler(kata.SchedulerConfig(r.randint(2, 8), num_blocks, bs))
-    sched.add("a", list(ids(r, r.randint(1, bs))), 1, r.uniform(0, 10))
+    t0 = r.uniform(0, 10)  # every later add arrives then too: the README lets add refuse an earlier arrival
+    sched.add("a", list(ids(r, r.randint(1, bs))), 1, t0)
     positions = num_blocks * bs  # what the cache holds: a request may need up to that many
     big_new = r.randint(1, positions)  # and a prompt one position too long for it
     fits_new = r.randint(1, positions)
     zero = r.randint(-2, 0)
     cases = {
-        "add('a', ...) while 'a' is pending": lambda: sched.add("a", list(ids(r, 1)), 1, 0.0),
-        "an empty prompt": lambda: sched.add("e", [], r.randint(1, 3), 0.0),
-        f"max_new_tokens={zero}": lambda: sched.add("z", list(ids(r, 1)), zero, 0.0),
+        "add('a', ...) while 'a' is pending": lambda: sched.add("a", list(ids(r, 1)), 1, t0),
+        "an empty prompt": lambda: sched.add("e", [], r.randint(1, 3), t0),
+        f"max_new_tokens={zero}": lambda: sched.add("z", list(ids(r, 1)), zero, t0),
         f"{positions - big_new + 2} prompt + {big_new} new tokens ({positions + 1} positions: "
         f"{blocks(positions + 1, bs)} blocks of {bs}) in a cache of {num_blocks} blocks": lambda: sched.add(
-            "big", list(ids(r, positions - big_new + 2)), big_new, 0.0
+            "big", list(ids(r, positions - big_new + 2)), big_new, t0
         ),
     }
     for what, fn in cases.items():
         expect_value_error(fn, what)
     # exactly the cache: prompt + max_new - 1 positions
-    sched.add("fits", list(ids(r, positions - fits_new + 1)), fits_new, 0.0)
+    sched.add("fits", list(ids(r, positions - fits_new + 1)), fits_new, t0)
     assert sched.pending == 2, f"after two good adds and four refused: pending {sched.pending}, want 2"
 
 
