@@ -412,7 +412,8 @@ def test_a_lent_generators_frame_does_not_reach_the_judge(toy, monkeypatch):
         folder = toy.toy.parent / name
         folder.mkdir()
         (folder / "generate.py").write_text(stub + ZEROS.format(escape=escape))
-        result = grade.grade("generate", str(folder), sandboxed=True, timeout=120)
+        # one secret seed for both: wrong answers may pass a different number of tests on other inputs
+        result = grade.grade("generate", str(folder), sandboxed=True, timeout=120, seed=20261203)
         assert result.judged, result.to_json()
         scores[name] = (result.points, result.total)
     assert scores["escape"] == scores["plain"], scores
