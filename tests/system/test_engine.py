@@ -2,7 +2,8 @@
 
 The engine (solutions.system.serving.engine) answers concurrent requests each exactly as `generate` answers
 it alone (greedy), shares decode steps among them, still does with a pool so small that the
-scheduler must preempt, and frees every block when a stream is closed early.
+scheduler must preempt, frees every block when a stream is closed early, and shares cached prefix
+blocks only among requests of one salt.
 """
 
 from __future__ import annotations
@@ -192,3 +193,27 @@ def test_prefix_caching_off_is_the_plain_paged_cache(model):
     assert [t for t, _ in answers[False]] == [t for t, _ in answers[True]]
     with pytest.raises(ValueError, match="prefix_caching"):
         EngineConfig(prefix_caching=1)
+
+
+def test_requests_under_different_salts_share_no_cached_blocks(model):
+    """one 30-token prompt under salts "a", "b", "a", None: only the repeat under "a" finds its 7 full
+    blocks (28 tokens) cached, and every answer is the same; a salt that is not a str is a ValueError"""
+    prompt = list(range(40, 70))
+    engine = Engine(model, EOS, EngineConfig(num_blocks=64, block_size=4))
+    engine.start()
+
+    async def in_turn():
+        out = []
+        for salt in ("a", "b", "a", None):
+            stream = engine.submit(prompt, SamplingParams(5, temperature=0), salt)
+            out.append(([t async for t in stream], stream.cached_tokens))
+        with pytest.raises(ValueError, match="salt must be a str"):
+            engine.submit(prompt, SamplingParams(5, temperature=0), b"a")
+        return out
+
+    try:
+        got = asyncio.run(in_turn())
+    finally:
+        engine.close()
+    assert [c for _, c in got] == [0, 0, 28, 0], f"cached tokens under salts a, b, a, None: {got}"
+    assert all(t == got[0][0] for t, _ in got), f"a salt changed the answer: {got}"

@@ -2,11 +2,13 @@
 
 A sequence started on a cached prefix holds that prefix's keys and values, so prefilling only the rest
 gives the logits a prefill of the whole prompt gives; the allocator keeps freed full blocks, evicts
-them least recently freed and tail first, and only when no plain block is left.
+them least recently freed and tail first, and only when no plain block is left; a salt keeps two
+tenants' prefixes apart.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from solutions.model import tiny_model
@@ -78,3 +80,29 @@ def test_freed_blocks_are_evicted_least_recently_freed_and_tail_first():
     assert cache.allocator.num_cached == 3
     assert cache.start(3, a[:4] + [0]) == 2  # A's head survives its tail
     assert cache.start(4, b[:4] + [0]) == 4  # B untouched
+
+
+def test_a_salt_keeps_two_tenants_prefixes_apart():
+    """a prompt published under salt "a" is found again only under "a": not under "b", None or ""
+    (each its own namespace, as the prefix_cache kata's salt)"""
+    model = tiny_model(0)
+    cache = cache_for(model)
+    a = list(range(20, 34))
+    cache.start(0, a, salt="a")
+    prefill(model, cache, 0, a)
+    cache.publish(0, a, salt="a")
+    cache.free(0)
+    found = {salt: cache.start(seq, a, salt=salt) for seq, salt in enumerate(("b", None, "", "a"), 1)}
+    assert found == {"b": 0, None: 0, "": 0, "a": 12}, f"cached tokens found per salt: {found}"
+
+
+def test_one_sequence_keeps_the_salt_it_was_opened_under():
+    """publishing a sequence under another salt than it was opened under, or a salt that is not a str,
+    is a ValueError naming the salt"""
+    cache = cache_for(tiny_model(0))
+    a = list(range(8))
+    cache.start(0, a, salt="a")
+    with pytest.raises(ValueError, match="opened under salt 'a', not 'b'"):
+        cache.publish(0, a, salt="b")
+    with pytest.raises(ValueError, match="salt must be a str or None"):
+        cache.start(1, a, salt=5)

@@ -404,3 +404,92 @@ def test_a_repeated_prompt_is_served_from_the_prefix_cache(server, smollm2_token
         f"cached tokens {first} then {second} of a {n}-token prompt in blocks of {block}"
     )
     assert answers[1].choices[0].message.content == answers[0].choices[0].message.content
+
+
+def test_two_api_keys_never_share_cached_blocks(server):
+    """the same long prompt under key a, then key b, then key a again: only the repeat under a reports
+    cached tokens (every whole block but the last token's); a prompt_cache_key is a namespace of its own
+    under the same key; every answer is the same"""
+    system = " ".join(
+        f"Policy {i}: keep every reply short, kind and free of made-up facts." for i in range(12)
+    )
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Name a planet."}]
+
+    def ask(key: str, **extra):
+        client = server.client.with_options(api_key=key)
+        return client.chat.completions.create(
+            model=MODEL_ID, messages=messages, max_tokens=NEW, temperature=0, **extra
+        )
+
+    answers = [
+        ask("tenant-a"),
+        ask("tenant-b"),
+        ask("tenant-a"),
+        ask("tenant-a", extra_body={"prompt_cache_key": "app-1"}),
+    ]
+    cached = [a.usage.prompt_tokens_details.cached_tokens for a in answers]
+    n, block = answers[0].usage.prompt_tokens, server.engine.config.block_size
+    assert cached == [0, 0, (n - 1) // block * block, 0] and n > 150, (
+        f"cached tokens under keys a, b, a, a with a prompt_cache_key: {cached} ({n}-token prompt)"
+    )
+    contents = [a.choices[0].message.content for a in answers]
+    assert contents == [contents[0]] * 4, f"a tenant's salt changed the answer: {contents}"
+
+
+@pytest.mark.parametrize("name", ["prompt_cache_key", "user", "safety_identifier"])
+def test_tenant_fields_that_are_not_strings_are_refused(name):
+    """prompt_cache_key, user and safety_identifier must be strings: anything else is a 400 naming it"""
+    from starlette.testclient import TestClient
+
+    body = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], name: 42}
+    with TestClient(offline_app()) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, f"{name}=42: status {r.status_code}, want 400"
+    error = r.json()["error"]
+    assert error["param"] == name and "must be a string" in error["message"], error
+
+
+# ---- LangChain's ChatOpenAI --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_model(server):
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        base_url=f"{server.url}/v1",
+        api_key="x",
+        model=MODEL_ID,
+        temperature=0,
+        max_tokens=8,
+        max_retries=0,
+        timeout=120,
+    )
+
+
+def test_langchain_chat_openai_invokes_and_streams_the_greedy_answer(server, chat_model):
+    """ChatOpenAI.invoke answers with an AIMessage holding what the openai client gets for the same
+    greedy request, and .stream's chunks join to that same text"""
+    from langchain_core.messages import AIMessage
+
+    question = "What is the capital of France?"
+    want = chat(server, question, max_tokens=8).choices[0].message.content
+    got = chat_model.invoke(question)
+    assert isinstance(got, AIMessage) and got.content, f"invoke returned {got!r}"
+    assert got.content == want, f"ChatOpenAI answered {got.content!r}, the openai client {want!r}"
+    streamed = "".join(chunk.content for chunk in chat_model.stream(question))
+    assert streamed == want, f"ChatOpenAI's stream joined to {streamed!r}, not {want!r}"
+
+
+def test_langchain_structured_output_is_refused_naming_response_format(chat_model):
+    """with_structured_output (json_schema) gets the server's 400 as an error naming response_format,
+    never a hang or an unconstrained answer parsed as if it were JSON"""
+    schema = {
+        "title": "Capital",
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    }
+    structured = chat_model.with_structured_output(schema, method="json_schema")
+    with pytest.raises(openai.BadRequestError, match="response_format json_schema is not supported"):
+        structured.invoke("What is the capital of France?")

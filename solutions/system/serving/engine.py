@@ -105,6 +105,7 @@ class _Request:
     chooser: Chooser
     generated: list[int] = field(default_factory=list)  # tokens chosen so far
     cached_tokens: int = 0  # prompt tokens found in the prefix cache (its first pass; not after a preemption)
+    salt: str | None = None  # the tenant's prefix-cache namespace (prefix_kv)
     preempted: bool = False
     in_cache: bool = False
     cancelled: bool = False
@@ -197,12 +198,13 @@ class Engine:
             pending, self.cache.blocks_in_use, self._steps, self._max_batch_seen, self._preemptions
         )
 
-    def submit(self, prompt: list[int], params: SamplingParams) -> TokenStream:
-        """Queue a request; call from the event loop that will read the stream.
+    def submit(self, prompt: list[int], params: SamplingParams, salt: str | None = None) -> TokenStream:
+        """Queue a request; call from the event loop that will read the stream. It shares cached prefix
+        blocks only with requests of the same `salt` (a tenant's key; None is one namespace too).
 
-        Raises ValueError for an empty prompt, a token outside the vocabulary, or a prompt plus
-        max_tokens past `context` (the model's context, or the KV pool if smaller), and
-        RuntimeError if the engine is closed.
+        Raises ValueError for an empty prompt, a token outside the vocabulary, a prompt plus
+        max_tokens past `context` (the model's context, or the KV pool if smaller), or a salt that is
+        not a str or None, and RuntimeError if the engine is closed.
         """
         vocab = self.model.config.vocab_size
         if not prompt or any(not 0 <= t < vocab for t in prompt):
@@ -214,11 +216,13 @@ class Engine:
             )
         if params.logit_bias and max(params.logit_bias) >= vocab:
             raise ValueError(f"logit_bias names token {max(params.logit_bias)}, outside [0, {vocab})")
+        if salt is not None and not isinstance(salt, str):
+            raise ValueError(f"salt must be a str or None, got {salt!r}")
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
         greedy, n = params.temperature == 0, params.top_logprobs
         chooser = Chooser(params.chain(), [list(prompt)], greedy=greedy, seed=params.seed, top_logprobs=n)
         request = _Request(
-            next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item), chooser
+            next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item), chooser, salt=salt
         )
         with self._wake:
             if self._closing:
@@ -317,13 +321,13 @@ class Engine:
         the chunk: the next chunk then skips what they hold."""
         held = self.cache.num_tokens(request.id)
         if isinstance(self.cache, CachingPagedKVCache) and held >= chunk.start:
-            now = self.cache.extend(request.id, tokens, upto=chunk.start + len(chunk.ids))
+            now = self.cache.extend(request.id, tokens, upto=chunk.start + len(chunk.ids), salt=request.salt)
             if not request.preempted:  # what the client's usage reports: its first pass only
                 request.cached_tokens += now - held
 
     def _publish(self, request: _Request, tokens: list[int]) -> None:
         if isinstance(self.cache, CachingPagedKVCache):
-            self.cache.publish(request.id, tokens)
+            self.cache.publish(request.id, tokens, salt=request.salt)
 
     def _free_blocks(self, request: _Request) -> None:
         if request.in_cache:

@@ -5,8 +5,9 @@ prefix's digest (solutions.prefix_cache.block_digest) and keeps them after their
 evictable, least recently freed first and a sequence's tail before its head, taken only when no plain
 block is free. `start` opens a sequence on the longest cached prefix of its prompt and `extend` grows
 it along more cached blocks (whole blocks, the last token left to compute); `publish` records the
-blocks a sequence has filled. Not here: salts per
-tenant (every request shares one namespace), partial-block hits, moving blocks off the device.
+blocks a sequence has filled. A sequence's `salt` (the kata's, a tenant's key) is in its first
+block's digest, so sequences with different salts never share a block. Not here: partial-block hits,
+moving blocks off the device.
 """
 
 from __future__ import annotations
@@ -78,26 +79,31 @@ class CachingPagedKVCache(PagedKVCache):
         super().__init__(*args, **kwargs)
         self.allocator = CachingAllocator(self.num_blocks)
         self._digests: dict[int, list[bytes]] = {}  # per sequence: digests of its published blocks
+        self._salts: dict[int, str | None] = {}  # per sequence: its salt, from its first call
 
-    def start(self, seq_id: int, prompt: Sequence[int], upto: int | None = None) -> int:
-        """Open sequence `seq_id` on the longest cached prefix of `prompt` (see `extend`); returns how
-        many tokens it holds (0: an empty sequence)."""
+    def start(
+        self, seq_id: int, prompt: Sequence[int], upto: int | None = None, *, salt: str | None = None
+    ) -> int:
+        """Open sequence `seq_id` on the longest cached prefix of `prompt` under `salt` (see `extend`);
+        returns how many tokens it holds (0: an empty sequence)."""
         self.add_sequence(seq_id)
-        self._digests[seq_id] = []
-        return self.extend(seq_id, prompt, upto)
+        return self.extend(seq_id, prompt, upto, salt=salt)
 
-    def extend(self, seq_id: int, prompt: Sequence[int], upto: int | None = None) -> int:
+    def extend(
+        self, seq_id: int, prompt: Sequence[int], upto: int | None = None, *, salt: str | None = None
+    ) -> int:
         """Append to the sequence the cached blocks that continue it along `prompt`: whole blocks, no more
         than the ceil(upto / block_size) blocks a caller has room for (default: all), and at most
         len(prompt) - 1 tokens (the last is always computed). Only a sequence whose blocks are all full
-        and published grows. Returns the tokens it holds."""
-        seq, digests, bs = self._seq(seq_id), self._digests.setdefault(seq_id, []), self.block_size
+        and published grows. Returns the tokens it holds. Raises ValueError for a salt that is neither
+        a str nor None, or not the one the sequence's first extend or publish gave."""
+        seq, digests, bs = self._seq(seq_id), self._chain(seq_id, salt), self.block_size
         held = seq.tokens
         if held != len(digests) * bs or max(seq.lens) != held:
             return held
         limit = len(prompt) - 1 if upto is None else min(len(prompt) - 1, -(-upto // bs) * bs)
         while held + bs <= limit:
-            digest = block_digest(digests[-1] if digests else None, prompt[held : held + bs], None)
+            digest = block_digest(digests[-1] if digests else None, prompt[held : held + bs], salt)
             block = self.allocator.lookup(digest)
             if block is None:
                 break
@@ -108,16 +114,16 @@ class CachingPagedKVCache(PagedKVCache):
         seq.lens = [held] * self.n_layers
         return held
 
-    def publish(self, seq_id: int, tokens: Sequence[int]) -> None:
-        """Record the sequence's full blocks: `tokens` are the tokens whose keys and values it holds
-        (at least num_tokens of them; those past it are ignored)."""
-        seq, digests = self._seqs[seq_id], self._digests.setdefault(seq_id, [])
+    def publish(self, seq_id: int, tokens: Sequence[int], *, salt: str | None = None) -> None:
+        """Record the sequence's full blocks under `salt` (as `extend`): `tokens` are the tokens whose keys
+        and values it holds (at least num_tokens of them; those past it are ignored)."""
+        seq, digests = self._seq(seq_id), self._chain(seq_id, salt)
         bs, full = self.block_size, self.num_tokens(seq_id) // self.block_size
         if len(tokens) < full * bs:
             raise ValueError(f"sequence {seq_id} holds {self.num_tokens(seq_id)} tokens; {len(tokens)} given")
         for i in range(len(digests), full):
             digests.append(
-                block_digest(digests[-1] if digests else None, tokens[i * bs : (i + 1) * bs], None)
+                block_digest(digests[-1] if digests else None, tokens[i * bs : (i + 1) * bs], salt)
             )
             self.allocator.publish(seq.table[i], digests[-1])
 
@@ -127,3 +133,13 @@ class CachingPagedKVCache(PagedKVCache):
             self.allocator.release(block)
         del self._seqs[seq_id]
         self._digests.pop(seq_id, None)
+        self._salts.pop(seq_id, None)
+
+    def _chain(self, seq_id: int, salt: str | None) -> list[bytes]:
+        """The sequence's block digests; its salt is the one its first call gave (only the first block's
+        digest reads it, so one sequence under two salts would mix two namespaces)."""
+        if salt is not None and not isinstance(salt, str):
+            raise ValueError(f"salt must be a str or None, got {salt!r}")
+        if (opened := self._salts.setdefault(seq_id, salt)) != salt:
+            raise ValueError(f"sequence {seq_id} was opened under salt {opened!r}, not {salt!r}")
+        return self._digests.setdefault(seq_id, [])

@@ -6,15 +6,18 @@ come as server-sent events. Sampling follows OpenAI's parameters through the sam
 (penalties, logit_bias; stop strings and chat logprobs by its StopChecker and Sampled), and errors come in
 OpenAI's shape with a 4xx (a 500 inside). A client that disconnects mid-stream cancels its request. Each
 request logs one line at info on REQUEST_LOG. `n` > 1 (up to MAX_N) runs n requests on one prompt:
-the prefix cache shares its full blocks, and with a seed choice i draws from seed + i. Not here: the
-completions endpoint's logprobs, tools, JSON modes, images, authentication: each is refused with a 400
-naming it, while its explicit default (null, false, []) is accepted.
+the prefix cache shares its full blocks, and with a seed choice i draws from seed + i. The prefix cache
+is salted per tenant (`_tenant_salt`): the bearer token, hashed, and `prompt_cache_key` if given, so
+two API keys never share cached blocks. Not here: the completions endpoint's logprobs, tools, JSON
+modes, images: each is refused with a 400 naming it, while its explicit default (null, false, []) is
+accepted; authentication (any key is served).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import socket
@@ -154,10 +157,11 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
     async def chat(request: Request) -> Response:
         body = await _json_body(request)
         _check_model(body.get("model"), model_id)
+        salt = _tenant_salt(request, body)
         prompt = tokenizer.encode(tokenizer.apply_chat_template(_messages(body.get("messages"))))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         max_name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
-        return await _complete(body, prompt, max_name, max_tokens, chat=True)
+        return await _complete(body, prompt, max_name, max_tokens, salt, chat=True)
 
     async def completions(request: Request) -> Response:
         body = await _json_body(request)
@@ -167,11 +171,13 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
                 shown = f"{name}={body[name]!r}"[:200]
                 message = f"{shown}: logprobs are supported on /v1/chat/completions, not here"
                 raise APIError(400, message, name, "unsupported_parameter")
-        return await _complete(
-            body, _prompt_ids(body.get("prompt"), tokenizer), "max_tokens", body.get("max_tokens"), chat=False
-        )
+        salt = _tenant_salt(request, body)
+        prompt = _prompt_ids(body.get("prompt"), tokenizer)
+        return await _complete(body, prompt, "max_tokens", body.get("max_tokens"), salt, chat=False)
 
-    async def _complete(body: dict, prompt: list[int], max_name: str, max_tokens, *, chat: bool) -> Response:
+    async def _complete(
+        body: dict, prompt: list[int], max_name: str, max_tokens, salt: str | None, *, chat: bool
+    ) -> Response:
         if any(not 0 <= t < vocab for t in prompt):
             raise APIError(400, f"prompt token ids must lie in [0, {vocab})", "prompt")
         params = _sampling(
@@ -185,7 +191,7 @@ def build_app(engine, tokenizer, model_id: str = MODEL_ID) -> Starlette:
         kind = "chatcmpl" if chat else "cmpl"
         head = {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": model_id}
         texts = [answer(stop, logprobs) for _ in range(n)]
-        streams = [engine.submit(prompt, _choice_params(params, i)) for i in range(n)]
+        streams = [engine.submit(prompt, _choice_params(params, i), salt) for i in range(n)]
         if stream:
             usage = (body.get("stream_options") or {}).get("include_usage", False)
             return StreamingResponse(
@@ -436,6 +442,24 @@ def _response_format(value) -> None:
         f"response_format must be an object with type text, json_object or json_schema, got {value!r}"[:300],
         "response_format",
     )
+
+
+def _tenant_salt(request: Request, body: dict) -> str | None:
+    """The request's prefix-cache salt: a digest of its API key (the Authorization header's bearer
+    token) and its `prompt_cache_key` (OpenAI's routing hint, here a narrower namespace); None when it
+    has neither (one shared namespace). `user` and `safety_identifier` name end users for abuse
+    monitoring: checked, not salted. APIError (400) when one of the three is not a string."""
+    for name in ("prompt_cache_key", "user", "safety_identifier"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise APIError(400, f"{name} must be a string, got {body[name]!r}"[:300], name)
+    auth = request.headers.get("authorization", "").strip()
+    scheme, _, token = auth.partition(" ")
+    key = token.strip() if scheme.lower() == "bearer" else auth
+    cache_key = body.get("prompt_cache_key")
+    if not key and not cache_key:
+        return None
+    # hashed: the key itself never reaches the engine's requests
+    return hashlib.sha256(json.dumps([key or None, cache_key or None]).encode()).hexdigest()
 
 
 def _check_model(name, model_id: str) -> None:
