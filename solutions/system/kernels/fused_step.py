@@ -1,11 +1,12 @@
-"""A whole decode step in native code: batch 1 for the int4-q8 modes, 1-8 rows for fp32.
+"""A whole decode step in native code: int4-q8 at batch 1 or on the paged cache's batches; fp32 at 1-8 rows.
 
 `FusedStep` (solutions/system/kernels/csrc/decode_step.h) and `FusedStepF32` (decode_step_f32.h) do
 what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
 solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
 (None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
-distance once per machine and model shape. Not here: `dojo serve`'s paged batches, the bf16 and
-int4 modes, prompts of more than 8 tokens (2 in the int4-q8 modes).
+distance once per machine and model shape. A PagedView (dojo serve's batches) goes to
+solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16 and int4
+modes, prompts of more than 8 tokens (2 in the int4-q8 modes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import torch
 from torch import Tensor
 
 from solutions.kv_cache import KVCache
-from solutions.system.kernels import native
+from solutions.paged_kv import PagedView
+from solutions.system.kernels import native, paged_step
 
 RESCORE = (
     16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
@@ -165,7 +167,8 @@ def _not_copied(self, memo) -> None:
 
 
 class FusedStep:
-    """A callable `(ids, cache, attention_mask) -> logits (1, V) or None` over a native Decoder."""
+    """A callable `(ids, cache, attention_mask) -> logits (1, V), or (B, V) on a PagedView, or None` over
+    a native Decoder."""
 
     __deepcopy__ = _not_copied
 
@@ -239,6 +242,13 @@ class FusedStep:
         return f"{where} (measured ms a step: {times})"
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
+        if isinstance(
+            cache, PagedView
+        ):  # dojo serve's batches: every row in one call, through the block tables
+            if not paged_step.plain(cache, ids, attention_mask, self.max_seq_len, self.vocab_size):
+                return None
+            self.kernel.module.set_prefetch(self.distance)
+            return paged_step.paged_step(self.decoder, ids, cache)  # (B, V)
         if ids.dim() != 1 or not _plain_step_cache(
             ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size
         ):

@@ -1,4 +1,4 @@
-// One decode step of a Llama model at batch 1, all in native code: included once per instruction set
+// One decode step of a Llama model, 1 row or a batch, all in native code: included once per instruction set
 // inside that set's namespace of q4_1_q8_1.cpp (after its `tiles` and `product`), so the loops here are
 // vectorized for the same target. Not a header to include anywhere else: it relies on the including
 // file's Model, Scratch, Q8Buf and acts, and its namespace's quantize_rows, product and fp32 helpers.
@@ -31,96 +31,121 @@ inline void project(const Matrix& w, const float* x, float* y, bool residual, Q8
   product(w.tiles, acts(q8, w.k), 1, w.n, w.k, y, residual);
 }
 
-// One query head qh (hd) over keys K and values V (T rows of hd each): softmax(qh K^T / sqrt(hd)) V into
-// o (hd), with sc (T) as scratch.
-inline void attend_head(const float* qh, const float* K, const float* V, int64_t T, int64_t hd, float* sc, float* o) {
+// One query head qh (hd) over T keys and values, key t at K + at(t) (and value t at V + at(t)):
+// softmax(qh K^T / sqrt(hd)) V into o (hd), with sc (T) as scratch.
+template <typename At>
+inline void attend_head_at(const float* qh, const float* K, const float* V, At at, int64_t T, int64_t hd, float* sc,
+                           float* o) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float top = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < T; ++t) {
-    sc[t] = dot_f32(qh, K + t * hd, hd) * scale;
+    sc[t] = dot_f32(qh, K + at(t), hd) * scale;
     top = std::max(top, sc[t]);
   }
   const float total = exp_sum(sc, T, top);
   std::fill(o, o + hd, 0.0f);
-  for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + t * hd, o, hd);
+  for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + at(t), o, hd);
 }
 
-// Attention of the n_heads query heads in q (n_heads * hd) over keys and values 0..T-1 of one layer's
-// cache (each (n_kv, max_len, hd)), into out (n_heads * hd); heads split over threads.
-inline void attend(const Model& m, const float* q, const float* keys, const float* values, int64_t max_len,
-                   int64_t T, float* scores, float* out) {
-  const int64_t hd = m.head_dim, group = m.n_heads / m.n_kv;
-  at::parallel_for(0, m.n_heads, 1, [&](int64_t h0, int64_t h1) {
-    for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kv_at = (h / group) * max_len * hd;
-      attend_head(q + h * hd, keys + kv_at, values + kv_at, T, hd, scores + h * T, out + h * hd);
+// The same over keys and values stored one after another (T rows of hd).
+inline void attend_head(const float* qh, const float* K, const float* V, int64_t T, int64_t hd, float* sc, float* o) {
+  attend_head_at(qh, K, V, [hd](int64_t t) { return t * hd; }, T, hd, sc, o);
+}
+
+// Attention of each row's n_heads query heads (q: row r's at q + r * q_stride) over its positions
+// 0..lens[r] of layer l, into out (rows, n_heads * hd); rows x heads split over threads, scores t_max
+// floats for each.
+inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, const float* q, int64_t q_stride,
+                   int64_t t_max, float* scores, float* out) {
+  const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv;
+  const float* keys = kv.base + l * kv.layer;
+  at::parallel_for(0, rows * nh, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t r = u / nh, h = u % nh, at = (h / group) * kv.head, stride = kv.slot;
+      const int64_t* slots = kv.slots + r * kv.width;
+      attend_head_at(q + r * q_stride + h * hd, keys + at, keys + kv.value + at,
+                     [slots, stride](int64_t t) { return slots[t] * stride; }, kv.lens[r] + 1, hd,
+                     scores + u * t_max, out + r * nh * hd + h * hd);
     }
   });
 }
 
-// Logits (vocab) for the token after `token`, whose keys and values go to position `pos` of kv
-// (2, n_layers, 1, n_kv, max_len, hd), which already holds positions 0..pos-1.
-void step(const Model& m, Scratch& s, int64_t token, float* kv, int64_t max_len, int64_t pos, float* logits) {
-  const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv, T = pos + 1;
-  const int64_t layer_kv = nkv * max_len * hd;  // floats of one layer's keys (or values)
-  float* x = s.x.data();
-  {  // the Q8_0 embedding row: per 32-block, fp16 d then 32 int8
-    const uint8_t* row = m.embed + token * (d / kBlock) * 34;
+// y (rows, n) = Q8_1(x (rows, k)) @ W.T: quantize into the scratch, then the product over threads.
+inline void project(const Matrix& w, const float* x, int64_t rows, float* y, bool residual, Q8Buf& q8) {
+  quantize_rows(x, rows, w.k, residual, q8);
+  product(w.tiles, acts(q8, w.k), rows, w.n, w.k, y, residual);
+}
+
+// Logits (rows, vocab) after tokens (rows,): row r's keys and values go to its position lens[r] (kv, a
+// KvAt), and it attends to its positions 0..lens[r]. The weights are read once for all rows, and each
+// row's sums are the same whichever rows share the step (the product's rows are independent), so a
+// row's logits do not depend on its batch. The scratch holds `rows` rows.
+void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const KvAt& kv, float* logits) {
+  const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv, ff = m.d_ff;
+  const int64_t qkv_dim = (nh + 2 * nkv) * hd;
+  int64_t t_max = 0;
+  for (int64_t r = 0; r < rows; ++r) t_max = std::max(t_max, kv.lens[r] + 1);
+  float *x = s.x.data(), *h = s.h.data(), *qkv = s.qkv.data(), *out = s.out.data();
+  for (int64_t r = 0; r < rows; ++r) {  // the Q8_0 embedding row: per 32-block, fp16 d then 32 int8
+    const uint8_t* row = m.embed + tokens[r] * (d / kBlock) * 34;
     for (int64_t b = 0; b < d / kBlock; ++b) {
       const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
       const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-      for (int j = 0; j < kBlock; ++j) x[b * kBlock + j] = static_cast<float>(q[j]) * db;
+      for (int j = 0; j < kBlock; ++j) x[r * d + b * kBlock + j] = static_cast<float>(q[j]) * db;
     }
   }
-  const float* cos = m.cos + pos * hd;
-  const float* sin = m.sin + pos * hd;
-  float* h = s.h.data();
-  float* qkv = s.qkv.data();
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const LayerW& w = m.layers[l];
-    rms_norm(x, w.attn_norm, d, m.eps, h);
-    project(w.wqkv, h, qkv, m.residual, s.q8);
-    for (int64_t head = 0; head < nh + nkv; ++head) rope(qkv + head * hd, cos, sin, hd, s.tmp.data());
-    float* keys = kv + l * layer_kv;
-    float* values = kv + (m.n_layers + l) * layer_kv;
-    for (int64_t g = 0; g < nkv; ++g) {
-      std::memcpy(keys + g * max_len * hd + pos * hd, qkv + (nh + g) * hd, hd * sizeof(float));
-      std::memcpy(values + g * max_len * hd + pos * hd, qkv + (nh + nkv + g) * hd, hd * sizeof(float));
+    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.attn_norm, d, m.eps, h + r * d);
+    project(w.wqkv, h, rows, qkv, m.residual, s.q8);
+    float* keys = kv.base + l * kv.layer;
+    for (int64_t r = 0; r < rows; ++r) {  // every row's keys and values written before any row attends
+      float* q = qkv + r * qkv_dim;
+      const int64_t pos = kv.lens[r], at = kv.slots[r * kv.width + pos] * kv.slot;
+      for (int64_t head = 0; head < nh + nkv; ++head) rope(q + head * hd, m.cos + pos * hd, m.sin + pos * hd, hd, s.tmp.data());
+      for (int64_t g = 0; g < nkv; ++g) {
+        std::memcpy(keys + at + g * kv.head, q + (nh + g) * hd, hd * sizeof(float));
+        std::memcpy(keys + kv.value + at + g * kv.head, q + (nh + nkv + g) * hd, hd * sizeof(float));
+      }
     }
-    attend(m, qkv, keys, values, max_len, T, s.scores.data(), s.att.data());
-    project(w.wo, s.att.data(), s.out.data(), m.residual, s.q8);
-    for (int64_t i = 0; i < d; ++i) x[i] += s.out[i];
-    rms_norm(x, w.ffn_norm, d, m.eps, h);
-    project(w.gate_up, h, s.gu.data(), m.residual, s.q8);
-    const float* gate = s.gu.data();
-    const float* up = gate + m.d_ff;
-    silu_mul(gate, up, s.act.data(), m.d_ff);
-    project(w.down, s.act.data(), s.out.data(), m.residual, s.q8);
-    for (int64_t i = 0; i < d; ++i) x[i] += s.out[i];
+    attend(m, kv, l, rows, qkv, qkv_dim, t_max, s.scores.data(), s.att.data());
+    project(w.wo, s.att.data(), rows, out, m.residual, s.q8);
+    for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
+    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.ffn_norm, d, m.eps, h + r * d);
+    project(w.gate_up, h, rows, s.gu.data(), m.residual, s.q8);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* gate = s.gu.data() + r * 2 * ff;
+      silu_mul(gate, gate + ff, s.act.data() + r * ff, ff);
+    }
+    project(w.down, s.act.data(), rows, out, m.residual, s.q8);
+    for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
   }
-  rms_norm(x, m.norm, d, m.eps, h);
-  project(m.head, h, logits, m.residual, s.q8);
-  // the top `rescore` logits, recomputed exactly from the embedding's Q8_0 rows
-  std::vector<std::pair<float, int64_t>>& top = s.top;
-  top.clear();
-  for (int64_t v = 0; v < m.vocab; ++v) {
-    if (static_cast<int64_t>(top.size()) < m.rescore) {
-      top.emplace_back(logits[v], v);
-      std::push_heap(top.begin(), top.end(), std::greater<>());
-    } else if (logits[v] > top.front().first) {
-      std::pop_heap(top.begin(), top.end(), std::greater<>());
-      top.back() = {logits[v], v};
-      std::push_heap(top.begin(), top.end(), std::greater<>());
+  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, m.norm, d, m.eps, h + r * d);
+  project(m.head, h, rows, logits, m.residual, s.q8);
+  for (int64_t r = 0; r < rows; ++r) {  // each row's top `rescore` logits, recomputed exactly from the embedding's Q8_0 rows
+    float* lg = logits + r * m.vocab;
+    const float* hr = h + r * d;
+    std::vector<std::pair<float, int64_t>>& top = s.top;
+    top.clear();
+    for (int64_t v = 0; v < m.vocab; ++v) {
+      if (static_cast<int64_t>(top.size()) < m.rescore) {
+        top.emplace_back(lg[v], v);
+        std::push_heap(top.begin(), top.end(), std::greater<>());
+      } else if (lg[v] > top.front().first) {
+        std::pop_heap(top.begin(), top.end(), std::greater<>());
+        top.back() = {lg[v], v};
+        std::push_heap(top.begin(), top.end(), std::greater<>());
+      }
     }
-  }
-  for (const auto& [value, v] : top) {
-    const uint8_t* row = m.embed + v * (d / kBlock) * 34;
-    float exact = 0.0f;
-    for (int64_t b = 0; b < d / kBlock; ++b) {
-      const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
-      const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-      for (int j = 0; j < kBlock; ++j) exact += static_cast<float>(q[j]) * db * h[b * kBlock + j];
+    for (const auto& [value, v] : top) {
+      const uint8_t* row = m.embed + v * (d / kBlock) * 34;
+      float exact = 0.0f;
+      for (int64_t b = 0; b < d / kBlock; ++b) {
+        const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
+        const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
+        for (int j = 0; j < kBlock; ++j) exact += static_cast<float>(q[j]) * db * hr[b * kBlock + j];
+      }
+      lg[v] = exact;
     }
-    logits[v] = exact;
   }
 }

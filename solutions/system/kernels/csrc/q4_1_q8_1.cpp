@@ -25,8 +25,9 @@
 // which kernels this CPU can run.
 // The file also holds the fp32 model's fused step (decode_step_f32.h, 1-8 rows), which shares the
 // dispatch, the fp32 helpers and the build.
-// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), non-x86, a Q4_1 fused step for
-// more than one row (batches take the product alone, through solutions/model.py).
+// The Q4_1 step (decode_step.h) takes one row on a contiguous cache, or a batch of rows on the paged
+// cache's pool through their block tables (solutions.system.kernels.paged_step).
+// Left out: AMX tiles (batch 1-8 gives too few rows to fill a tile), non-x86.
 
 #include <torch/extension.h>
 
@@ -144,7 +145,20 @@ struct Model {
   const float* sin;      // signed, as model.rope_tables
 };
 
-// A step's working memory, allocated once.
+// Where a step's keys and values live: kv head g of slot t in layer l has its keys at base + l * layer +
+// t * slot + g * head and its values `value` floats further. Row r of a step holds lens[r] positions
+// before it, position p in slot slots[r * width + p], and writes its new one at slot slots[r * width +
+// lens[r]]. The paged cache's pool (n_layers, 2, slots, n_kv, hd) reads through its block tables; a
+// contiguous cache (2, n_layers, 1, n_kv, max_len, hd) is the table 0, 1, 2, ...
+struct KvAt {
+  float* base;
+  int64_t layer, value, slot, head;
+  const int64_t* slots;  // (rows, width)
+  int64_t width;
+  const int64_t* lens;  // (rows,)
+};
+
+// A step's working memory, grown to the rows and positions of the largest step so far.
 struct Scratch {
   std::vector<float> x, h, qkv, att, out, gu, act, tmp, scores;
   std::vector<std::pair<float, int64_t>> top;
@@ -295,7 +309,7 @@ DOJO_PRODUCT_AND_STEP
 
 using ProductFn = void (*)(const uint8_t*, Acts, int64_t, int64_t, int64_t, float*, bool);
 using QuantizeFn = void (*)(const float*, int64_t, int64_t, bool, Q8Buf&);
-using StepFn = void (*)(const Model&, Scratch&, int64_t, float*, int64_t, int64_t, float*);
+using StepFn = void (*)(const Model&, Scratch&, const int64_t*, int64_t, const KvAt&, float*);
 
 bool cpu_has(const std::string& isa) {
   __builtin_cpu_init();
@@ -421,7 +435,8 @@ void keep_rope(std::vector<torch::Tensor>& keep, const torch::Tensor& cos, const
   *cos_out = cos.data_ptr<float>(), *sin_out = sin.data_ptr<float>();
 }
 
-// A Llama model's weights, held for the fused decode step at batch 1 (decode_step.h).
+// A Llama model's weights, held for the fused decode step (decode_step.h): one row on a contiguous cache,
+// or a batch of rows on the paged cache's pool.
 class Decoder {
  public:
   // config: d, n_layers, n_heads, n_kv_heads, head_dim, d_ff, vocab, max_seq, rescore; norms: each
@@ -458,9 +473,7 @@ class Decoder {
     keep_.push_back(embed);
     m.embed = embed.data_ptr<uint8_t>();
     keep_rope(keep_, cos, sin, m.max_seq, hd, &m.cos, &m.sin);
-    Scratch& s = scratch_;
-    s.x.resize(m.d), s.h.resize(m.d), s.qkv.resize(qkv), s.att.resize(m.d), s.out.resize(m.d);
-    s.gu.resize(2 * m.d_ff), s.act.resize(m.d_ff), s.tmp.resize(hd);
+    scratch_.tmp.resize(hd);
   }
 
   // Logits (vocab) after `token`, its keys and values written at position `pos` of kv (2, n_layers, 1,
@@ -473,22 +486,79 @@ class Decoder {
                     kv.size(5) == m.head_dim,
                 "the cache must be contiguous fp32 (2, n_layers, 1, n_kv_heads, max_len, head_dim); got ",
                 kv.sizes());
-    const int64_t max_len = kv.size(4);
+    const int64_t max_len = kv.size(4), hd = m.head_dim;
     TORCH_CHECK(pos >= 0 && pos < max_len && pos < m.max_seq, "position ", pos, " is past the cache (",
                 max_len, ") or the context (", m.max_seq, ")");
     torch::Tensor logits = torch::empty({m.vocab}, torch::kFloat32);
     const std::lock_guard<std::mutex> one_at_a_time(busy_);  // one scratch: a second thread waits its turn
-    if (static_cast<int64_t>(scratch_.scores.size()) < m.n_heads * (pos + 1))
-      scratch_.scores.resize(m.n_heads * std::max<int64_t>(pos + 1, 2 * static_cast<int64_t>(scratch_.scores.size()) / m.n_heads));
-    step_(m, scratch_, token, kv.data_ptr<float>(), max_len, pos, logits.data_ptr<float>());
+    while (static_cast<int64_t>(iota_.size()) <= pos) iota_.push_back(static_cast<int64_t>(iota_.size()));
+    const KvAt at{kv.data_ptr<float>(), m.n_kv * max_len * hd, m.n_layers * m.n_kv * max_len * hd, hd,
+                  max_len * hd, iota_.data(), 0, &pos};
+    grow(1, pos + 1);
+    step_(m, scratch_, &token, 1, at, logits.data_ptr<float>());
+    return logits;
+  }
+
+  // Logits (rows, vocab) after tokens (rows,), each row a sequence of the paged cache's pool (n_layers,
+  // 2, n_slots, n_kv_heads, head_dim) fp32: row r holds lens[r] positions, position p in slot
+  // slots[r, p], and its new token's keys and values go to slot slots[r, lens[r]].
+  torch::Tensor step_paged(torch::Tensor tokens, torch::Tensor pool, torch::Tensor slots, torch::Tensor lens) {
+    const Model& m = model_;
+    TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kLong && tokens.is_contiguous() &&
+                    tokens.size(0) >= 1,
+                "tokens must be a contiguous int64 vector of 1 or more rows; got ", tokens.sizes());
+    const int64_t rows = tokens.size(0);
+    TORCH_CHECK(pool.dim() == 5 && pool.scalar_type() == torch::kFloat32 && pool.is_contiguous() &&
+                    pool.size(0) == m.n_layers && pool.size(1) == 2 && pool.size(3) == m.n_kv &&
+                    pool.size(4) == m.head_dim,
+                "the pool must be contiguous fp32 (n_layers, 2, slots, n_kv_heads, head_dim); got ", pool.sizes());
+    TORCH_CHECK(slots.dim() == 2 && slots.scalar_type() == torch::kLong && slots.is_contiguous() &&
+                    slots.size(0) == rows && slots.size(1) >= 1,
+                "slots must be contiguous int64 (rows, width); got ", slots.sizes());
+    TORCH_CHECK(lens.dim() == 1 && lens.scalar_type() == torch::kLong && lens.is_contiguous() && lens.size(0) == rows,
+                "lens must be a contiguous int64 vector of one length a row; got ", lens.sizes());
+    const int64_t n_slots = pool.size(2), width = slots.size(1), hd = m.head_dim;
+    const int64_t* tk = tokens.data_ptr<int64_t>();
+    const int64_t* sl = slots.data_ptr<int64_t>();
+    const int64_t* ln = lens.data_ptr<int64_t>();
+    int64_t t_max = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      TORCH_CHECK(tk[r] >= 0 && tk[r] < m.vocab, "token ", tk[r], " of row ", r, " is not in [0, ", m.vocab, ")");
+      TORCH_CHECK(ln[r] >= 0 && ln[r] < width && ln[r] < m.max_seq, "row ", r, " holds ", ln[r],
+                  " positions: its new one is past the slots given (", width, ") or the context (", m.max_seq, ")");
+      for (int64_t p = 0; p <= ln[r]; ++p)
+        TORCH_CHECK(sl[r * width + p] >= 0 && sl[r * width + p] < n_slots, "slot ", sl[r * width + p], " of row ",
+                    r, " is not in the pool's [0, ", n_slots, ")");
+      t_max = std::max(t_max, ln[r] + 1);
+    }
+    torch::Tensor logits = torch::empty({rows, m.vocab}, torch::kFloat32);
+    const KvAt at{pool.data_ptr<float>(), 2 * n_slots * m.n_kv * hd, n_slots * m.n_kv * hd, m.n_kv * hd, hd, sl,
+                  width, ln};
+    const std::lock_guard<std::mutex> one_at_a_time(busy_);
+    grow(rows, t_max);
+    step_(m, scratch_, tk, rows, at, logits.data_ptr<float>());
     return logits;
   }
 
  private:
+  // The scratch for `rows` rows attending to up to t_max positions (grown, never shrunk).
+  void grow(int64_t rows, int64_t t_max) {
+    const Model& m = model_;
+    Scratch& s = scratch_;
+    const int64_t qkv = (m.n_heads + 2 * m.n_kv) * m.head_dim;
+    if (static_cast<int64_t>(s.x.size()) < rows * m.d) {
+      s.x.resize(rows * m.d), s.h.resize(rows * m.d), s.qkv.resize(rows * qkv), s.att.resize(rows * m.d);
+      s.out.resize(rows * m.d), s.gu.resize(rows * 2 * m.d_ff), s.act.resize(rows * m.d_ff);
+    }
+    if (static_cast<int64_t>(s.scores.size()) < rows * m.n_heads * t_max)
+      s.scores.resize(std::max<int64_t>(rows * m.n_heads * t_max, 2 * static_cast<int64_t>(s.scores.size())));
+  }
+
   StepFn step_;
   Model model_;
   Scratch scratch_;
   std::mutex busy_;
+  std::vector<int64_t> iota_;  // 0, 1, 2, ...: a contiguous cache's slots
   std::vector<torch::Tensor> keep_;  // the tensors model_ points into
 };
 
@@ -643,7 +713,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def(pybind11::init<std::vector<int64_t>, double, bool, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
                           torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
       .def("step", &Decoder::step, "logits (vocab) after token, its K and V written at pos of kv",
-           pybind11::arg("token"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>());
+           pybind11::arg("token"), pybind11::arg("kv"), pybind11::arg("pos"), pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def("step_paged", &Decoder::step_paged,
+           "logits (rows, vocab) after tokens (rows,), row r's K and V written at slot slots[r, lens[r]] of the pool",
+           pybind11::arg("tokens"), pybind11::arg("pool"), pybind11::arg("slots"), pybind11::arg("lens"),
+           pybind11::call_guard<pybind11::gil_scoped_release>());
   pybind11::class_<DecoderF32>(module, "DecoderF32")
       .def(pybind11::init<std::vector<int64_t>, double, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
                           torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())

@@ -1,0 +1,196 @@
+"""The fused int4-q8 step on the paged KV cache (solutions.system.kernels.paged_step) against the readable path.
+
+Oracle: the same model with `fused_step = None` decoding an identical cache through PagedView's
+gather (model.py's per-op path, the same Q8_1 products). As in test_fused_step.py the two differ only
+by fp32 summation order: greedy tokens agree exactly and logits to a small fraction of their spread.
+The native step's own promises are checked bit for bit: a row's logits do not depend on the rows
+beside it, and one row on the pool is the contiguous cache's step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_fused_step import q8_model  # pytest puts this folder on sys.path
+
+from solutions.paged_kv import OutOfBlocksError, PagedKVCache
+from solutions.system.kernels import fused_step, paged_step
+
+LENGTHS = [5, 9, 3, 16]  # prompts of each sequence: a part block, two, less than one, exactly four
+
+
+@pytest.fixture(autouse=True)
+def own_prefetch_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(fused_step, "prefetch_file", lambda: tmp_path / "prefetch.json")
+    monkeypatch.setattr(fused_step, "_calibrated", {})
+
+
+@pytest.fixture
+def model(kernel, tmp_path):
+    return q8_model(tmp_path)
+
+
+def readable(model):
+    """The model with its fused step taken away, for `with`."""
+
+    class Off:
+        def __enter__(self):
+            self.saved, model.fused_step = model.fused_step, None
+
+        def __exit__(self, *exc):
+            model.fused_step = self.saved
+
+    return Off()
+
+
+def filled(model, lengths=LENGTHS, num_blocks=64, block_size=4, seed=0):
+    """A paged cache holding one prefilled sequence per length (ids 0, 1, ...), prompts drawn from seed."""
+    c = model.config
+    cache = PagedKVCache(c.n_layers, c.n_kv_heads, c.head_dim, num_blocks, block_size)
+    g = torch.Generator().manual_seed(seed)
+    with readable(model):
+        for i, n in enumerate(lengths):
+            cache.add_sequence(i)
+            model.prefill(torch.randint(0, c.vocab_size, (1, n), generator=g), cache.view([i]))
+    return cache
+
+
+def decode(model, cache, ids, seq_ids):
+    view = cache.view(seq_ids)
+    return model.decode_step(ids, view, view.attention_mask() if len(seq_ids) > 1 else None)  # (B, V)
+
+
+def test_paged_batch_is_the_readable_batch(model):
+    """Eight steps over four sequences of different lengths: the same greedy tokens, logits within 1%
+    of their spread, every sequence one position longer a step, and the same keys and values in the pool."""
+    fused, plain = filled(model), filled(model)
+    seqs = list(range(len(LENGTHS)))
+    ids = torch.tensor([3, 7, 11, 13])
+    for step in range(8):
+        got = decode(model, fused, ids, seqs)
+        with readable(model):
+            want = decode(model, plain, ids, seqs)
+        spread = float(want.max() - want.min())
+        assert got.shape == want.shape == (len(seqs), model.config.vocab_size)
+        err = float((got - want).abs().max())
+        assert err < 0.01 * spread, f"step {step}: paged fused logits off the readable path's by {err:.3g}"
+        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), f"step {step}: greedy tokens differ"
+        lengths = [fused.num_tokens(s) for s in seqs]
+        assert lengths == [n + step + 1 for n in LENGTHS], f"step {step}: lengths {lengths}"
+        assert [fused.block_table(s) for s in seqs] == [plain.block_table(s) for s in seqs]
+        ids = want.argmax(-1)
+    for layer in range(model.config.n_layers):
+        for s in seqs:
+            got_kv, want_kv = torch.stack(fused.gather(s, layer)), torch.stack(plain.gather(s, layer))
+            err = float((got_kv - want_kv).abs().max())
+            assert err < 0.01 * float(want_kv.abs().max()), (
+                f"layer {layer}, sequence {s}: the fused step's keys/values differ by {err:.3g}"
+            )
+
+
+def test_a_row_does_not_depend_on_its_batch(model):
+    """Each sequence decoded alone gives bit for bit the logits it gets in the batch of four."""
+    together, alone = filled(model), filled(model)
+    ids = torch.tensor([3, 7, 11, 13])
+    batch = decode(model, together, ids, [0, 1, 2, 3])
+    for s in range(4):
+        own = decode(model, alone, ids[s : s + 1], [s])
+        assert torch.equal(own[0], batch[s]), f"sequence {s}'s logits change with the rows beside it"
+
+
+def test_one_row_on_the_pool_is_the_contiguous_step(model):
+    """A sequence on the paged cache and the same prompt on the contiguous KVCache: the same bits."""
+    prompt = torch.randint(0, model.config.vocab_size, (1, 11), generator=torch.Generator().manual_seed(3))
+    cache = PagedKVCache(model.config.n_layers, model.config.n_kv_heads, model.config.head_dim, 16, 4)
+    cache.add_sequence(0)
+    flat = model.new_cache(1, 24)
+    with readable(model):
+        model.prefill(prompt, cache.view([0]))
+        model.prefill(prompt, flat)
+    token = torch.tensor([5])
+    for step in range(6):
+        paged, contiguous = decode(model, cache, token, [0]), model.decode_step(token, flat)
+        assert torch.equal(paged, contiguous), f"step {step}: the paged step is not the contiguous one"
+        token = paged.argmax(-1)
+
+
+def test_forked_rows_copy_their_shared_block(model):
+    """Two forks of one sequence sharing a part-filled block: each decodes into its own copy, the
+    parent's keys stay as they were, and the answers are the readable path's."""
+    fused, plain = filled(model, [6]), filled(model, [6])
+    for cache in (fused, plain):
+        cache.fork(0, 1)
+    before = fused.gather(0, 0)[0].clone()
+    ids = torch.tensor([9, 21])
+    got = decode(model, fused, ids, [0, 1])
+    with readable(model):
+        want = decode(model, plain, ids, [0, 1])
+    assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
+    assert fused.block_table(0)[-1] != fused.block_table(1)[-1], "the forks still share their last block"
+    assert torch.equal(fused.gather(0, 0)[0][:, :6], before), "a fork's write changed the parent's keys"
+    assert float((got - want).abs().max()) < 0.01 * float(want.max() - want.min())
+
+
+def test_declines_what_it_does_not_take(model):
+    """No room in the pool, a pass half written, a mask not the view's own, a token outside the
+    vocabulary: the fused step returns None and changes nothing, and the readable path decides."""
+    c = model.config
+    step = model.fused_step
+    full = filled(
+        model, [4, 4], num_blocks=2, block_size=4
+    )  # both blocks full: the next position needs a third
+    used = full.blocks_in_use
+    view = full.view([0, 1])
+    assert step(torch.tensor([1, 2]), view, view.attention_mask()) is None
+    assert full.blocks_in_use == used and full.num_tokens(0) == 4, "a declined step took blocks"
+    with pytest.raises(OutOfBlocksError):
+        model.decode_step(torch.tensor([1, 2]), view, view.attention_mask())
+
+    cache = filled(model, [5, 3])
+    view = cache.view([0, 1])
+    wrong = torch.ones(2, 6, dtype=torch.bool)  # pretends row 1 has no padding
+    assert step(torch.tensor([1, 2]), view, wrong) is None
+    assert step(torch.tensor([1, c.vocab_size]), view, view.attention_mask()) is None
+    assert step(torch.tensor([[1], [2]]), view, view.attention_mask()) is None
+    k = torch.zeros(1, c.n_kv_heads, 1, c.head_dim)
+    cache.view([0]).update(0, k, k)  # layer 0 of a pass written, the others not
+    assert step(torch.tensor([1]), cache.view([0]), None) is None
+    assert [cache.num_tokens(s) for s in (0, 1)] == [5, 3]
+
+
+def test_slots_read_through_the_block_table(model):
+    """slots(): position p of a sequence is block table[p // block_size] * block_size + p % block_size."""
+    cache = filled(model, [6, 2], block_size=4)
+    table = paged_step.slots(cache, [0, 1], [7, 3])
+    for row, s in enumerate((0, 1)):
+        blocks = cache.block_table(s)
+        for p in range(cache.num_tokens(s)):
+            assert int(table[row, p]) == blocks[p // 4] * 4 + p % 4
+
+
+def test_smollm2_engine_answers_are_the_readable_ones(kernel, smollm2_mode, smollm2_tokenizer):
+    """SmolLM2 in the serving mode: three prompts decoded together on the paged cache by the fused step
+    give the greedy tokens the readable path gives each of them alone on a contiguous cache."""
+    model = smollm2_mode("int4-q8x2")
+    assert isinstance(model.fused_step, fused_step.FusedStep)
+    c = model.config
+    prompts = [
+        smollm2_tokenizer.encode(t) for t in ("The capital of France is", "1, 2, 3,", "Once upon a time")
+    ]
+    cache = PagedKVCache(c.n_layers, c.n_kv_heads, c.head_dim, 64, 16)
+    first = []
+    for i, p in enumerate(prompts):
+        cache.add_sequence(i)
+        first.append(int(model.prefill(torch.tensor([p]), cache.view([i]))[0, -1].argmax()))
+    ids, got = torch.tensor(first), [[t] for t in first]
+    for _ in range(12):
+        ids = decode(model, cache, ids, [0, 1, 2]).argmax(-1)
+        for row, t in zip(got, ids.tolist()):
+            row.append(t)
+    with readable(model):
+        for p, tokens in zip(prompts, got):
+            flat = model.new_cache(1, len(p) + 13)
+            want = [int(model.prefill(torch.tensor([p]), flat)[0, -1].argmax())]
+            for _ in range(12):
+                want.append(int(model.decode_step(torch.tensor(want[-1:]), flat).argmax(-1)))
+            assert tokens == want, f"{smollm2_tokenizer.decode(p)!r}: paged fused {tokens} != readable {want}"
