@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from dojo import seeds
-from dojo.testing import banned_uses, expect_value_error
+from dojo.grading.judging import judge, peak
+from dojo.testing import banned_uses, expect_value_error, inconclusive
 
 KATA = "flash_attention"
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -756,6 +757,41 @@ def test_never_creates_a_tq_by_tk_tensor(kata):
     assert seen.numel <= limit, (
         f"causal Tq=Tk=64, 2 heads, block_q=block_k=8: flash_attention created a tensor of {seen.numel} entries "
         f"({seen.op}); the Tq x Tk scores are {2 * 64 * 64}: keep only (block_q x block_k) tiles, build each "
+        "tile's mask from its positions"
+    )
+
+
+@pytest.mark.points(2)
+@pytest.mark.measured  # the peak is read from outside the candidate's process (dojo.grading.judging.peak)
+@pytest.mark.builds_on(  # the tensor-watching test decides the same in practice mode (deferred when judged)
+    "test_causal_bottom_right_equals_oracle",
+    "test_no_score_block_larger_than_a_tile",
+    "test_never_creates_a_tq_by_tk_tensor",
+)
+def test_peak_memory_far_below_a_tq_by_tk_matrix(kata):
+    """One causal call with Tq = Tk = 8192 raises the process's peak memory by at most 16 MiB: a quarter of
+    a (Tq, Tk) boolean mask, a sixteenth of the float32 scores (256 MiB). Decided from outside the process."""
+    t = 8192
+    q, k, v = qkv(1, 1, 1, t, t, 8, seed=210)
+    attend = kata.flash_attention  # (judge mode: the worker is up, and stays the same, before the reset)
+    attend(q[..., :64, :], k[..., :64, :], v[..., :64, :], causal=True)  # first-call set-up, unmeasured
+    with peak.watch(itself=not judge.active()) as seen:
+        got = attend(q, k, v, causal=True, block_q=64, block_k=64)
+    if seen.unmeasurable:
+        inconclusive(seen.unmeasurable)
+    assert not seen.others, (
+        f"a process started or ended during the flash_attention call (pids {seen.others}): its memory "
+        "cannot be measured; compute in your own process"
+    )
+    rows = [0, 1, 4095, t - 1]  # a few queries against the plain softmax over the keys each sees
+    for i in rows:
+        w = torch.softmax((k[0, 0, : i + 1].double() @ q[0, 0, i].double()) / math.sqrt(8), dim=0)
+        close(got[..., i, :], (w @ v[0, 0, : i + 1].double()).view(1, 1, 8), f"causal T=8192, query {i}")
+    limit = t * t // 4
+    assert seen.rise <= limit, (
+        f"causal Tq=Tk=8192, D=8, block_q=block_k=64: the call raised the peak memory by "
+        f"{seen.rise / 2**20:.1f} MiB, over {limit / 2**20:.0f} MiB (the float32 scores are "
+        f"{t * t * 4 / 2**20:.0f} MiB, a boolean mask {t * t / 2**20:.0f} MiB): keep only tiles, build each "
         "tile's mask from its positions"
     )
 

@@ -1,11 +1,11 @@
 """The grading plugin: pytest options, markers and fixtures every hidden kata suite relies on.
 
 A kata suite sets `KATA = "<slug>"`; its tests ask for the `kata` fixture (the implementation under
-test, from `--target`) and carry `points(n)`, `example`, `optional`, `builds_on(...)`, `machine` or
-`candidate_process` markers; the first paragraph of a test's docstring is its property. The plugin writes
-a row per test to the grader's signed channel (dojo.grading.channel) or to `--dojo-results FILE`, and
-fails a test that runs past `--dojo-test-timeout`. Loaded for every pytest run (pyproject.toml's
-addopts). It decides no grade: dojo.grading.outcomes reads its records.
+test, from `--target`) and carry `points(n)`, `example`, `optional`, `builds_on(...)`, `machine`,
+`measured` or `candidate_process` markers; the first paragraph of a test's docstring is its property.
+The plugin writes a row per test to the grader's signed channel (dojo.grading.channel) or to
+`--dojo-results FILE`, and fails a test that runs past `--dojo-test-timeout`. Loaded for every pytest
+run (pyproject.toml's addopts). It decides no grade: dojo.grading.outcomes reads its records.
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "machine: times the real machine: runs under the machine-wide timing lock, may end inconclusive",
+    )
+    config.addinivalue_line(
+        "markers",
+        "measured: measures the candidate's process from outside it (its peak memory); decided where the "
+        "suite runs, in judge mode too, and may end inconclusive where the machine cannot measure",
     )
     config.addinivalue_line(
         "markers",
@@ -302,14 +307,14 @@ def _is_kata_suite(item: pytest.Item) -> bool:
 
 
 def _outcome(report: pytest.TestReport, call: pytest.CallInfo, item: pytest.Item) -> str:
-    """passed | failed | inconclusive. A skip is a failure, except a machine test's own Inconclusive
-    (dojo.testing.inconclusive) raised by the suite: never from the candidate's file."""
+    """passed | failed | inconclusive. A skip is a failure, except a machine or measured test's own
+    Inconclusive (dojo.testing.inconclusive) raised by the suite: never from the candidate's file."""
     if report.passed:
         return "passed"
     if (
         call.excinfo is not None
         and call.excinfo.errisinstance(testing.Inconclusive)
-        and item.get_closest_marker("machine")
+        and (item.get_closest_marker("machine") or item.get_closest_marker("measured"))
         and not _raised_by_candidate(call.excinfo, item)
     ):
         return "inconclusive"

@@ -1,0 +1,191 @@
+"""dojo.grading.judging.peak: the judge reads how far one call raised a worker's peak memory, from outside it.
+
+The "worker" here is a plain child python that does one thing when told (touch 100 MB, nothing, or start
+a process) while this process watches; each property is read from the Peak that `watch` gives. Then the
+same through the judge's real worker, with and without bwrap, and the plugin's side: a `measured` test
+that cannot measure ends inconclusive, any other fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from dojo import catalog
+from dojo.grading import grade
+from dojo.grading.confine import sandbox
+from dojo.grading.judging import judge, peak
+
+MB = 2**20
+# the child starts, says so, waits for a line, does `action`, says so, and waits for a second line before it exits
+CHILD = """
+import os, sys, time
+{before}print("ready", flush=True)
+sys.stdin.readline()
+{action}
+print("done", flush=True)
+sys.stdin.readline()
+"""
+ACTIONS = {
+    "nothing": "pass",
+    "touch 100 MB": 'held = b"\\1" * (100 * 2**20)  # every page written: resident',
+    "fork, reap": "pid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)",
+    "fork, leave running": "pid = os.fork()\nif pid == 0: time.sleep(30); os._exit(0)",
+    # a helper started before the block (HELPER) ends in it, unreaped: a zombie whose peak is gone
+    "helper ends": "os.kill(helper, 9); time.sleep(0.2)",
+}
+HELPER = "helper = os.fork()\nif helper == 0: time.sleep(30); os._exit(0)\n"
+
+
+def watched(action: str, **kw) -> tuple[peak.Peak, int]:
+    """(what watch saw while a child did `action`, the child's pid)."""
+    source = CHILD.format(action=ACTIONS[action], before=HELPER if action == "helper ends" else "")
+    child = subprocess.Popen(
+        [sys.executable, "-c", source],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its group ends with it, a process it left running included
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", "the child did not start"
+        with peak.watch(**kw) as seen:
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done", f"the child failed to {action}"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait(timeout=30)
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group has ended
+            pass
+        child.wait()
+    return seen, child.pid
+
+
+def test_a_worker_that_touches_100_mb_rises_by_100_mb():
+    """100 MB written by the watched process during the block is a rise of at least 95 MiB."""
+    seen, _ = watched("touch 100 MB")
+    assert not seen.unmeasurable, f"the peak could not be measured here: {seen.unmeasurable}"
+    assert seen.rise >= 95 * MB, (
+        f"a child wrote 100 MB during the block; the rise was {seen.rise / MB:.1f} MiB"
+    )
+    assert not seen.others, f"the child started no process, but watch says {seen.others}"
+
+
+def test_a_worker_that_allocates_nothing_barely_rises():
+    """A watched process that allocates nothing during the block rises by under 2 MiB."""
+    seen, _ = watched("nothing")
+    assert not seen.unmeasurable, f"the peak could not be measured here: {seen.unmeasurable}"
+    assert seen.rise < 2 * MB, (
+        f"the child did nothing during the block; the rise was {seen.rise / MB:.1f} MiB"
+    )
+
+
+@pytest.mark.parametrize("action", ["fork, reap", "fork, leave running", "helper ends"])
+def test_a_process_started_or_ended_during_the_block_is_detected(action):
+    """A process the worker starts during the block is in `others`, whether it was reaped or still runs;
+    so is one started before that ends in it."""
+    seen, pid = watched(action)
+    assert not seen.unmeasurable, f"the peak could not be measured here: {seen.unmeasurable}"
+    assert seen.others, f"the child ({action}): a process started or ended, but watch saw none"
+    if action == "fork, reap":
+        assert seen.others == [pid], (
+            f"the child reaped its own: its pid {pid} should be named, got {seen.others}"
+        )
+
+
+def test_itself_measures_this_process():
+    """With itself=True, memory this process touches in the block is a rise."""
+    with peak.watch(itself=True) as seen:
+        held = b"\1" * (64 * MB)
+    assert not seen.unmeasurable, f"the peak could not be measured here: {seen.unmeasurable}"
+    assert seen.rise >= 60 * MB, f"this process wrote 64 MB; the rise was {seen.rise / MB:.1f} MiB"
+    del held
+
+
+def test_a_refused_reset_is_unmeasurable_never_a_rise(monkeypatch):
+    """Where the reset is refused, watch says why and reports no rise and no process started."""
+
+    def refused(pid):
+        raise PermissionError(13, "Permission denied", f"/proc/{pid}/clear_refs")
+
+    monkeypatch.setattr(peak, "_reset", refused)
+    seen, _ = watched("touch 100 MB")
+    assert "cannot be reset" in seen.unmeasurable, f"a refused reset should say so, got {seen.unmeasurable!r}"
+    assert seen.rise == 0 and not seen.others, f"nothing is decided after a refused reset, got {seen}"
+
+
+WORKER_CODE = """
+def touch(mb):
+    held = b"\\1" * (mb * 2**20)
+    return len(held)
+
+
+def nothing(mb):
+    return 0
+"""
+
+
+@pytest.mark.parametrize("boxed", [False, True], ids=["plain", "bwrap"])
+def test_the_judges_worker_is_measured_from_the_judge(tmp_path, boxed):
+    """The judge's worker (grade's own command, inside bwrap or not) that touches 100 MB in a call rises by
+    at least 95 MiB, seen from the judge; a call that touches nothing, by under 2 MiB."""
+    if boxed and sandbox.unavailable():
+        pytest.skip(f"no sandbox on this machine: {sandbox.unavailable()}")
+    (tmp_path / "candidate.py").write_text(WORKER_CODE)
+    tmp_path.chmod(0o755)  # the sandbox's uid reads the worker's folder
+    kata = catalog.get("flash_attention")  # any kata: the worker's reference view is not used here
+    folder = grade._worker_folder(tmp_path, kata, tmp_path / "candidate.py")
+    spec = grade._worker_spec(tmp_path, folder, kata, "candidate.py", 3 * 2**30, sandbox if boxed else None)
+    worker = judge.Worker(spec)
+    try:
+        module = worker.boot().load()
+        module.nothing(0)
+        with peak.watch() as idle:
+            module.nothing(100)
+        with peak.watch() as busy:
+            module.touch(100)
+    finally:
+        worker.stop()
+    for seen in (idle, busy):
+        assert not seen.unmeasurable and not seen.others, f"the worker could not be measured: {seen}"
+    assert busy.rise >= 95 * MB, f"the worker wrote 100 MB in a call; the judge saw {busy.rise / MB:.1f} MiB"
+    assert idle.rise < 2 * MB, f"the worker touched nothing in a call; the judge saw {idle.rise / MB:.1f} MiB"
+
+
+MEASURED_SUITE = """
+import pytest
+from dojo.testing import inconclusive
+
+KATA = "toy"
+
+
+@pytest.mark.measured
+def test_measured():
+    \"""measured\"""
+    inconclusive("the peak memory cannot be reset here")
+
+
+def test_unmarked():
+    \"""unmarked\"""
+    inconclusive("the peak memory cannot be reset here")
+"""
+
+
+def test_only_a_measured_test_may_end_inconclusive(tmp_path):
+    """The grading plugin reports a measured test's own Inconclusive as inconclusive; an unmarked test's
+    Inconclusive is a failure, as every other skip."""
+    (tmp_path / "test_suite.py").write_text(MEASURED_SUITE)
+    cmd = [sys.executable, "-m", "pytest", "test_suite.py", "-q", "-p", "no:cacheprovider"]
+    cmd += ["-p", "dojo.grading.suite.plugin", "--dojo-results", "out.json"]
+    subprocess.run(cmd, cwd=tmp_path, capture_output=True, timeout=120)
+    rows = {t["name"]: t["outcome"] for t in json.loads((tmp_path / "out.json").read_text())["tests"]}
+    assert rows == {"test_measured": "inconclusive", "test_unmarked": "failed"}, rows
