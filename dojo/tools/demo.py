@@ -336,7 +336,13 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_smollm2(chosen.mode, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls)
         model, tokenizer = loaded.model, loaded.tokenizer
     draft = (
-        load_smollm2(chosen.draft, note, attention_fn=parts.attention_fn, cache_cls=parts.cache_cls).model
+        load_smollm2(
+            chosen.draft,
+            note,
+            attention_fn=parts.attention_fn,
+            cache_cls=parts.cache_cls,
+            tokenizer=tokenizer,
+        ).model
         if chosen.draft
         else None
     )

@@ -158,6 +158,19 @@ def test_a_truncated_tokenizer_file_is_rebuilt(gguf_copy, cold_int4, tmp_path):
     assert again.tokenizer.encode(text) == first.tokenizer.encode(text)
 
 
+def test_a_tokenizer_passed_in_is_kept_not_read(gguf_copy, cold_int4, tmp_path):
+    """A speculative pair's second load keeps the first's tokenizer: the very object comes back, and
+    tokenizer.json is not read (cut short, it would be found damaged and rebuilt from the GGUF)."""
+    built, first = cold_int4
+    folder = tmp_path / "cache"
+    shutil.copytree(built, folder)
+    path = folder / "tokenizer.json"
+    path.write_bytes(path.read_bytes()[:1000])
+    again = weights_cache.load("int4", folder, gguf_copy, tokenizer=first.tokenizer)
+    assert again.tokenizer is first.tokenizer, "the tokenizer passed in should be the one returned"
+    assert again.notes == [] and "parse GGUF" not in again.seconds, (again.notes, again.seconds)
+
+
 def test_fp32_from_the_cache_is_the_reference_model(gguf_copy, tmp_path, smollm2, smollm2_tokenizer):
     """fp32 through the cache, in the layout the calibration picks (column-major here, by an
     injected timer, with 4-row products packed), has the reference model's logits; the calibration is noted."""

