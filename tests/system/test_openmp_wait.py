@@ -7,23 +7,35 @@ import subprocess
 import sys
 
 from dojo import ROOT
-from solutions.system.openmp_wait import busy, thread_count
+from solutions.system.openmp_wait import busy, physical_cores, thread_count
 
 
-def test_busy_when_other_work_and_our_threads_outnumber_the_cores():
-    """Runnable tasks beside ours plus our threads above the cores is busy; alone, or one thread, is not."""
-    assert not busy(running=1, threads=2, cores=2), "only this process runs: the cores are ours"
-    assert busy(running=2, threads=2, cores=2), "one other task and 2 threads on 2 cores share a core"
-    assert not busy(running=3, threads=1, cores=2), "one thread has no peer to wait for"
-    assert not busy(running=3, threads=4, cores=8), "2 others and 4 threads fit in 8 cores"
+def test_busy_when_other_work_and_our_threads_outnumber_the_cpus():
+    """Runnable tasks beside ours plus our threads above the CPUs is busy; alone, or one thread, is not."""
+    assert not busy(running=1, threads=2, cpus=2), "only this process runs: the CPUs are ours"
+    assert busy(running=2, threads=2, cpus=2), "one other task and 2 threads on 2 CPUs share one"
+    assert not busy(running=3, threads=1, cpus=2), "one thread has no peer to wait for"
+    assert not busy(running=3, threads=4, cpus=8), "2 others and 4 threads fit in 8 CPUs"
 
 
-def test_thread_count_reads_omp_num_threads_else_the_cores():
-    """OMP_NUM_THREADS's first number is the count; unset or not a positive number, the cores."""
-    assert thread_count({"OMP_NUM_THREADS": "3"}, cores=8) == 3
-    assert thread_count({"OMP_NUM_THREADS": "4,2"}, cores=8) == 4
+def test_thread_count_reads_omp_num_threads_else_the_physical_cores():
+    """OMP_NUM_THREADS's first number is the count; unset or not a positive number, the physical cores."""
+    assert thread_count({"OMP_NUM_THREADS": "3"}, physical=8) == 3
+    assert thread_count({"OMP_NUM_THREADS": "4,2"}, physical=8) == 4
     for bad in ({}, {"OMP_NUM_THREADS": "0"}, {"OMP_NUM_THREADS": "many"}):
-        assert thread_count(bad, cores=8) == 8, bad
+        assert thread_count(bad, physical=8) == 8, bad
+
+
+def test_physical_cores_count_hyperthreads_once(tmp_path):
+    """CPUs 0-3 as two cores of two hyperthreads each are 2 cores (torch's default thread count); without
+    the topology files, each CPU counts."""
+    for cpu, siblings in ((0, "0,2"), (1, "1,3"), (2, "0,2"), (3, "1,3")):
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(siblings + "\n")
+    assert physical_cores({0, 1, 2, 3}, tmp_path) == 2
+    assert physical_cores({0, 2}, tmp_path) == 1, "CPUs 0 and 2 are one core's two hyperthreads"
+    assert physical_cores({0, 1, 2}, tmp_path / "missing") == 3
 
 
 def in_fresh_python(loadavg: str, tmp_path, environ: dict, torch_first: bool = False) -> tuple[str, dict]:
