@@ -185,8 +185,8 @@ class Llama(nn.Module):
         (`CacheFullError`) if they would run past the cache.
         """
         fused = getattr(self.fused_step, "prefill", None)
-        if fused is not None and (logits := fused(ids, cache, attention_mask)) is not None:
-            return logits[:, -1:] if last_only else logits  # a few tokens of one row: one native call
+        if fused is not None and (logits := fused(ids, cache, attention_mask, last_only)) is not None:
+            return logits  # tokens of one row in native calls
         return self._run(ids, cache, attention_mask, last_only)
 
     @torch.no_grad()

@@ -158,6 +158,52 @@ def test_declines_what_it_does_not_take(model):
     assert [cache.num_tokens(s) for s in (0, 1)] == [5, 3]
 
 
+@pytest.mark.parametrize("chunk", [paged_step.CHUNK, 5])
+def test_paged_prefill_is_the_readable_prefill(model, monkeypatch, chunk):
+    """A prompt in two prefills (13 tokens, then 9 after them), through native calls of at most `chunk`
+    tokens: every position's logits within 1% of the readable path's spread, the same greedy tokens,
+    the same keys and values; last_only gives the last position's logits alone."""
+    monkeypatch.setattr(paged_step, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(7)
+    parts = [torch.randint(0, model.config.vocab_size, (1, n), generator=g) for n in (13, 9)]
+    fused, plain = filled(model, [], block_size=4), filled(model, [], block_size=4)
+    for cache in (fused, plain):
+        cache.add_sequence(0)
+    for part in parts:
+        got = model.prefill(part, fused.view([0]))
+        with readable(model):
+            want = model.prefill(part, plain.view([0]))
+        assert got.shape == want.shape == (1, part.shape[1], model.config.vocab_size)
+        spread = float(want.max() - want.min())
+        err = float((got - want).abs().max())
+        assert err < 0.01 * spread, f"paged prefill logits off the readable path's by {err:.3g}"
+        assert got.argmax(-1).tolist() == want.argmax(-1).tolist(), "greedy tokens differ"
+    assert fused.num_tokens(0) == 22 and fused.block_table(0) == plain.block_table(0)
+    for layer in range(model.config.n_layers):
+        got_kv, want_kv = torch.stack(fused.gather(0, layer)), torch.stack(plain.gather(0, layer))
+        assert float((got_kv - want_kv).abs().max()) < 0.01 * float(want_kv.abs().max()), f"layer {layer}"
+    again = filled(model, [], block_size=4)
+    again.add_sequence(0)
+    model.prefill(parts[0], again.view([0]))
+    last = model.prefill(parts[1], again.view([0]), last_only=True)
+    assert last.shape == (1, 1, model.config.vocab_size)
+    assert torch.equal(last[0, 0], got[0, -1]), "last_only is not the full prefill's last position"
+
+
+def test_paged_prefill_declines_what_it_does_not_take(model):
+    """Two rows, a padded mask, no room: None, nothing changed; the readable path then decides."""
+    step = model.fused_step
+    cache = filled(model, [3, 3], num_blocks=2, block_size=4)
+    ids = torch.tensor([[1, 2]])
+    assert step.prefill(torch.tensor([[1], [2]]), cache.view([0, 1]), None) is None, "two rows"
+    wrong = torch.tensor([[False, True, True, True, True]])
+    assert step.prefill(ids, cache.view([0]), wrong) is None, "a padded mask"
+    assert step.prefill(ids, cache.view([0]), None) is None, "no block for positions 4-5"
+    assert cache.num_tokens(0) == 3 and cache.blocks_in_use == 2
+    with pytest.raises(OutOfBlocksError):
+        model.prefill(ids, cache.view([0]))
+
+
 def test_slots_read_through_the_block_table(model):
     """slots(): position p of a sequence is block table[p // block_size] * block_size + p % block_size."""
     cache = filled(model, [6, 2], block_size=4)

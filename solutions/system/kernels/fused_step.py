@@ -4,9 +4,9 @@
 what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
 solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
 (None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
-distance once per machine and model shape. A PagedView (dojo serve's batches) goes to
-solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16 and int4
-modes, prompts of more than 8 tokens (2 in the int4-q8 modes).
+distance once per machine and model shape. A PagedView (dojo serve's batches and prefill chunks)
+goes to solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16
+and int4 modes, prompts of more than 8 tokens on a KVCache (2 in the int4-q8 modes).
 """
 
 from __future__ import annotations
@@ -263,9 +263,18 @@ class FusedStep:
     PREFILL_STEPS = 2  # tokens a prefill takes as that many steps (a draft model's catch-up in speculative
     # decoding: the last accepted draft and the target's token); a readable pass costs more than two steps
 
-    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        """Logits (1, T, V) for 1 or 2 tokens ids (1, T) of one row as T fused steps, or None (a longer
-        prompt, and anything a step declines, takes the readable path, whose products are this kernel)."""
+    def prefill(
+        self, ids: Tensor, cache, attention_mask: Tensor | None, last_only: bool = False
+    ) -> Tensor | None:
+        """Logits (1, T, V), or with last_only (1, 1, V), for tokens ids (1, T) of one row: on a PagedView
+        in native chunks (paged_step.paged_prefill); on the reference KVCache, 1 or 2 tokens as T fused
+        steps. None where it declines: a longer prompt on a KVCache, and anything not plain, take the
+        readable path, whose products are this kernel."""
+        if isinstance(cache, PagedView):
+            if not paged_step.plain(cache, ids, attention_mask, self.max_seq_len, self.vocab_size):
+                return None
+            self.kernel.module.set_prefetch(self.distance)
+            return paged_step.paged_prefill(self.decoder, ids, cache, last_only)
         if ids.dim() != 2 or not _plain_step_cache(
             ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size, self.PREFILL_STEPS
         ):
@@ -279,7 +288,8 @@ class FusedStep:
                     raise RuntimeError("a fused prefill declined half way")
                 return None
             rows.append(row)
-        return torch.stack(rows, dim=1)  # (1, T, V)
+        logits = torch.stack(rows, dim=1)  # (1, T, V)
+        return logits[:, -1:] if last_only else logits
 
 
 def _reads(model) -> tuple:
@@ -373,8 +383,10 @@ class FusedStepF32:
         cache.advance(1)
         return logits
 
-    def prefill(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
-        """Logits (1, T, V) for a few tokens ids (1, T), 1 <= T <= MAX_ROWS, of one sequence after the
+    def prefill(
+        self, ids: Tensor, cache, attention_mask: Tensor | None, last_only: bool = False
+    ) -> Tensor | None:
+        """Logits (1, T, V) (with last_only (1, 1, V)) for a few tokens ids (1, T), 1 <= T <= MAX_ROWS, of one sequence after the
         cache's positions, in one native call (speculative decoding's verification: each weight read once
         for all T), or None where it is not plain (the readable path then runs). Each position's logits
         are bit for bit those of feeding its token alone through `__call__`."""
@@ -387,4 +399,4 @@ class FusedStepF32:
         pos, T = cache.length, ids.shape[1]
         logits = self.decoder.chunk(ids[0].contiguous(), cache.storage, pos)  # (T, V); K, V written at pos..
         cache.advance(T)
-        return logits[None]
+        return logits[None, -1:] if last_only else logits[None]

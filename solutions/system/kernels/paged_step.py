@@ -1,11 +1,11 @@
-"""The int4-q8 fused decode step over the paged KV cache: one native call for a batch of sequences.
+"""The int4-q8 fused step over the paged KV cache: a batch of sequences, or a prefill chunk, in one native call.
 
-`paged_step` is what `FusedStep` runs when `dojo serve`'s engine decodes a PagedView: it reserves
-each sequence's next position in the pool (copy-on-write and new blocks, as the paged_kv kata's
-append does), hands the native step the pool and every row's slots (block table * block size +
-offset), and marks the position written in every layer. The native step reads each row's keys and
-values through those slots, so nothing is gathered or padded. A step that is not plain (a pass half
-written, no room, another dtype) is declined (None) and the readable path runs, raising what it raises.
+`paged_step` (a decode) and `paged_prefill` (tokens of one sequence) are what `FusedStep` runs on a
+PagedView, `dojo serve`'s cache: they reserve the new positions in the pool (copy-on-write and new
+blocks, as the paged_kv kata's append does), hand the native step the pool and each row's slots
+(block table * block size + offset), and mark the positions written in every layer. The native step
+reads keys and values through the slots, so nothing is gathered or padded. What is not plain (a pass
+half written, no room, another dtype) is declined (None) and the readable path runs and raises.
 """
 
 from __future__ import annotations
@@ -29,22 +29,29 @@ def slots(cache: PagedKVCache, seq_ids: list[int], lengths: list[int]) -> Tensor
     return table.gather(1, block) * bs + pos % bs  # (B, width)
 
 
+CHUNK = 256  # the most tokens one native prefill call takes: bounds its scratch (CHUNK x heads x
+# positions scores), not a tuned size; a longer prompt goes in CHUNK-token calls
+
+
 def plain(view: PagedView, ids: Tensor, attention_mask: Tensor | None, max_seq_len: int, vocab: int) -> bool:
-    """Whether the fused step can take this decode: ids (B,) one a row in the vocabulary; the cache fp32
-    on the CPU; every sequence's layers at one length, with room in the context; the mask, if any, the
-    view's own left padding (what the readable path would be given)."""
+    """Whether the fused step can take these tokens: ids (B,), one a row (a decode), or (1, T), T
+    tokens of one sequence (a prefill), in the vocabulary; the cache fp32 on the CPU; every sequence's
+    layers at one length, with room in the context; the mask, if any, the view's own left padding
+    (what the readable path would be given)."""
     cache = view.cache
-    if type(view) is not PagedView or not isinstance(cache, PagedKVCache):
+    if type(view) is not PagedView or not isinstance(cache, PagedKVCache) or ids.dtype != torch.long:
         return False
-    if ids.dim() != 1 or ids.dtype != torch.long or ids.shape[0] != len(view.seq_ids):
+    rows = len(view.seq_ids)
+    if not (ids.dim() == 1 and ids.shape[0] == rows or ids.dim() == 2 and rows == 1 and ids.shape[0] == 1):
         return False
-    if cache.dtype != torch.float32 or cache._blocks.device.type != "cpu":
+    if ids.numel() == 0 or cache.dtype != torch.float32 or cache._blocks.device.type != "cpu":
         return False
+    new = ids.shape[1] if ids.dim() == 2 else 1
     for s in view.seq_ids:
         lens = cache._seq(s).lens
-        if min(lens) != max(lens) or lens[0] + 1 > max_seq_len:
+        if min(lens) != max(lens) or lens[0] + new > max_seq_len:
             return False
-    if attention_mask is not None and not torch.equal(attention_mask, view.attention_mask()):
+    if attention_mask is not None and not torch.equal(attention_mask, view.attention_mask(new)):
         return False
     return bool(((ids >= 0) & (ids < vocab)).all())
 
@@ -65,3 +72,26 @@ def paged_step(decoder, ids: Tensor, view: PagedView) -> Tensor | None:
     for seq, n in zip(seqs, lens):
         seq.lens[:] = [n + 1] * len(seq.lens)
     return logits
+
+
+def paged_prefill(decoder, ids: Tensor, view: PagedView, last_only: bool) -> Tensor | None:
+    """Logits (1, T, V), or with last_only (1, 1, V), after ids (1, T) appended to the one sequence of
+    the view, in calls of at most CHUNK tokens; None, changing nothing, when the pool lacks the blocks.
+    `plain` must hold."""
+    cache, (seq_id,) = view.cache, view.seq_ids
+    T = ids.shape[1]
+    if cache.blocks_needed(seq_id, T) > cache.allocator.num_free:
+        return None
+    seq = cache._seq(seq_id)
+    cache._reserve(seq, T)
+    start = seq.tokens
+    table = slots(cache, [seq_id], [start + T])[0]  # (start + T,)
+    out = []
+    for at in range(0, T, CHUNK):
+        chunk = ids[0, at : at + CHUNK].contiguous()
+        last = last_only and at + CHUNK < T  # an earlier chunk's logits are not asked for: its last row only
+        logits = decoder.prefill_paged(chunk, cache._slots, table, start + at, last_only or last)
+        if not last:
+            out.append(logits)
+    seq.lens[:] = [start + T] * len(seq.lens)
+    return torch.cat(out)[None]  # (1, T or 1, V)

@@ -70,17 +70,52 @@ inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, cons
   });
 }
 
+// The same for rows of one sequence (kv.shared: a prefill chunk), which all read its keys and values:
+// by torch's fused attention kernel, as solutions/system/kernels/attention_fast.py calls it (the query
+// heads of a kv head folded into its rows, a bool "may attend" mask: row r sees positions 0..lens[r]),
+// on the sequence's keys and values gathered through its slots. A loop per query head, as attend's,
+// reads every key once a query: at a prefill's hundreds of rows, a few times slower than the kernel.
+inline void attend_shared(const Model& m, const KvAt& kv, int64_t l, int64_t rows, const float* q,
+                          int64_t q_stride, int64_t t_max, float* out) {
+  const int64_t hd = m.head_dim, nkv = m.n_kv, group = m.n_heads / m.n_kv;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  float* keys = kv.base + l * kv.layer;
+  const torch::Tensor slots =
+      torch::from_blob(const_cast<int64_t*>(kv.slots), {t_max}, torch::TensorOptions().dtype(torch::kLong));
+  const int64_t n_slots = slots.max().item<int64_t>() + 1;
+  auto gathered = [&](float* at) {  // (1, n_kv, t_max, hd) from the slots' rows
+    return torch::from_blob(at, {n_slots, nkv, hd}, {kv.slot, kv.head, 1}, f32)
+        .index_select(0, slots)
+        .permute({1, 0, 2})
+        .unsqueeze(0);
+  };
+  const torch::Tensor k = gathered(keys), v = gathered(keys + kv.value);
+  const torch::Tensor queries = torch::from_blob(const_cast<float*>(q), {rows, nkv, group, hd},
+                                                 {q_stride, group * hd, hd, 1}, f32)
+                                    .permute({1, 2, 0, 3})
+                                    .reshape({1, nkv, group * rows, hd});  // (1, n_kv, group * rows, hd)
+  const torch::Tensor lens =
+      torch::from_blob(const_cast<int64_t*>(kv.lens), {rows}, torch::TensorOptions().dtype(torch::kLong));
+  const torch::Tensor allowed =
+      (torch::arange(t_max, torch::kLong).unsqueeze(0) <= lens.unsqueeze(1)).repeat({group, 1});  // (group * rows, t_max)
+  const torch::Tensor y = at::scaled_dot_product_attention(queries, k, v, allowed);  // (1, n_kv, group * rows, hd)
+  torch::from_blob(out, {rows, nkv, group, hd}, f32).copy_(y.view({nkv, group, rows, hd}).permute({2, 0, 1, 3}));
+}
+
 // y (rows, n) = Q8_1(x (rows, k)) @ W.T: quantize into the scratch, then the product over threads.
 inline void project(const Matrix& w, const float* x, int64_t rows, float* y, bool residual, Q8Buf& q8) {
   quantize_rows(x, rows, w.k, residual, q8);
   product(w.tiles, acts(q8, w.k), rows, w.n, w.k, y, residual);
 }
 
-// Logits (rows, vocab) after tokens (rows,): row r's keys and values go to its position lens[r] (kv, a
-// KvAt), and it attends to its positions 0..lens[r]. The weights are read once for all rows, and each
-// row's sums are the same whichever rows share the step (the product's rows are independent), so a
-// row's logits do not depend on its batch. The scratch holds `rows` rows.
-void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const KvAt& kv, float* logits) {
+// Logits (head_rows, vocab) after tokens (rows,), for the last head_rows rows: row r's keys and values go
+// to its position lens[r] (kv, a KvAt), and it attends to its positions 0..lens[r]. Every row writes
+// before any attends, so rows of one sequence at consecutive positions (a prefill chunk: one table,
+// width 0) see the rows before them. The weights are read once for all rows, and each row's sums are
+// the same whichever rows share the step (the product's rows are independent), so a row's logits do not
+// depend on its batch. The scratch holds `rows` rows.
+void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const KvAt& kv, int64_t head_rows,
+          float* logits) {
   const int64_t d = m.d, hd = m.head_dim, nh = m.n_heads, nkv = m.n_kv, ff = m.d_ff;
   const int64_t qkv_dim = (nh + 2 * nkv) * hd;
   int64_t t_max = 0;
@@ -108,7 +143,10 @@ void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const
         std::memcpy(keys + kv.value + at + g * kv.head, q + (nh + nkv + g) * hd, hd * sizeof(float));
       }
     }
-    attend(m, kv, l, rows, qkv, qkv_dim, t_max, s.scores.data(), s.att.data());
+    if (kv.shared)
+      attend_shared(m, kv, l, rows, qkv, qkv_dim, t_max, s.att.data());
+    else
+      attend(m, kv, l, rows, qkv, qkv_dim, t_max, s.scores.data(), s.att.data());
     project(w.wo, s.att.data(), rows, out, m.residual, s.q8);
     for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
     for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.ffn_norm, d, m.eps, h + r * d);
@@ -120,9 +158,10 @@ void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const
     project(w.down, s.act.data(), rows, out, m.residual, s.q8);
     for (int64_t i = 0; i < rows * d; ++i) x[i] += out[i];
   }
-  for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, m.norm, d, m.eps, h + r * d);
-  project(m.head, h, rows, logits, m.residual, s.q8);
-  for (int64_t r = 0; r < rows; ++r) {  // each row's top `rescore` logits, recomputed exactly from the embedding's Q8_0 rows
+  const int64_t first = rows - head_rows;  // the rows whose logits are asked for
+  for (int64_t r = 0; r < head_rows; ++r) rms_norm(x + (first + r) * d, m.norm, d, m.eps, h + r * d);
+  project(m.head, h, head_rows, logits, m.residual, s.q8);
+  for (int64_t r = 0; r < head_rows; ++r) {  // each row's top `rescore` logits, recomputed exactly from the embedding's Q8_0 rows
     float* lg = logits + r * m.vocab;
     const float* hr = h + r * d;
     std::vector<std::pair<float, int64_t>>& top = s.top;

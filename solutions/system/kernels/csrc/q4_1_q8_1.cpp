@@ -156,6 +156,7 @@ struct KvAt {
   const int64_t* slots;  // (rows, width)
   int64_t width;
   const int64_t* lens;  // (rows,)
+  bool shared = false;  // every row of one sequence (width 0): attention by torch's fused kernel
 };
 
 // A step's working memory, grown to the rows and positions of the largest step so far.
@@ -309,7 +310,7 @@ DOJO_PRODUCT_AND_STEP
 
 using ProductFn = void (*)(const uint8_t*, Acts, int64_t, int64_t, int64_t, float*, bool);
 using QuantizeFn = void (*)(const float*, int64_t, int64_t, bool, Q8Buf&);
-using StepFn = void (*)(const Model&, Scratch&, const int64_t*, int64_t, const KvAt&, float*);
+using StepFn = void (*)(const Model&, Scratch&, const int64_t*, int64_t, const KvAt&, int64_t, float*);
 
 bool cpu_has(const std::string& isa) {
   __builtin_cpu_init();
@@ -495,7 +496,7 @@ class Decoder {
     const KvAt at{kv.data_ptr<float>(), m.n_kv * max_len * hd, m.n_layers * m.n_kv * max_len * hd, hd,
                   max_len * hd, iota_.data(), 0, &pos};
     grow(1, pos + 1);
-    step_(m, scratch_, &token, 1, at, logits.data_ptr<float>());
+    step_(m, scratch_, &token, 1, at, 1, logits.data_ptr<float>());
     return logits;
   }
 
@@ -508,10 +509,7 @@ class Decoder {
                     tokens.size(0) >= 1,
                 "tokens must be a contiguous int64 vector of 1 or more rows; got ", tokens.sizes());
     const int64_t rows = tokens.size(0);
-    TORCH_CHECK(pool.dim() == 5 && pool.scalar_type() == torch::kFloat32 && pool.is_contiguous() &&
-                    pool.size(0) == m.n_layers && pool.size(1) == 2 && pool.size(3) == m.n_kv &&
-                    pool.size(4) == m.head_dim,
-                "the pool must be contiguous fp32 (n_layers, 2, slots, n_kv_heads, head_dim); got ", pool.sizes());
+    check_pool(pool);
     TORCH_CHECK(slots.dim() == 2 && slots.scalar_type() == torch::kLong && slots.is_contiguous() &&
                     slots.size(0) == rows && slots.size(1) >= 1,
                 "slots must be contiguous int64 (rows, width); got ", slots.sizes());
@@ -536,12 +534,55 @@ class Decoder {
                   width, ln};
     const std::lock_guard<std::mutex> one_at_a_time(busy_);
     grow(rows, t_max);
-    step_(m, scratch_, tk, rows, at, logits.data_ptr<float>());
+    step_(m, scratch_, tk, rows, at, rows, logits.data_ptr<float>());
+    return logits;
+  }
+
+  // Logits (T, vocab), or with last_only (1, vocab), after each of tokens (T,) of one sequence of the
+  // pool (as step_paged's): it holds `start` positions, position p in slot table[p], and the tokens go
+  // to slots table[start..start + T - 1], each attending to the positions up to its own. A chunk of a
+  // prefill in one call: every weight read once for the T rows.
+  torch::Tensor prefill_paged(torch::Tensor tokens, torch::Tensor pool, torch::Tensor table, int64_t start,
+                              bool last_only) {
+    const Model& m = model_;
+    TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kLong && tokens.is_contiguous() &&
+                    tokens.size(0) >= 1,
+                "tokens must be a contiguous int64 vector of 1 or more tokens; got ", tokens.sizes());
+    check_pool(pool);
+    const int64_t rows = tokens.size(0), n_slots = pool.size(2), hd = m.head_dim;
+    TORCH_CHECK(table.dim() == 1 && table.scalar_type() == torch::kLong && table.is_contiguous(),
+                "table must be a contiguous int64 vector; got ", table.sizes());
+    TORCH_CHECK(start >= 0 && start + rows <= table.size(0) && start + rows <= m.max_seq, "positions ", start,
+                "..", start + rows - 1, " are past the table (", table.size(0), ") or the context (", m.max_seq, ")");
+    const int64_t* tk = tokens.data_ptr<int64_t>();
+    const int64_t* sl = table.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      TORCH_CHECK(tk[r] >= 0 && tk[r] < m.vocab, "token ", tk[r], " at ", r, " is not in [0, ", m.vocab, ")");
+    for (int64_t p = 0; p < start + rows; ++p)
+      TORCH_CHECK(sl[p] >= 0 && sl[p] < n_slots, "slot ", sl[p], " is not in the pool's [0, ", n_slots, ")");
+    std::vector<int64_t> lens(rows);
+    for (int64_t r = 0; r < rows; ++r) lens[r] = start + r;
+    const int64_t head_rows = last_only ? 1 : rows;
+    torch::Tensor logits = torch::empty({head_rows, m.vocab}, torch::kFloat32);
+    const KvAt at{pool.data_ptr<float>(), 2 * n_slots * m.n_kv * hd, n_slots * m.n_kv * hd, m.n_kv * hd, hd, sl,
+                  0, lens.data(), true};
+    const std::lock_guard<std::mutex> one_at_a_time(busy_);
+    grow(rows, 0);
+    step_(m, scratch_, tk, rows, at, head_rows, logits.data_ptr<float>());
     return logits;
   }
 
  private:
-  // The scratch for `rows` rows attending to up to t_max positions (grown, never shrunk).
+  void check_pool(const torch::Tensor& pool) const {
+    const Model& m = model_;
+    TORCH_CHECK(pool.dim() == 5 && pool.scalar_type() == torch::kFloat32 && pool.is_contiguous() &&
+                    pool.size(0) == m.n_layers && pool.size(1) == 2 && pool.size(3) == m.n_kv &&
+                    pool.size(4) == m.head_dim,
+                "the pool must be contiguous fp32 (n_layers, 2, slots, n_kv_heads, head_dim); got ", pool.sizes());
+  }
+
+  // The scratch for `rows` rows, and scores for each attending to up to t_max positions (grown, never
+  // shrunk; a prefill's attention, by torch's kernel, needs none: t_max 0).
   void grow(int64_t rows, int64_t t_max) {
     const Model& m = model_;
     Scratch& s = scratch_;
@@ -717,7 +758,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def("step_paged", &Decoder::step_paged,
            "logits (rows, vocab) after tokens (rows,), row r's K and V written at slot slots[r, lens[r]] of the pool",
            pybind11::arg("tokens"), pybind11::arg("pool"), pybind11::arg("slots"), pybind11::arg("lens"),
-           pybind11::call_guard<pybind11::gil_scoped_release>());
+           pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def("prefill_paged", &Decoder::prefill_paged,
+           "logits (T or 1, vocab) after each of tokens (T,) of one sequence, written at slots table[start..]",
+           pybind11::arg("tokens"), pybind11::arg("pool"), pybind11::arg("table"), pybind11::arg("start"),
+           pybind11::arg("last_only"), pybind11::call_guard<pybind11::gil_scoped_release>());
   pybind11::class_<DecoderF32>(module, "DecoderF32")
       .def(pybind11::init<std::vector<int64_t>, double, std::vector<torch::Tensor>, std::vector<torch::Tensor>,
                           torch::Tensor, torch::Tensor, torch::Tensor, const std::string&>())
