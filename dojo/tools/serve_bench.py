@@ -36,6 +36,12 @@ QUESTIONS = (
     "Describe a day in the life of a medieval farmer.",
 )
 GOAL_CLIENTS, GOAL_RATIO = 8, 3.0  # the goal: at 8 clients, at least 3x the tokens/s of 1
+# Beside llama.cpp's server (--peers): at 1 client at least PEER_RATE x its tokens/s, and a long
+# prompt's time to first token at most PEER_TTFT x its.
+PEER_RATE, PEER_TTFT = 1.0, 1.5
+LONG_ITEMS = (
+    130  # items of the long prompt: about 2,000 tokens with SmolLM2's tokenizer (usage says how many)
+)
 # The fewest samples a percentile is reported from. p50: 6, the fewest whose smallest and largest
 # bracket the true median with 95% probability (1 - 2 * 0.5**n >= 0.95). p99: 100, the fewest with
 # one sample expected above the true p99; from fewer, "p99" is the largest sample under another name.
@@ -64,6 +70,25 @@ class Level:
     @property
     def tokens_per_s(self) -> float:
         return sum(s.tokens for s in self.samples) / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class LongPrompt:
+    """Requests of about 2,000 prompt tokens, one at a time: seconds to the answer of one token each."""
+
+    seconds: list[float]
+    prompt_tokens: list[int]
+
+    @property
+    def median_ms(self) -> float | None:
+        return percentile(self.seconds, 50) * 1e3 if self.seconds else None
+
+
+def long_prompt(tag: int) -> str:
+    """About 2,000 tokens of plain text, starting with `tag`: no two requests share a first block, so no
+    server's prefix cache answers part of one from another."""
+    items = " ".join(f"Item {k + 1}: {QUESTIONS[k % len(QUESTIONS)]}" for k in range(LONG_ITEMS))
+    return f"Bench note {tag}. {items} Which item is about the sea?"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -149,6 +174,47 @@ async def run_level(url: str, model: str, concurrency: int, seconds: float, max_
     return Level(concurrency, samples, time.perf_counter() - start, errors, first_error)
 
 
+async def one_long_request(url: str, model: str, tag: int) -> tuple[float, int]:
+    """One long prompt, one token of answer, not streamed: (seconds to the answer, prompt tokens)."""
+    import httpx
+
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": long_prompt(tag)}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+        sent = time.perf_counter()
+        response = await client.post(f"{url}/v1/chat/completions", json=body)
+        took = time.perf_counter() - sent
+        response.raise_for_status()
+    return took, int(response.json()["usage"]["prompt_tokens"])
+
+
+def measure_long(name: str, url: str, model: str, runs: int) -> LongPrompt | None:
+    """`runs` long prompts one after another (each its own tag); None for runs 0. ValueError naming the
+    server if one fails."""
+    import httpx
+
+    if runs == 0:
+        return None
+    out = LongPrompt([], [])
+    for tag in range(runs):
+        try:
+            seconds, tokens = asyncio.run(one_long_request(url, model, tag))
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise ValueError(f"{name} failed a long-prompt request: {type(exc).__name__}: {exc}") from exc
+        out.seconds.append(seconds)
+        out.prompt_tokens.append(tokens)
+    print(
+        f"  {name}: long prompt ({out.prompt_tokens[0]} tokens): time to first token "
+        f"{out.median_ms:.0f} ms (median of {runs})",
+        flush=True,
+    )
+    return out
+
+
 # --------------------------------------------------------------------------- the servers
 
 
@@ -208,15 +274,18 @@ def free_port() -> int:
     return port
 
 
-def measure_server(name: str, command: list[str], url: str | None, model: str, args, env=None) -> list[Level]:
+Measured = tuple[list[Level], LongPrompt | None]  # a server's levels, and its long prompts
+
+
+def measure_server(name: str, command: list[str], url: str | None, model: str, args, env=None) -> Measured:
     """Start a server, then measure it."""
     with ServerProcess(command, url, env=env) as base:
         return measure(name, base, model, args)
 
 
-def measure(name: str, url: str, model: str, args) -> list[Level]:
-    """Warm the server at `url` with one request, then run every concurrency level against it.
-    ValueError if the warm-up request fails."""
+def measure(name: str, url: str, model: str, args) -> Measured:
+    """Warm the server at `url` with one request, run every concurrency level against it, then the long
+    prompts (--long-prompts of them). ValueError if the warm-up request or a long prompt fails."""
     import httpx
 
     try:
@@ -233,7 +302,7 @@ def measure(name: str, url: str, model: str, args) -> list[Level]:
             flush=True,
         )
         levels.append(level)
-    return levels
+    return levels, measure_long(name, url, model, args.long_prompts)
 
 
 def base_url(text: str) -> str:
@@ -361,11 +430,59 @@ def plot(results: dict[str, list[Level]], path: Path) -> Path:
     return path
 
 
-def write_json(results: dict[str, list[Level]], path: Path) -> None:
-    """Every server's levels (with their percentiles, null from too few samples) and requests, atomically."""
+def peer_ratios(results: dict[str, list[Level]], longs: dict[str, LongPrompt]) -> dict[str, float | None]:
+    """Ours (the first server) over llama.cpp's: tokens/s at 1 client, and the long prompt's median time
+    to first token; None where either was not measured."""
+    ours, peer = next(iter(results), None), "llama.cpp"
+    if peer not in results or ours == peer:
+        return {}
+    rate = {
+        name: next((lv.tokens_per_s for lv in results[name] if lv.concurrency == 1), 0.0)
+        for name in (ours, peer)
+    }
+    ttft = {name: longs[name].median_ms if name in longs else None for name in (ours, peer)}
+    return {
+        "rate_at_1": rate[ours] / rate[peer] if rate[ours] and rate[peer] else None,
+        "long_ttft": ttft[ours] / ttft[peer] if ttft[ours] and ttft[peer] else None,
+    }
+
+
+def peer_goals(results: dict[str, list[Level]], longs: dict[str, LongPrompt]) -> list[str]:
+    """The goals beside llama.cpp's server, met or not, where it ran."""
+    ratios = peer_ratios(results, longs)
+    if not ratios:
+        return []
+    met = {"rate_at_1": lambda r: r >= PEER_RATE, "long_ttft": lambda r: r <= PEER_TTFT}
+    what = {
+        "rate_at_1": f"at 1 client, at least {PEER_RATE:g}x llama.cpp's tokens/s",
+        "long_ttft": f"a long prompt's time to first token at most {PEER_TTFT:g}x llama.cpp's",
+    }
+    lines = []
+    for key, r in ratios.items():
+        verdict = "not measured" if r is None else f"{r:.2f}x ({'met' if met[key](r) else 'not met'})"
+        lines.append(f"  goal: {what[key]}: {verdict}")
+    return lines
+
+
+def write_json(
+    results: dict[str, list[Level]], path: Path, longs: dict[str, LongPrompt] | None = None
+) -> None:
+    """Every server's levels (with their percentiles, null from too few samples) and requests, its long
+    prompts, and the ratios to llama.cpp's where it ran, atomically."""
+    longs = longs or {}
     report = {
         "min_samples": {f"p{q}": n for q, n in MIN_SAMPLES.items()},
         "goal": {"clients": GOAL_CLIENTS, "ratio": GOAL_RATIO},
+        "peer_goals": {"rate_at_1_at_least": PEER_RATE, "long_ttft_at_most": PEER_TTFT},
+        "peer_ratios": peer_ratios(results, longs),
+        "long_prompt": {
+            name: {
+                "prompt_tokens": long.prompt_tokens,
+                "ttft_ms": [t * 1e3 for t in long.seconds],
+                "ttft_median_ms": long.median_ms,
+            }
+            for name, long in longs.items()
+        },
         "servers": {
             name: [
                 {
@@ -398,6 +515,10 @@ def run(args: argparse.Namespace) -> int:
     print the table and the goal, plot to bench/serve.png under the workspace, write --json."""
     from dojo.targets import workspace_dir
 
+    if args.long_prompts < 0:
+        raise UsageError(
+            f"--long-prompts is how many long prompts each server answers: 0 or more, not {args.long_prompts}"
+        )
     if args.url is not None:
         flags = [
             f
@@ -416,9 +537,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.seconds:g} s a level, concurrency {', '.join(map(str, args.concurrency))}",
             flush=True,
         )
-        results = {"server": measure("server", url, model, args)}
+        measured = {"server": measure("server", url, model, args)}
     else:
-        results = measure_started(args)
+        measured = measure_started(args)
+    results = {name: levels for name, (levels, _) in measured.items()}
+    longs = {name: long for name, (_, long) in measured.items() if long is not None}
     print("\n".join(table(results)))
     name, levels = next(iter(results.items()))
     if (ratio := goal(levels)) is not None:
@@ -428,16 +551,18 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"  goal: not measured (--concurrency needs 1 and {GOAL_CLIENTS}, and 1 client's tokens)")
+    for line in peer_goals(results, longs):
+        print(line)
     folder = workspace_dir() / "bench"
     folder.mkdir(parents=True, exist_ok=True)
     print(f"  plot: {plot(results, folder / 'serve.png')}")
     if args.json is not None:
-        write_json(results, args.json)
+        write_json(results, args.json, longs)
         print(f"  json: {args.json}")
     return 0
 
 
-def measure_started(args: argparse.Namespace) -> dict[str, list[Level]]:
+def measure_started(args: argparse.Namespace) -> dict[str, Measured]:
     """`dojo serve` started in a process of its own and measured; then, with --peers, llama.cpp's."""
     from solutions.system.serving.server import MODEL_ID
 
@@ -462,7 +587,15 @@ def measure_started(args: argparse.Namespace) -> dict[str, list[Level]]:
     return results
 
 
-def measure_peer(args: argparse.Namespace) -> list[Level] | None:
+def cpu_lists_amx() -> bool:
+    """Whether /proc/cpuinfo lists an AMX flag (amx_tile, amx_int8, ...)."""
+    try:
+        return bool(re.search(r"\bamx_\w+", Path("/proc/cpuinfo").read_text()))
+    except OSError:
+        return False
+
+
+def measure_peer(args: argparse.Namespace) -> Measured | None:
     """llama.cpp's server on the same GGUF, started and measured; None (and why, printed) if it cannot."""
     from solutions.system.loading.weights import find_gguf
     from solutions.system.serving.server import MODEL_ID
@@ -484,9 +617,10 @@ def measure_peer(args: argparse.Namespace) -> list[Level] | None:
         )
         return None
     port = free_port()
-    # --n_batch 1: prompts go in a token at a time. Its batched path uses AMX tiles where the CPU
-    # lists them, and a VM that lists AMX without the kernel enabling it (one of ours) kills the
-    # server on its first request ("invalid opcode" in libggml-cpu); decode is one token anyway.
+    # --n_batch 1 only where the CPU lists AMX: its batched prompt path uses AMX tiles then, and a VM
+    # that lists AMX without the kernel enabling it (one of ours) killed the server on its first
+    # request ("invalid opcode" in libggml-cpu); elsewhere it prefills in its default batches, so the
+    # long prompt's time to first token is its real one.
     # --interrupt_requests False: it serves one request at a time, and by default a new request
     # cuts off the one streaming (the client sees an incomplete chunked read); this queues them.
     peer = [
@@ -503,11 +637,15 @@ def measure_peer(args: argparse.Namespace) -> list[Level] | None:
         "chatml",
         "--model_alias",
         MODEL_ID,
-        "--n_batch",
-        "1",
         "--interrupt_requests",
         "False",
     ]
+    if cpu_lists_amx():
+        peer += ["--n_batch", "1"]
+        print(
+            "  llama.cpp: this CPU lists AMX, so its prompts go in a token at a time (--n_batch 1)",
+            flush=True,
+        )
     peer += ["--n_threads", str(args.threads)] if args.threads else []
     try:
         return measure_server("llama.cpp", peer, f"http://127.0.0.1:{port}", MODEL_ID, args)
@@ -535,8 +673,13 @@ and the plot leaves the point out; a longer --seconds gives more. The plot goes 
 bench/serve.png under the workspace ($DOJO_WORKSPACE, default workspace/; the path
 is printed), and --json FILE writes every level and request there too.
 
+Then each server answers --long-prompts prompts of about 2,000 tokens, one at a time (one token
+of answer each, none sharing a first block): the median time to that token.
+
 The goal: at {GOAL_CLIENTS} clients, at least {GOAL_RATIO:g}x the tokens/s of 1 client.
-It prints met or not met, and the plot draws the goal line."""
+With --peers, beside llama.cpp's server: at 1 client at least {PEER_RATE:g}x its tokens/s, and the
+long prompt's time to first token at most {PEER_TTFT:g}x its.
+It prints met or not met for each, and the plot draws the first goal's line."""
 
 
 def register(what, int_list) -> None:
@@ -557,6 +700,13 @@ def register(what, int_list) -> None:
         "--seconds", type=float, default=15.0, help="seconds clients keep asking per level (default 15)"
     )
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of each request (default 64)")
+    p.add_argument(
+        "--long-prompts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="long prompts (about 2,000 tokens) each server answers one at a time; 0 skips them (default 3)",
+    )
     p.add_argument(
         "--weights", default=None, metavar="MODE", help="the server's weights mode (default: dojo serve's)"
     )

@@ -32,6 +32,13 @@ def fake_app(models: bool = True, asked: list | None = None) -> Starlette:
         if asked is not None:
             asked.append(body["model"])
 
+        if not body.get("stream"):  # a long prompt: one token, its usage counting a token per 5 characters
+            await asyncio.sleep(FIRST_S)
+            prompt = len(body["messages"][0]["content"]) // 5
+            usage = {"completion_tokens": 1, "prompt_tokens": prompt, "total_tokens": prompt + 1}
+            message = {"role": "assistant", "content": "t"}
+            return JSONResponse({"choices": [{"index": 0, "message": message}], "usage": usage})
+
         async def events():
             yield f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'role': 'assistant'}}]})}\n\n"
             await asyncio.sleep(FIRST_S)
@@ -156,9 +163,16 @@ def test_url_measures_the_running_server_and_starts_none(tmp_path, monkeypatch):
         assert serve_bench.run(args) == 0
     assert asked and set(asked) == {"fake-model"}, asked
     assert (tmp_path / "bench" / "serve.png").stat().st_size > 0
-    level = json.loads((tmp_path / "r.json").read_text())["servers"]["server"][0]
+    report = json.loads((tmp_path / "r.json").read_text())
+    level = report["servers"]["server"][0]
     assert level["concurrency"] == 1 and level["requests"] == len(level["samples"]) >= 1, level
     assert level["ttft_p99_ms"] is None, level  # far fewer than 100 requests
+    long = report["long_prompt"]["server"]
+    assert len(long["ttft_ms"]) == 3 and min(long["ttft_ms"]) >= FIRST_S * 1e3, (
+        long
+    )  # --long-prompts' default
+    assert long["prompt_tokens"] == [len(serve_bench.long_prompt(t)) // 5 for t in range(3)], long
+    assert report["peer_ratios"] == {}, "no llama.cpp ran: no ratios to it"
 
 
 def test_url_falls_back_to_a_chat_completion():
@@ -188,8 +202,10 @@ def test_url_misused_is_a_usage_error(argv):
 def test_llama_cpp_runs_only_with_peers(monkeypatch, peers):
     """Without --peers only `dojo serve` is started; with it, llama.cpp's server is measured too."""
     started = []
-    monkeypatch.setattr(serve_bench, "measure_server", lambda name, *a, **k: started.append(name) or [])
-    monkeypatch.setattr(serve_bench, "measure_peer", lambda args: started.append("llama.cpp") or [])
+    monkeypatch.setattr(
+        serve_bench, "measure_server", lambda name, *a, **k: started.append(name) or ([], None)
+    )
+    monkeypatch.setattr(serve_bench, "measure_peer", lambda args: started.append("llama.cpp") or ([], None))
     results = serve_bench.measure_started(parse(*(["--peers"] if peers else [])))
     assert started == ["dojo"] + ["llama.cpp"] * peers and list(results) == started, started
 
@@ -208,5 +224,42 @@ def test_help_says_what_it_starts_where_it_writes_and_the_goal(capsys):
         "p50 6, p99 100",
         'the table shows "n/a (k)"',
         "at 8 clients, at least 3x the tokens/s of 1 client",
+        "at 1 client at least 1x its tokens/s",
+        "time to first token at most 1.5x its",
+        "prompts of about 2,000 tokens",
     ):
         assert phrase in text, phrase
+
+
+def test_long_prompts_are_about_2000_tokens_and_share_no_first_block():
+    """SmolLM2's tokenizer counts 1,800-2,200 tokens in each long prompt, and two differ in their first
+    16 tokens (a prefix cache's block), so no server answers one from another's cached keys."""
+    from solutions.system.loading.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    a, b = (tok.encode(serve_bench.long_prompt(tag)) for tag in (0, 1))
+    assert 1800 <= len(a) <= 2200, len(a)
+    assert a[:16] != b[:16]
+
+
+def test_peer_goals_compare_ours_with_llama_cpp():
+    """At 1 client 2x llama.cpp's tokens/s (met), a long prompt 2x its time to first token (not met,
+    the limit is 1.5x); without llama.cpp, no peer goal is printed."""
+    ours, peer = levels_of(20), levels_of(10)
+    longs = {
+        "dojo": serve_bench.LongPrompt([2.0, 2.0, 4.0], [2000] * 3),
+        "llama.cpp": serve_bench.LongPrompt([1.0], [2010]),
+    }
+    lines = serve_bench.peer_goals({"dojo": ours, "llama.cpp": peer}, longs)
+    assert lines == [
+        "  goal: at 1 client, at least 1x llama.cpp's tokens/s: 2.00x (met)",
+        "  goal: a long prompt's time to first token at most 1.5x llama.cpp's: 2.00x (not met)",
+    ], lines
+    assert serve_bench.peer_goals({"dojo": ours}, longs) == []
+    unmeasured = serve_bench.peer_goals({"dojo": ours, "llama.cpp": peer}, {})
+    assert unmeasured[1].endswith("not measured"), unmeasured
+
+
+def test_long_prompts_below_zero_is_a_usage_error():
+    with pytest.raises(UsageError, match="--long-prompts"):
+        serve_bench.run(parse("--long-prompts", "-1"))
