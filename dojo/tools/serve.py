@@ -10,6 +10,8 @@ info. Any OpenAI client works against it:
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 
 from dojo.practice import report
 
@@ -34,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     loaded = load_smollm2(mode, lambda s: None)
     engine = Engine(loaded.model, loaded.tokenizer.eos_token_id, config)
-    engine.start()
     url = url_of(sock)
     out.print(f"serving {MODEL_ID} ({mode} weights) at {url}/v1  (Ctrl-C stops)", markup=False)
     out.print(
@@ -42,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         f'\'{{"model": "{MODEL_ID}", "messages": [{{"role": "user", "content": "Hi"}}]}}\'',
         markup=False,
     )
-    try:
-        config = uvicorn.Config(
+    server = uvicorn.Server(
+        uvicorn.Config(
             build_app(engine, loaded.tokenizer),
             log_level=args.log_level,
             log_config=log_config(args.log_level),
@@ -51,13 +52,34 @@ def run(args: argparse.Namespace) -> int:
             lifespan="off",
             timeout_graceful_shutdown=2,
         )
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn has shut down, then re-raises the Ctrl-C it caught
+    )
+
+    def http() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            engine.close()  # uvicorn stopped (or failed): the loop below returns
+
+    web = threading.Thread(target=http, name="http", daemon=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM stops as Ctrl-C does
+    web.start()
+    try:
+        # The engine's loop on this thread, which loaded the model: one set of OpenMP threads
+        # (Engine's docstring). uvicorn, on its own thread, leaves the signals to this one.
+        engine.run()
+    except KeyboardInterrupt:
         out.print("stopped", markup=False)
     finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.should_exit = True
+        web.join(timeout=10)
         engine.close()
         sock.close()
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def log_config(level: str) -> dict:

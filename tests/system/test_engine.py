@@ -217,3 +217,32 @@ def test_requests_under_different_salts_share_no_cached_blocks(model):
         engine.close()
     assert [c for _, c in got] == [0, 0, 28, 0], f"cached tokens under salts a, b, a, None: {got}"
     assert all(t == got[0][0] for t, _ in got), f"a salt changed the answer: {got}"
+
+
+def test_run_serves_on_the_calling_thread_until_closed(model):
+    """run() is the loop on the calling thread: requests from another thread get generate's answers,
+    close() from there makes run() return, and a second run() (or run() after start()) is refused."""
+    import threading
+
+    engine = Engine(model, EOS, EngineConfig(num_blocks=64, block_size=4))
+    requests, got = prompts(3, seed=5), {}
+
+    def client():
+        got["answers"] = asyncio.run(_ask_all(engine, requests, 6))
+        got["thread"] = threading.current_thread()
+        engine.close()
+
+    asker = threading.Thread(target=client)
+    asker.start()
+    engine.run()  # returns once the client closes it
+    asker.join()
+    assert got["answers"] == [alone(model, p, 6) for p in requests]
+    with pytest.raises(RuntimeError, match="already runs"):
+        engine.run()
+    started = Engine(model, EOS, EngineConfig(num_blocks=64, block_size=4))
+    started.start()
+    try:
+        with pytest.raises(RuntimeError, match="already runs"):
+            started.run()
+    finally:
+        started.close()

@@ -493,3 +493,37 @@ def test_langchain_structured_output_is_refused_naming_response_format(chat_mode
     structured = chat_model.with_structured_output(schema, method="json_schema")
     with pytest.raises(openai.BadRequestError, match="response_format json_schema is not supported"):
         structured.invoke("What is the capital of France?")
+
+
+def test_dojo_serve_answers_then_stops_on_ctrl_c(tmp_path):
+    """The `dojo serve` command itself (its engine loop on the main thread, uvicorn on another): it
+    answers a chat completion, and Ctrl-C (SIGINT) stops it with "stopped" and exit status 0."""
+    import os
+    import signal
+    import sys
+
+    env = os.environ | {"DOJO_WORKSPACE": str(tmp_path), "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dojo", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        lines = []
+        while not (found := re.search(r"at (http://127\.0\.0\.1:\d+)/v1", lines[-1] if lines else "")):
+            lines.append(proc.stdout.readline())
+            assert lines[-1] and len(lines) < 50, f"dojo serve never said where it serves: {lines}"
+        client = openai.OpenAI(base_url=f"{found[1]}/v1", api_key="unused", max_retries=3, timeout=120)
+        answer = client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
+        )
+        assert answer.choices[0].message.content, "dojo serve answered with no text"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, f"dojo serve exited {proc.returncode} after Ctrl-C:\n{out[-2000:]}"
+    assert "stopped" in out, out[-2000:]

@@ -150,7 +150,11 @@ class TokenStream:
 class Engine:
     """Serves `model` (solutions.model's protocol) to concurrent requests; `eos_token_id` ends one.
 
-    Call `start()` before `submit`, and `close()` at the end.
+    Call `start()` (the loop on a thread of its own) or `run()` (the loop on the calling thread, until
+    `close()`) before or while requests are submitted, and `close()` at the end. `run()` on the thread
+    that loaded the model is the fast way: torch's OpenMP threads are per thread that asks for them,
+    and a second set beside the loading thread's wakes more slowly on every parallel region (the
+    int4-q8 step at 8 rows took 23 ms from another thread, 14 ms from the loading one: docs/serving.md).
     """
 
     def __init__(self, model, eos_token_id: int, config: EngineConfig | None = None):
@@ -178,17 +182,27 @@ class Engine:
         self._wake = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+        self._ran = False  # run() was called
         self._steps = self._max_batch_seen = self._preemptions = 0
 
     def start(self) -> None:
+        """Run the loop on a thread of its own."""
         self._thread.start()
+
+    def run(self) -> None:
+        """Run the loop on the calling thread until `close()` (from another thread) or an exception, such
+        as KeyboardInterrupt, which ends every open stream and is raised. RuntimeError after `start()`."""
+        if self._thread.is_alive() or self._ran:
+            raise RuntimeError("the engine's loop already runs (start() or run() was called)")
+        self._ran = True
+        self._loop()
 
     def close(self) -> None:
         """Stop the loop; streams still open end with RuntimeError."""
         with self._wake:
             self._closing = True
             self._wake.notify()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     def stats(self) -> EngineStats:
