@@ -29,8 +29,9 @@ def slots(cache: PagedKVCache, seq_ids: list[int], lengths: list[int]) -> Tensor
     return table.gather(1, block) * bs + pos % bs  # (B, width)
 
 
-CHUNK = 256  # the most tokens one native prefill call takes: bounds its scratch (CHUNK x heads x
-# positions scores), not a tuned size; a longer prompt goes in CHUNK-token calls
+CHUNK = 256  # the most tokens one native prefill call takes: bounds a call's working memory (rows x
+# the model's widths, and the attention's mask of rows x positions), not a tuned size; a longer
+# prompt goes in CHUNK-token calls
 
 
 def plain(view: PagedView, ids: Tensor, attention_mask: Tensor | None, max_seq_len: int, vocab: int) -> bool:
