@@ -189,3 +189,79 @@ def test_only_a_measured_test_may_end_inconclusive(tmp_path):
     subprocess.run(cmd, cwd=tmp_path, capture_output=True, timeout=120)
     rows = {t["name"]: t["outcome"] for t in json.loads((tmp_path / "out.json").read_text())["tests"]}
     assert rows == {"test_measured": "inconclusive", "test_unmarked": "failed"}, rows
+
+
+def test_top_sees_memory_touched_before_the_block():
+    """Memory a process touched after resident() was read but before the block raises no peak in the block,
+    yet the block's top exceeds that reading by it: 100 MB touched, nothing in the block."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD.format(action=ACTIONS["touch 100 MB"], before="") + "sys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", "the child did not start"
+        before = peak.resident()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "done", "the child failed to touch 100 MB"
+        with peak.watch() as seen:
+            child.stdin.write("\n")  # it reads the line and waits for the next: nothing allocated
+            child.stdin.flush()
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert not seen.unmeasurable, f"the peak could not be measured here: {seen.unmeasurable}"
+    assert seen.rise < 2 * MB, (
+        f"the child touched nothing in the block; the rise was {seen.rise / MB:.1f} MiB"
+    )
+    assert seen.top - before >= 95 * MB, (
+        f"the child held 100 MB more than at resident()'s reading; the top was {(seen.top - before) / MB:.1f} MiB above it"
+    )
+
+
+@pytest.mark.parametrize("boxed", [False, True], ids=["plain", "bwrap"])
+def test_the_judge_reads_the_workers_memory_before_the_candidates_import(tmp_path, boxed):
+    """The judge's worker records what it held before the candidate's module was imported: a module that
+    touches 100 MB at import and nothing in the call holds >= 95 MiB above it during the call (with no rise);
+    one that touches nothing, under 16 MiB."""
+    if boxed and sandbox.unavailable():
+        pytest.skip(f"no sandbox on this machine: {sandbox.unavailable()}")
+    kata = catalog.get("flash_attention")  # any kata: the worker's reference view is not used here
+    held = {}
+    for name, code in (
+        ("candidate", WORKER_CODE),
+        ("hoarder", 'HELD = b"\\1" * (100 * 2**20)\n' + WORKER_CODE),
+    ):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "candidate.py").write_text(code)
+        root.chmod(0o755)  # the sandbox's uid reads the worker's folder
+        tmp_path.chmod(0o755)
+        folder = grade._worker_folder(root, kata, root / "candidate.py")
+        spec = grade._worker_spec(root, folder, kata, "candidate.py", 3 * 2**30, sandbox if boxed else None)
+        worker = judge.Worker(spec)
+        try:
+            module = worker.boot().load()
+            module.nothing(0)
+            with peak.watch() as seen:
+                module.nothing(0)
+            booted = worker.resident_at_boot
+        finally:
+            worker.stop()
+        assert booted, f"{name}: the judge recorded no resident memory when the worker started ({booted})"
+        assert not seen.unmeasurable and not seen.others, f"{name}: the worker could not be measured: {seen}"
+        assert seen.rise < 2 * MB, (
+            f"{name} touched nothing in the call; the rise was {seen.rise / MB:.1f} MiB"
+        )
+        held[name] = (seen.top - booted) / MB
+    assert held["hoarder"] >= 95, (
+        f"a module that touched 100 MB at import held only {held['hoarder']:.1f} MiB more"
+    )
+    assert held["candidate"] < 16, f"a module that touched nothing held {held['candidate']:.1f} MiB more"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from dojo.grading.judging import wire
+from dojo.grading.judging import peak, wire
 from dojo.grading.judging.protocol import BOOT_ID, ENV, recipe_target
 from dojo.grading.judging.remote import BoundaryError, Endpoint, Proxy
 
@@ -35,6 +35,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.endpoint: Endpoint | None = None
         self.starts = 0
+        self.resident_at_boot: int | None = None  # bytes resident below the judge before any candidate code
 
     def start(self) -> None:
         if "fd" in self.spec and not self.starts:  # a worker forked before this process ran (check_katas)
@@ -61,6 +62,12 @@ class Worker:
         if self.endpoint is None or self.endpoint.broken:
             self.stop()
             self.start()
+            proxy = Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
+            proxy.findings()  # a round trip: it has imported torch and serves; none of the candidate's code ran
+            try:
+                self.resident_at_boot = peak.resident()
+            except OSError:  # unreadable here: a measured test that needs it says so
+                self.resident_at_boot = None
         return Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
 
     def why_broken(self) -> str:
@@ -97,7 +104,7 @@ class Worker:
             self.proc.wait()
         if self.endpoint is not None:
             self.endpoint.sock.close()
-        self.proc = self.endpoint = None
+        self.proc = self.endpoint = self.resident_at_boot = None
 
 
 def lend(obj):

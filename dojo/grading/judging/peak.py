@@ -1,12 +1,11 @@
 """The worker's peak memory over one call, measured by the judge from outside the worker.
 
-`watch()` resets the peak resident set (VmHWM: 5 written to /proc/PID/clear_refs) of every process
-below this one (the worker, and bwrap's around it; `itself` adds this one) and after the block sums
-how far each rose (`Peak.rise`, bytes). A process whose peak cannot be read is detected instead: one
-that started or ended in the block, or was reaped in it (its parent's count of reaped children's
-page faults rose), is in `Peak.others`. A refused reset or read leaves `Peak.unmeasurable` saying why.
-Not seen: memory the worker already held and reuses (only newly touched pages raise a peak).
-"""
+`watch()` resets the peak resident set (VmHWM: 5 to /proc/PID/clear_refs) of every process below this
+one (the worker, bwrap's around it; `itself` adds this one) and sums how far each rose (`Peak.rise`) and
+where each ended (`Peak.top`). A process started, ended or reaped in the block is in `Peak.others`; a
+refused reset or read leaves `Peak.unmeasurable`. A rise misses memory held before and reused; `top`
+against `resident()` before the candidate's code ran (judge.Worker.resident_at_boot) sees it. Neither
+sees data kept by write() in a file (unmapped page cache) or paged out (swap, madvise on its own pages)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ class Peak:
     """What `watch` saw, once its block is over."""
 
     rise: int = 0  # bytes: how far the peaks of the processes watched rose, summed
+    top: int = 0  # bytes: those peaks after the block, summed (resident memory at its highest, per process)
     others: list[int] = field(default_factory=list)  # pids that started or ended in the block, or reaped one
     unmeasurable: str = ""  # why nothing could be measured ("" when it could)
 
@@ -50,6 +50,19 @@ def watch(*, itself: bool = False) -> Iterator[Peak]:
     reaped = [pid for pid in before if pid in after and after[pid][1] != before[pid][1]]
     peak.others = sorted({*ended, *reaped, *(set(after) - set(before))})
     peak.rise = sum(max(0, after[pid][0] - before[pid][0]) for pid in before if pid in after)
+    peak.top = sum(after[pid][0] for pid in before if pid in after)
+
+
+def resident() -> int:
+    """Bytes resident now (VmRSS: anonymous, file-mapped and shared pages) in every process below this one,
+    summed. Raises OSError when a process's status cannot be read."""
+    total = 0
+    for pid in _below(os.getpid()):
+        try:
+            total += _status(pid, "VmRSS:")
+        except FileNotFoundError:  # it ended as it was read
+            pass
+    return total
 
 
 def _watched(itself: bool) -> list[int]:
@@ -91,6 +104,11 @@ def _reset(pid: int) -> tuple[int, int, str]:
 def _read(pid: int) -> tuple[int, int, str]:
     """(peak resident bytes, its reaped children's page faults, its state) of a process (a zombie: no peak)."""
     state, _, reaped_faults = _stat(pid)
+    return _status(pid, "VmHWM:"), reaped_faults, state
+
+
+def _status(pid: int, key: str) -> int:
+    """Bytes of one kB line of /proc/PID/status ("VmHWM:", "VmRSS:"); 0 where it has none (a zombie)."""
     with open(f"/proc/{pid}/status") as f:
-        kib = [int(line.split()[1]) for line in f if line.startswith("VmHWM:")]
-    return (kib[0] * 1024 if kib else 0), reaped_faults, state
+        kib = [int(line.split()[1]) for line in f if line.startswith(key)]
+    return kib[0] * 1024 if kib else 0
