@@ -36,6 +36,7 @@ class Worker:
         self.endpoint: Endpoint | None = None
         self.starts = 0
         self.resident_at_boot: int | None = None  # bytes resident below the judge before any candidate code
+        self.memory: peak.Group | str = "the worker has not booted"  # its cgroup, or why it has none
 
     def start(self) -> None:
         if "fd" in self.spec and not self.starts:  # a worker forked before this process ran (check_katas)
@@ -68,6 +69,7 @@ class Worker:
                 self.resident_at_boot = peak.resident()
             except OSError:  # unreadable here: a measured test that needs it says so
                 self.resident_at_boot = None
+            self.memory = peak.adopt(self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}")
         return Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
 
     def why_broken(self) -> str:
@@ -104,6 +106,9 @@ class Worker:
             self.proc.wait()
         if self.endpoint is not None:
             self.endpoint.sock.close()
+        if isinstance(self.memory, peak.Group):
+            self.memory.close()
+        self.memory = "the worker has stopped"
         self.proc = self.endpoint = self.resident_at_boot = None
 
 

@@ -1,11 +1,13 @@
 """The worker's peak memory over one call, measured by the judge from outside the worker.
 
 `watch()` resets the peak resident set (VmHWM: 5 to /proc/PID/clear_refs) of every process below this
-one (the worker, bwrap's around it; `itself` adds this one) and sums how far each rose (`Peak.rise`) and
-where each ended (`Peak.top`). A process started, ended or reaped in the block is in `Peak.others`; a
-refused reset or read leaves `Peak.unmeasurable`. A rise misses memory held before and reused; `top`
-against `resident()` before the candidate's code ran (judge.Worker.resident_at_boot) sees it. Neither
-sees data kept by write() in a file (unmapped page cache) or paged out (swap, madvise on its own pages)."""
+one (the worker, bwrap's around it; `itself` adds this one) and sums how far each rose (`Peak.rise`). A
+process started, ended or reaped in the block is in `Peak.others`; a refused reset or read leaves
+`Peak.unmeasurable`. Resident sets miss memory kept out of them (shared memory or tmpfs pages unmapped
+with madvise, files written, swap), so the judge also puts the worker in a memory cgroup of its own when
+it boots (`adopt`, cgroup v1, as root): `Peak.charged` is everything charged to it since, page cache and
+shared memory included, at its highest in the block. Where no cgroup can be made it says why.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 
 @dataclass
@@ -23,15 +28,74 @@ class Peak:
     top: int = 0  # bytes: those peaks after the block, summed (resident memory at its highest, per process)
     others: list[int] = field(default_factory=list)  # pids that started or ended in the block, or reaped one
     unmeasurable: str = ""  # why nothing could be measured ("" when it could)
+    charged: int | None = None  # bytes charged to the worker's cgroup since it booted, at their highest
+
+
+class Group:
+    """A memory cgroup (v1) made for the worker's processes: what they are charged from their move on
+    (anonymous, page cache, shared memory and tmpfs they touch; with swap where the kernel counts it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        swap = path / "memory.memsw.max_usage_in_bytes"
+        self.prefix = "memory.memsw." if swap.exists() else "memory."
+
+    def usage(self) -> int:
+        return int((self.path / f"{self.prefix}usage_in_bytes").read_text())
+
+    def reset_peak(self) -> None:
+        (self.path / f"{self.prefix}max_usage_in_bytes").write_text("0")  # the peak becomes the usage now
+
+    def peak(self) -> int:
+        return int((self.path / f"{self.prefix}max_usage_in_bytes").read_text())
+
+    def close(self) -> None:
+        """Hand any process left back to the parent cgroup, then remove this one."""
+        try:
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                (self.path.parent / "cgroup.procs").write_text(pid)
+            self.path.rmdir()
+        except OSError:
+            pass  # gone already, or still busy: the kernel keeps an empty cgroup, harmless
+
+
+def adopt(root: int, name: str) -> Group | str:
+    """A new memory cgroup `name` beside this process's own, holding process `root` and every process
+    below it (their children follow); or why none could be made (no cgroup v1 memory controller, not
+    root, ...)."""
+    try:
+        own = next(
+            line.split(":", 2)[2]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.split(":", 2)[1] == "memory"
+        )
+    except (OSError, StopIteration, IndexError):
+        return "no cgroup v1 memory controller here"
+    path = CGROUP_V1 / own.strip("/") / name
+    try:
+        path.mkdir()
+        group = Group(path)
+        for pid in [root, *_below(root)]:
+            (path / "cgroup.procs").write_text(str(pid))
+        group.usage()
+    except OSError as exc:
+        try:
+            path.rmdir()
+        except OSError:
+            pass
+        return f"a memory cgroup for the worker cannot be made here ({exc.strerror or exc})"
+    return group
 
 
 @contextmanager
-def watch(*, itself: bool = False) -> Iterator[Peak]:
+def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]:
     """Measure the block: every process below this one, and this one too with `itself` (practice mode,
-    where the candidate's code runs here)."""
+    where the candidate's code runs here); with `group`, the worker's cgroup's peak charge too."""
     peak = Peak()
     try:
         before = {pid: _reset(pid) for pid in _watched(itself)}
+        if group is not None:
+            group.reset_peak()
     except OSError as exc:
         peak.unmeasurable = f"the peak memory cannot be reset here ({exc})"
     yield peak
@@ -51,6 +115,11 @@ def watch(*, itself: bool = False) -> Iterator[Peak]:
     peak.others = sorted({*ended, *reaped, *(set(after) - set(before))})
     peak.rise = sum(max(0, after[pid][0] - before[pid][0]) for pid in before if pid in after)
     peak.top = sum(after[pid][0] for pid in before if pid in after)
+    if group is not None:
+        try:
+            peak.charged = group.peak()
+        except OSError as exc:
+            peak.unmeasurable = f"the worker's cgroup cannot be read ({exc})"
 
 
 def resident() -> int:
