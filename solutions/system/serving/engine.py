@@ -152,9 +152,9 @@ class Engine:
 
     Call `start()` (the loop on a thread of its own) or `run()` (the loop on the calling thread, until
     `close()`) before or while requests are submitted, and `close()` at the end. `run()` on the thread
-    that loaded the model is the fast way: torch's OpenMP threads are per thread that asks for them,
-    and a second set beside the loading thread's wakes more slowly on every parallel region (the
-    int4-q8 step at 8 rows took 23 ms from another thread, 14 ms from the loading one: docs/serving.md).
+    that loaded the model is the fast way: libgomp keeps a set of OpenMP threads per thread that starts
+    parallel work, and a second set beside the loading thread's made every step slower (the int4-q8
+    step at 8 rows took 23 ms from another thread, 14 ms from the loading one: docs/serving.md).
     """
 
     def __init__(self, model, eos_token_id: int, config: EngineConfig | None = None):
