@@ -303,3 +303,26 @@ def test_the_judge_reads_the_workers_memory_before_the_candidates_import(tmp_pat
         f"a module that touched 100 MB at import held only {held['hoarder']:.1f} MiB more"
     )
     assert held["candidate"] < 16, f"a module that touched nothing held {held['candidate']:.1f} MiB more"
+
+
+def test_cgroups_left_by_judges_no_longer_running_are_swept(tmp_path, monkeypatch):
+    """adopt removes the empty dojo-worker-PID-N cgroups of judges that have ended (PID not running), and
+    keeps a live judge's and any other cgroup."""
+    hierarchy = tmp_path / "memory"
+    own = hierarchy / "own"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for name in (f"dojo-worker-{dead.pid}-1", f"dojo-worker-{os.getpid()}-1", "someone-else"):
+        (own / name).mkdir(parents=True)
+    monkeypatch.setattr(peak, "CGROUP_V1", hierarchy)
+    real = peak.Path
+
+    def cgroup_file(path):  # /proc/self/cgroup says this process's memory cgroup is "/own"
+        return tmp_path / "cgroup" if str(path) == "/proc/self/cgroup" else real(path)
+
+    (tmp_path / "cgroup").write_text("4:memory:/own\n")
+    monkeypatch.setattr(peak, "Path", cgroup_file)
+    peak.adopt(os.getpid(), "dojo-test-sweep")  # not a real cgroup folder: it cannot take a process
+    left = sorted(p.name for p in own.iterdir())
+    assert f"dojo-worker-{dead.pid}-1" not in left, f"an ended judge's cgroup was kept: {left}"
+    assert f"dojo-worker-{os.getpid()}-1" in left and "someone-else" in left, left

@@ -69,7 +69,9 @@ class Worker:
                 self.resident_at_boot = peak.resident()
             except OSError:  # unreadable here: a measured test that needs it says so
                 self.resident_at_boot = None
-            self.memory = peak.adopt(self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}")
+            self.memory = peak.adopt(
+                self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}"
+            )  # (peak._sweep)
         return Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
 
     def why_broken(self) -> str:

@@ -72,6 +72,7 @@ def adopt(root: int, name: str) -> Group | str:
     except (OSError, StopIteration, IndexError):
         return "no cgroup v1 memory controller here"
     path = CGROUP_V1 / own.strip("/") / name
+    _sweep(path.parent)
     try:
         path.mkdir()
         group = Group(path)
@@ -132,6 +133,18 @@ def resident() -> int:
         except FileNotFoundError:  # it ended as it was read
             pass
     return total
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty cgroups that judges no longer running left here (a judge killed, or one whose worker
+    ended with it: "dojo-worker-PID-N", PID the judge's), so they do not pile up on a grading machine."""
+    for old in parent.glob("dojo-worker-*-*"):
+        owner = old.name.split("-")[2]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            try:
+                old.rmdir()  # refused while a process is still in it
+            except OSError:
+                pass
 
 
 def _watched(itself: bool) -> list[int]:
