@@ -19,7 +19,7 @@ import torch
 from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
 from solutions.model import project, tiny_model
-from solutions.system.kernels import fused_step
+from solutions.system.kernels import fused_step, streams
 from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
 from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
@@ -31,6 +31,8 @@ def own_prefetch_file(tmp_path, monkeypatch):
     """Each test measures its prefetch distances afresh, into its own file (not the build's)."""
     monkeypatch.setattr(fused_step, "prefetch_file", lambda: tmp_path / "prefetch.json")
     monkeypatch.setattr(fused_step, "_calibrated", {})
+    monkeypatch.setattr(streams, "streams_file", lambda: tmp_path / "streams.json")
+    monkeypatch.setattr(streams, "_calibrated", {})
 
 
 def q8_model(tmp_path, mode: str = "int4-q8x2", **config):
@@ -225,6 +227,37 @@ def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, mon
     monkeypatch.setattr(fused_step, "BUDGET_S", 0.0)  # as on a machine too busy for three rounds
     q8_model(tmp_path, d_ff=256)
     assert len(json.loads(fused_step.prefetch_file().read_text())) == 2, "a rushed measurement was saved"
+
+
+def test_stream_calibration_is_measured_once_per_machine(kernel, tmp_path, monkeypatch):
+    """The first load times every weight-stream choice at each row count that has one (1-4 rows) and
+    sets the fastest; a later process reads the saved file instead; a damaged file is measured
+    again; a measurement cut short by the budget is used but not saved; describe() names the choice."""
+    monkeypatch.setattr(streams, "BUDGET_S", float("inf"))  # this test's machine may be busy itself
+    step = q8_model(tmp_path).fused_step
+    first = step.measured_streams
+    assert {r: set(t) for r, t in first.items()} == {
+        r: set(kernel.module.stream_choices(r)) for r in (1, 2, 3, 4)
+    }, f"the calibration measured {first}"
+    assert all(t > 0 for by in first.values() for t in by.values())
+    assert step.streams == {r: min(t, key=t.get) for r, t in first.items()}, "not the fastest choice kept"
+    assert all(kernel.module.streams(r) == p for r, p in step.streams.items()), "the choice was not set"
+    assert "weight streams a thread, by calibration: 1 rows:" in step.describe()
+    monkeypatch.setattr(streams, "_calibrated", {})
+
+    def no_measuring(*args):
+        raise AssertionError("measured again although this machine's choices are saved")
+
+    with monkeypatch.context() as m:
+        m.setattr(streams, "_measure", no_measuring)
+        assert q8_model(tmp_path).fused_step.measured_streams == first
+    streams.streams_file().write_text('{"not": "a choice"}')
+    monkeypatch.setattr(streams, "_calibrated", {})
+    assert set(q8_model(tmp_path).fused_step.measured_streams) == {1, 2, 3, 4}
+    assert len(json.loads(streams.streams_file().read_text())) == 2  # the damaged key stays, unread
+    monkeypatch.setattr(streams, "BUDGET_S", 0.0)  # as on a machine too busy for three rounds
+    q8_model(tmp_path, d_ff=256)
+    assert len(json.loads(streams.streams_file().read_text())) == 2, "a rushed measurement was saved"
 
 
 def test_kv_cache_advance_is_checked():

@@ -14,7 +14,7 @@ import torch
 from test_fused_step import q8_model  # pytest puts this folder on sys.path
 
 from solutions.paged_kv import OutOfBlocksError, PagedKVCache
-from solutions.system.kernels import fused_step, paged_step
+from solutions.system.kernels import fused_step, paged_step, streams
 
 LENGTHS = [5, 9, 3, 16]  # prompts of each sequence: a part block, two, less than one, exactly four
 
@@ -23,6 +23,8 @@ LENGTHS = [5, 9, 3, 16]  # prompts of each sequence: a part block, two, less tha
 def own_prefetch_file(tmp_path, monkeypatch):
     monkeypatch.setattr(fused_step, "prefetch_file", lambda: tmp_path / "prefetch.json")
     monkeypatch.setattr(fused_step, "_calibrated", {})
+    monkeypatch.setattr(streams, "streams_file", lambda: tmp_path / "streams.json")
+    monkeypatch.setattr(streams, "_calibrated", {})
 
 
 @pytest.fixture

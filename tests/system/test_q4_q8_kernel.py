@@ -187,6 +187,38 @@ def test_prefetch_distance_changes_no_result(kernel):
         kernel.module.set_prefetch(before)
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_weight_streams_change_no_result(kernel, residual):
+    """How many weight streams a thread reads side by side (measured at load, solutions.system.kernels.streams)
+    only orders the tiles: at every row count 1-8 and every choice it offers (1, 2 or 4 with streams x
+    rows <= 8), on every instruction set, the product is bit for bit the one-stream product, over 19
+    tiles (runs that do not divide a thread's share evenly); a choice it does not offer is refused."""
+    blocks, _ = q4_1_weight(300, 96, seed=6)
+    tiles = q8_1.repack(blocks)
+    before = {rows: kernel.module.streams(rows) for rows in range(1, 9)}
+    try:
+        for rows in range(1, 9):
+            x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
+            choices = kernel.module.stream_choices(rows)
+            assert choices == [p for p in (1, 2, 4) if p * rows <= 8], f"{rows} rows offer {choices}"
+            for isa in kernel.isas:
+                kernel.module.set_streams(rows, 1)
+                one = kernel.matmul(x, tiles, 300, isa, residual)
+                for streams in choices[1:]:
+                    kernel.module.set_streams(rows, streams)
+                    got = kernel.matmul(x, tiles, 300, isa, residual)
+                    assert kernel.module.streams(rows) == streams and torch.equal(got, one), (
+                        f"{isa}, {rows} rows, residual {residual}: {streams} weight streams change the product"
+                    )
+        with pytest.raises(RuntimeError, match="1, 2 or 4 streams"):
+            kernel.module.set_streams(3, 4)
+        with pytest.raises(RuntimeError, match="rows must be 1..8"):
+            kernel.module.set_streams(9, 1)
+    finally:
+        for rows, streams in before.items():
+            kernel.module.set_streams(rows, streams)
+
+
 def test_bad_operands_are_clear_errors(kernel):
     """A weight of another K, a row count the tiles cannot hold, untiled blocks, or int8 activations
     are refused with the mismatch named."""

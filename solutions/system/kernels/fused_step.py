@@ -4,7 +4,7 @@
 what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
 solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
 (None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
-distance once per machine and model shape. A PagedView (dojo serve's batches and prefill chunks)
+distance once per machine and model shape (and solutions.system.kernels.streams its weight streams). A PagedView (dojo serve's batches and prefill chunks)
 goes to solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16
 and int4 modes, prompts of more than 8 tokens on a KVCache (2 in the int4-q8 modes).
 """
@@ -23,7 +23,7 @@ from torch import Tensor
 
 from solutions.kv_cache import KVCache
 from solutions.paged_kv import PagedView
-from solutions.system.kernels import native, paged_step
+from solutions.system.kernels import native, paged_step, streams
 
 RESCORE = (
     16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
@@ -172,12 +172,21 @@ class FusedStep:
 
     __deepcopy__ = _not_copied
 
-    def __init__(self, decoder, kernel, vocab_size: int, max_seq_len: int, prefetch: dict[int, float]):
+    def __init__(
+        self,
+        decoder,
+        kernel,
+        vocab_size: int,
+        max_seq_len: int,
+        prefetch: dict[int, float],
+        measured_streams: dict[int, dict[int, float]] | None = None,
+    ):
         self.decoder, self.kernel = decoder, kernel
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
         self.prefetch = prefetch  # the calibration: distance -> median step seconds
         self.distance = kernel.module.prefetch()  # the one it chose, set again before each step
-        # (the setting is process-wide, and another model, or another instruction set, may want another)
+        self.measured_streams = measured_streams or {}  # rows -> streams -> median step seconds
+        self.streams = streams.fastest(self.measured_streams)  # rows -> the streams chosen, set likewise
 
     @classmethod
     def for_model(cls, model, isa: str | None = None) -> FusedStep | None:
@@ -231,15 +240,28 @@ class FusedStep:
             model.rope_signed_sin.contiguous(),
             kernel.isa,
         )
-        return cls(decoder, kernel, c.vocab_size, c.max_seq_len, calibrate_prefetch(decoder, kernel, c))
+        prefetch = calibrate_prefetch(decoder, kernel, c)
+        measured = streams.calibrate_streams(decoder, kernel, c, calibration_key(kernel, c))
+        return cls(decoder, kernel, c.vocab_size, c.max_seq_len, prefetch, measured)
+
+    def _settings(self) -> None:
+        """Set this step's prefetch distance and streams: the settings are process-wide, and another
+        model, or another instruction set, may want others."""
+        self.kernel.module.set_prefetch(self.distance)
+        streams.apply(self.kernel, self.streams)
 
     def describe(self) -> str:
-        """The step and its prefetch distance, with what the calibration measured."""
+        """The step, its prefetch distance and weight streams, with what the calibrations measured."""
         where = f"fused native step on {self.kernel.isa}, prefetching {self.distance} tile-blocks ahead"
         if len(self.prefetch) == 1:
-            return f"{where} ({PREFETCH_ENV})"
-        times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
-        return f"{where} (measured ms a step: {times})"
+            where += f" ({PREFETCH_ENV})"
+        else:
+            times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
+            where += f" (measured ms a step: {times})"
+        if self.streams:
+            chosen = ", ".join(f"{r} rows: {p}" for r, p in self.streams.items())
+            where += f"; weight streams a thread, by calibration: {chosen}"
+        return where
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if isinstance(
@@ -247,13 +269,13 @@ class FusedStep:
         ):  # dojo serve's batches: every row in one call, through the block tables
             if not paged_step.plain(cache, ids, attention_mask, self.max_seq_len, self.vocab_size):
                 return None
-            self.kernel.module.set_prefetch(self.distance)
+            self._settings()
             return paged_step.paged_step(self.decoder, ids, cache)  # (B, V)
         if ids.dim() != 1 or not _plain_step_cache(
             ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size
         ):
             return None
-        self.kernel.module.set_prefetch(self.distance)
+        self._settings()
         logits = self.decoder.step(
             int(ids[0]), cache.storage, cache.length
         )  # (V,); writes K, V at pos of every layer
@@ -273,7 +295,7 @@ class FusedStep:
         if isinstance(cache, PagedView):
             if not paged_step.plain(cache, ids, attention_mask, self.max_seq_len, self.vocab_size):
                 return None
-            self.kernel.module.set_prefetch(self.distance)
+            self._settings()
             return paged_step.paged_prefill(self.decoder, ids, cache, last_only)
         if ids.dim() != 2 or not _plain_step_cache(
             ids, cache, attention_mask, self.max_seq_len, 1, self.vocab_size, self.PREFILL_STEPS

@@ -223,20 +223,57 @@ inline void prefetch(const uint8_t* blk, int64_t ahead) {
 
 using TilesFn = void (*)(const uint8_t*, Acts, float*, int64_t, int64_t, int64_t, int64_t);
 
+// How many weight streams a thread's tile loop reads side by side (tiles_*.h's P), per activation-row
+// count 1..kMaxRows: 1, 2 or 4 while P x M <= 8, the sums a loop keeps in registers. More streams keep
+// more of memory's requests in flight at few rows, and cost registers and cache at more; which wins
+// depends on the CPU, so solutions.system.kernels.fused_step measures each choice where the model loads
+// and sets the fastest (set_streams). Until then each count reads one stream. Any choice gives the same
+// sums bit for bit: it orders the tiles, not the arithmetic.
+std::atomic<int> g_streams[kMaxRows + 1] = {};  // 0: one stream
+
+std::vector<int64_t> stream_choices(int64_t rows) {
+  TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "rows must be 1..", kMaxRows, ", got ", rows);
+  std::vector<int64_t> out;
+  for (int64_t p : {1, 2, 4})
+    if (p * rows <= kMaxRows) out.push_back(p);
+  return out;
+}
+
+void set_streams(int64_t rows, int64_t p) {
+  const std::vector<int64_t> ok = stream_choices(rows);
+  TORCH_CHECK(std::find(ok.begin(), ok.end(), p) != ok.end(), "a tile loop over ", rows,
+              " rows reads 1, 2 or 4 streams with streams x rows <= ", kMaxRows, ", got ", p);
+  g_streams[rows].store(static_cast<int>(p));
+}
+
+int64_t streams(int64_t rows) {
+  TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "rows must be 1..", kMaxRows, ", got ", rows);
+  return std::max(1, g_streams[rows].load(std::memory_order_relaxed));
+}
+
 // The kernels, the product and the fused step, one namespace per instruction set, each compiled for
 // its own target with a function attribute: tiles_*.h is the tile loop, decode_step.h the step.
 #define DOJO_PRODUCT_AND_STEP                                                                           \
+  template <int M, bool R>                                                                              \
+  TilesFn with_streams(int p) {                                                                         \
+    if constexpr (4 * M <= kMaxRows)                                                                    \
+      if (p == 4) return tiles<M, R, 4>;                                                                \
+    if constexpr (2 * M <= kMaxRows)                                                                    \
+      if (p == 2) return tiles<M, R, 2>;                                                                \
+    return tiles<M, R, 1>;                                                                              \
+  }                                                                                                     \
   template <bool R>                                                                                     \
   TilesFn pick(int64_t m) {                                                                             \
+    const int p = g_streams[std::min(m, kMaxRows)].load(std::memory_order_relaxed);                     \
     switch (m) {                                                                                        \
-      case 1: return tiles<1, R>;                                                                       \
-      case 2: return tiles<2, R>;                                                                       \
-      case 3: return tiles<3, R>;                                                                       \
-      case 4: return tiles<4, R>;                                                                       \
-      case 5: return tiles<5, R>;                                                                       \
-      case 6: return tiles<6, R>;                                                                       \
-      case 7: return tiles<7, R>;                                                                       \
-      default: return tiles<8, R>;                                                                      \
+      case 1: return with_streams<1, R>(p);                                                             \
+      case 2: return with_streams<2, R>(p);                                                             \
+      case 3: return with_streams<3, R>(p);                                                             \
+      case 4: return with_streams<4, R>(p);                                                             \
+      case 5: return with_streams<5, R>(p);                                                             \
+      case 6: return with_streams<6, R>(p);                                                             \
+      case 7: return with_streams<7, R>(p);                                                             \
+      default: return with_streams<8, R>(p);                                                            \
     }                                                                                                   \
   }                                                                                                     \
   /* x (m, k) as Q8_1 into out: the readable quantize_into, vectorized (bit for bit the same) */        \
@@ -742,6 +779,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("set_prefetch", &set_prefetch, "how many tile-blocks ahead the product loops prefetch (0: none)",
              pybind11::arg("blocks"));
   module.def("prefetch", []() { return g_prefetch_blocks.load(); }, "the prefetch distance in tile-blocks");
+  module.def("set_streams", &set_streams, "how many weight streams a thread's tile loop reads at this many rows",
+             pybind11::arg("rows"), pybind11::arg("streams"));
+  module.def("streams", &streams, "the weight streams a tile loop reads at this many rows", pybind11::arg("rows"));
+  module.def("stream_choices", &stream_choices, "the stream counts a tile loop over this many rows can take",
+             pybind11::arg("rows"));
   module.def("isas", &isas, "the instruction sets this CPU can run, fastest first");
   module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W (n, K) as Q4_1 tiles (solutions.q8_1.repack)",
              pybind11::arg("x"), pybind11::arg("tiles"), pybind11::arg("n"), pybind11::arg("isa"),

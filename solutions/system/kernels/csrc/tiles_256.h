@@ -32,7 +32,7 @@ inline __m256i half_sums(const __m256i* lo, const __m256i* hi, const int8_t* q, 
 }
 
 // Tiles [t0, t1) of W against M activation rows, as tiles_512.h's `tiles` (P runs read side by side).
-template <int M, bool R, int P = (M <= 2 ? 4 : M <= 4 ? 2 : 1)>
+template <int M, bool R, int P>
 void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t n) {
   const int64_t nb = a.k / kBlock, S = (t1 - t0) / P;
   const __m256i mask = _mm256_set1_epi8(0x0F);

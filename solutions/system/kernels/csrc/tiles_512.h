@@ -38,10 +38,9 @@ inline __m512i block_sums(const __m512i* lo, const __m512i* hi, const int8_t* q,
 // Tiles [t0, t1) of W against M activation rows: y[r * ldy + j] for output rows j of those tiles (a
 // last tile past n is stored only up to n). Each tile-block is unpacked once for all M rows. The range
 // is read as P runs side by side (tiles t, t + S, ... for S = a P-th of it), block by block: P streams
-// of weights a thread keep more of memory's requests in flight than one (one stream a thread left half
-// the bandwidth unused on the Xeon measured, as the fp32 product did, decode_step_f32.h); P is what the
-// registers hold beside M rows' sums.
-template <int M, bool R, int P = (M <= 2 ? 4 : M <= 4 ? 2 : 1)>
+// of weights a thread can keep more of memory's requests in flight than one, or cost more than they
+// give, by CPU and row count; which P each M takes is measured where the model loads (g_streams).
+template <int M, bool R, int P>
 void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t t1, int64_t n) {
   const int64_t nb = a.k / kBlock, S = (t1 - t0) / P;
   const __m512i mask = _mm512_set1_epi8(0x0F);
