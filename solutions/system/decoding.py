@@ -16,7 +16,7 @@ from torch import Tensor
 
 import solutions.sampling
 from solutions.generate import GenerationResult, _generate_choosing
-from solutions.sampling import Sampled
+from solutions.sampling import Sampled, Temperature
 
 
 class Chooser:
@@ -52,10 +52,52 @@ class Chooser:
             if self.greedy
             else self.sampling.sample(*args, self.generator, self.top_logprobs)
         )
+        self.record(step)
+        return step.tokens
+
+    def record(self, step: Sampled) -> None:
+        """Keep `step` as this chooser's next: its tokens join each row's outputs, which the chain reads."""
         for output, token in zip(self.outputs, step.tokens.tolist()):
             output.append(token)  # a finished row's picks grow too; the generator ignores them
         self.steps.append(step)
-        return step.tokens
+
+    def plain_greedy(self) -> bool:
+        """Whether this chooser's pick is the argmax of its one row's logits as they are (what
+        choose_each batches): greedy, one prompt, no processor but temperature 1, no top_logprobs."""
+        return (
+            self.greedy
+            and len(self.prompts) == 1
+            and self.top_logprobs == 0
+            and self.sampling is solutions.sampling
+            and all(type(p) is Temperature and p.temperature == 1.0 for p in self.chain)
+        )
+
+
+def choose_each(choosers: Sequence[Chooser], rows: Sequence[Tensor]) -> list[int]:
+    """Chooser i's token for its logits rows[i] (V,), with the tokens and Sampled that calling each
+    on its row gives: the rows of plain greedy choosers (one prompt, no processor but temperature 1,
+    no top_logprobs, the reference sampling module) go through one argmax together, the rest one
+    call each. For a batch of requests, each with its own chooser."""
+    plain = [i for i, c in enumerate(choosers) if c.plain_greedy()]
+    picked: dict[int, int] = {}
+    if len(plain) > 1:
+        prompts, outputs = [choosers[i].prompts[0] for i in plain], [choosers[i].outputs[0] for i in plain]
+        step = _argmax(
+            solutions.sampling.apply_chain, [], prompts, outputs, torch.stack([rows[i] for i in plain]), 0
+        )
+        for j, i in enumerate(plain):
+            one = Sampled(
+                step.tokens[j : j + 1],
+                step.logprobs[j : j + 1],
+                step.top_ids[j : j + 1],
+                step.top_logprobs[j : j + 1],
+            )
+            choosers[i].record(one)
+            picked[i] = int(one.tokens[0])
+    for i, chooser in enumerate(choosers):
+        if i not in picked:
+            picked[i] = int(chooser(rows[i][None])[0])
+    return [picked[i] for i in range(len(choosers))]
 
 
 def _argmax(apply_chain, chain, prompt_ids, output_ids, logits: Tensor, top_logprobs: int) -> Sampled:

@@ -15,7 +15,7 @@ import torch
 from solutions.generate import generate
 from solutions.model import tiny_model
 from solutions.sampling import make_chain
-from solutions.system.decoding import Chooser, chain_generate, describe_chain
+from solutions.system.decoding import Chooser, chain_generate, choose_each, describe_chain
 
 PROMPTS = [[5, 9, 11, 3, 5], [17, 2, 40]]
 NEW = 12
@@ -118,6 +118,38 @@ def test_chooser_is_for_its_prompts(model):
     chooser = Chooser(make_chain(), [[1, 2]], greedy=True)
     with pytest.raises(ValueError, match="built for these prompts"):
         chain_generate(model, PROMPTS, chooser, max_new_tokens=2)
+
+
+def test_choose_each_is_each_chooser_on_its_row():
+    """The engine's batched choice (choose_each) gives every chooser the token and Sampled (logprob,
+    alternatives) that calling it alone on its row gives, step after step: three plain greedy rows
+    (taken in one argmax, tied rows included), and a penalised, a top_logprobs and a seeded sampling
+    row beside them (each alone); only the plain ones are batched."""
+
+    def choosers():
+        greedy = [Chooser(make_chain(), [[i, 3]], greedy=True) for i in range(3)]
+        return greedy + [
+            Chooser(make_chain(frequency_penalty=1.5), [[4, 3]], greedy=True),
+            Chooser(make_chain(), [[5]], greedy=True, top_logprobs=3),
+            Chooser(make_chain(temperature=0.7), [[6]], greedy=False, seed=9),
+        ]
+
+    batched, alone = choosers(), choosers()
+    assert [c.plain_greedy() for c in batched] == [True, True, True, False, False, False]
+    gen = torch.Generator().manual_seed(5)
+    for step in range(6):
+        rows = list(torch.randn(6, 50, generator=gen) * 3)
+        rows[1] = rows[0].clone()
+        rows[1][7] = rows[1][8] = rows[1].max() + 1  # a tie: the lower id, as greedy elsewhere
+        got = choose_each(batched, rows)
+        want = [int(c(row[None])[0]) for c, row in zip(alone, rows)]
+        assert got == want, f"step {step}: choose_each picked {got}, each chooser alone {want}"
+        for i, (b, a) in enumerate(zip(batched, alone)):
+            for field in ("tokens", "logprobs", "top_ids", "top_logprobs"):
+                assert torch.equal(getattr(b.steps[-1], field), getattr(a.steps[-1], field)), (
+                    f"step {step}, row {i}: its Sampled.{field} differs from the chooser's own call"
+                )
+            assert b.outputs == a.outputs
 
 
 def test_describe_chain_names_each_processor_in_order():

@@ -26,7 +26,7 @@ from torch import Tensor
 from solutions.paged_kv import PagedKVCache
 from solutions.sampling import Sampled, make_chain
 from solutions.scheduler import Scheduler, SchedulerConfig
-from solutions.system.decoding import Chooser
+from solutions.system.decoding import Chooser, choose_each
 from solutions.system.serving.prefix_kv import CachingPagedKVCache
 
 
@@ -319,7 +319,8 @@ class Engine:
             for request in batch:
                 self._publish(request, request.prompt + request.generated)
         self._steps += 1
-        chosen = {str(r.id): int(r.chooser(row[None])[0]) for r, row in sampling}  # row (V,) -> (1, V)
+        picks = choose_each([r.chooser for r, _ in sampling], [row for _, row in sampling])  # rows (V,)
+        chosen = {str(r.id): token for (r, _), token in zip(sampling, picks)}
         finished = self.scheduler.complete(chosen, time.perf_counter())
         for request, _ in sampling:
             request.generated.append(chosen[str(request.id)])
