@@ -10,6 +10,8 @@ the floor is also forced the way a CPU without VNNI would take it (DOJO_Q8_ISA).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -217,6 +219,17 @@ def test_weight_streams_change_no_result(kernel, residual):
     finally:
         for rows, streams in before.items():
             kernel.module.set_streams(rows, streams)
+
+
+def test_roof_is_a_rate_and_checks_its_arguments(kernel):
+    """The tile loop's compute roof (benchmarks/batch_roof.py reads it) is a positive, finite rate of
+    block sums on every instruction set this CPU runs; a duration outside (0, 10] s is refused."""
+    for isa in kernel.isas:
+        rate = kernel.module.roof(isa, 0.02)
+        assert math.isfinite(rate) and rate > 1e6, f"{isa}: the roof is {rate} block sums a second"
+    for seconds in (0, -1, 11):
+        with pytest.raises(RuntimeError, match=r"seconds must be in \(0, 10\]"):
+            kernel.module.roof(kernel.isa, seconds)
 
 
 def test_bad_operands_are_clear_errors(kernel):

@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -370,6 +371,30 @@ std::vector<std::string> isas() {
 
 void check_isa(const std::string& isa) {
   TORCH_CHECK(cpu_has(isa), "this CPU cannot run the ", isa, " kernel (it runs: ", c10::Join(", ", isas()), ")");
+}
+
+// Block sums a second (one tile-block, 16 rows x 32 codes, against one activation row's 32 bytes: one
+// pass, 8 vpdpbusd on 512-bit registers) on the calling thread at `isa`, from 8 independent chains
+// for at least `seconds`: the most the tile loop can do a thread, whatever memory gives.
+double roof(const std::string& isa, double seconds) {
+  check_isa(isa);
+  TORCH_CHECK(seconds > 0 && seconds <= 10, "seconds must be in (0, 10], got ", seconds);
+  alignas(64) uint8_t blk[kTileBlockBytes];
+  alignas(64) int8_t q[8 * kBlock];
+  for (int i = 0; i < kTileBlockBytes; ++i) blk[i] = static_cast<uint8_t>(i * 37 % 251);
+  for (int i = 0; i < 8 * kBlock; ++i) q[i] = static_cast<int8_t>(i * 53 % 255 - 127);
+  auto loop = isa == "avx512vnni" ? avx512vnni::roof_loop : isa == "avxvnni" ? avxvnni::roof_loop : avx2::roof_loop;
+  volatile int64_t sink = 0;
+  int64_t n = 1024, done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  double spent = 0;
+  while (spent < seconds) {
+    sink = sink + loop(n, blk, q);
+    done += n;
+    spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    n *= 2;
+  }
+  return 8.0 * static_cast<double>(done) / spent;
 }
 
 ProductFn product_for(const std::string& isa) {
@@ -785,6 +810,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("stream_choices", &stream_choices, "the stream counts a tile loop over this many rows can take",
              pybind11::arg("rows"));
   module.def("isas", &isas, "the instruction sets this CPU can run, fastest first");
+  module.def("roof", &roof, "block sums a second on this thread at this instruction set: the tile loop's compute roof",
+             pybind11::arg("isa"), pybind11::arg("seconds"));
   module.def("matmul", &matmul, "x (M, K) fp32 @ W.T for W (n, K) as Q4_1 tiles (solutions.q8_1.repack)",
              pybind11::arg("x"), pybind11::arg("tiles"), pybind11::arg("n"), pybind11::arg("isa"),
              pybind11::arg("residual"));

@@ -141,6 +141,30 @@ inline void quantize_block(const float* x, bool residual, int8_t* q, int8_t* lo,
   }
 }
 
+// The tile loop's compute roof, as tiles_512.h's roof_loop: n rounds of one tile-block's sums (both
+// halves) against 8 activation rows, each row's sums carried round to round.
+inline int64_t roof_loop(int64_t n, const uint8_t* blk, const int8_t* q) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  __m256i lo[2][4], hi[2][4], acc[8][2];
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 4; ++g) {
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 64 * g + 32 * h));
+      lo[h][g] = _mm256_and_si256(c, mask);
+      hi[h][g] = _mm256_and_si256(_mm256_srli_epi16(c, 4), mask);
+    }
+  for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  for (int64_t i = 0; i < n; ++i)
+    for (int r = 0; r < 8; ++r)
+      for (int h = 0; h < 2; ++h)
+        for (int g = 0; g < 4; ++g) {
+          acc[r][h] = dot(acc[r][h], lo[h][g], bcast4(q + 32 * r + 4 * g));
+          acc[r][h] = dot(acc[r][h], hi[h][g], bcast4(q + 32 * r + 16 + 4 * g));
+        }
+  int64_t total = 0;
+  for (int r = 0; r < 8; ++r) total += hsum_i32(acc[r][0]) + hsum_i32(acc[r][1]);
+  return total;
+}
+
 // sum a[i] b[i] over n floats, and o[i] += p v[i]: the fp32 loops of the fused step (attention, norms).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   __m256 acc = _mm256_setzero_ps();

@@ -79,6 +79,33 @@ void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t 
   if (P > 1 && t0 + P * S < t1) tiles<M, R, 1>(w, a, y, ldy, t0 + P * S, t1, n);  // the tiles left over
 }
 
+// The tile loop's compute roof: n rounds of one tile-block's sums against 8 activation rows (one pass,
+// `block_sums<false>`'s 8 vpdpbusd a row), each row's sums carried round to round as independent chains.
+// Returns their lanes' total, so nothing is optimised away. Timed by q4_1_q8_1.cpp's `roof`.
+inline int64_t roof_loop(int64_t n, const uint8_t* blk, const int8_t* q) {
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  __m512i lo[4], hi[4], acc[8];
+  for (int g = 0; g < 4; ++g) {
+    const __m512i c = _mm512_loadu_si512(blk + 64 + 64 * g);
+    lo[g] = _mm512_and_si512(c, mask);
+    hi[g] = _mm512_and_si512(_mm512_srli_epi16(c, 4), mask);
+  }
+  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; ++i)
+    for (int r = 0; r < 8; ++r)
+      for (int g = 0; g < 4; ++g) {
+        acc[r] = _mm512_dpbusd_epi32(acc[r], lo[g], bcast4(q + 32 * r + 4 * g));
+        acc[r] = _mm512_dpbusd_epi32(acc[r], hi[g], bcast4(q + 32 * r + 16 + 4 * g));
+      }
+  __m512i all = acc[0];
+  for (int r = 1; r < 8; ++r) all = _mm512_add_epi32(all, acc[r]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, all);
+  int64_t total = 0;
+  for (const int32_t v : lanes) total += v;
+  return total;
+}
+
 // One 32-block of x as Q8_1 (see quantize_into in q4_1_q8_1.cpp, the readable form this must equal bit
 // for bit): q, and with the residual lo; returns (d, sum q, sum lo) through the pointers.
 inline void quantize_block(const float* x, bool residual, int8_t* q, int8_t* lo, float* d_out, int* sum_q,
