@@ -35,7 +35,6 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.endpoint: Endpoint | None = None
         self.starts = 0
-        self.resident_at_boot: int | None = None  # bytes resident below the judge before any candidate code
         self.memory: peak.Group | str = "the worker has not booted"  # its cgroup, or why it has none
 
     def start(self) -> None:
@@ -65,10 +64,6 @@ class Worker:
             self.start()
             proxy = Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
             proxy.findings()  # a round trip: it has imported torch and serves; none of the candidate's code ran
-            try:
-                self.resident_at_boot = peak.resident()
-            except OSError:  # unreadable here: a measured test that needs it says so
-                self.resident_at_boot = None
             self.memory = peak.adopt(
                 self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}"
             )  # (peak._sweep)
@@ -111,7 +106,7 @@ class Worker:
         if isinstance(self.memory, peak.Group):
             self.memory.close()
         self.memory = "the worker has stopped"
-        self.proc = self.endpoint = self.resident_at_boot = None
+        self.proc = self.endpoint = None
 
 
 def lend(obj):

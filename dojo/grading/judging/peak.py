@@ -12,6 +12,7 @@ shared memory included, at its highest in the block. Where no cgroup can be made
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ class Peak:
     """What `watch` saw, once its block is over."""
 
     rise: int = 0  # bytes: how far the peaks of the processes watched rose, summed
-    top: int = 0  # bytes: those peaks after the block, summed (resident memory at its highest, per process)
     others: list[int] = field(default_factory=list)  # pids that started or ended in the block, or reaped one
     unmeasurable: str = ""  # why nothing could be measured ("" when it could)
     charged: int | None = None  # bytes charged to the worker's cgroup since it booted, at their highest
@@ -50,13 +50,18 @@ class Group:
         return int((self.path / f"{self.prefix}max_usage_in_bytes").read_text())
 
     def close(self) -> None:
-        """Hand any process left back to the parent cgroup, then remove this one."""
-        try:
-            for pid in (self.path / "cgroup.procs").read_text().split():
-                (self.path.parent / "cgroup.procs").write_text(pid)
-            self.path.rmdir()
-        except OSError:
-            pass  # gone already, or still busy: the kernel keeps an empty cgroup, harmless
+        """Hand any process left back to the parent cgroup, then remove this one (retried for a second
+        while processes still end in it: bwrap's die with their parent, after it)."""
+        for _ in range(50):
+            try:
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    (self.path.parent / "cgroup.procs").write_text(pid)
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return  # gone already
+            except OSError:
+                time.sleep(0.02)  # still busy; after that the kernel keeps an empty cgroup, harmless
 
 
 def adopt(root: int, name: str) -> Group | str:
@@ -115,24 +120,11 @@ def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]
     reaped = [pid for pid in before if pid in after and after[pid][1] != before[pid][1]]
     peak.others = sorted({*ended, *reaped, *(set(after) - set(before))})
     peak.rise = sum(max(0, after[pid][0] - before[pid][0]) for pid in before if pid in after)
-    peak.top = sum(after[pid][0] for pid in before if pid in after)
     if group is not None:
         try:
             peak.charged = group.peak()
         except OSError as exc:
             peak.unmeasurable = f"the worker's cgroup cannot be read ({exc})"
-
-
-def resident() -> int:
-    """Bytes resident now (VmRSS: anonymous, file-mapped and shared pages) in every process below this one,
-    summed. Raises OSError when a process's status cannot be read."""
-    total = 0
-    for pid in _below(os.getpid()):
-        try:
-            total += _status(pid, "VmRSS:")
-        except FileNotFoundError:  # it ended as it was read
-            pass
-    return total
 
 
 def _sweep(parent: Path) -> None:
@@ -190,7 +182,7 @@ def _read(pid: int) -> tuple[int, int, str]:
 
 
 def _status(pid: int, key: str) -> int:
-    """Bytes of one kB line of /proc/PID/status ("VmHWM:", "VmRSS:"); 0 where it has none (a zombie)."""
+    """Bytes of one kB line of /proc/PID/status ("VmHWM:"); 0 where it has none (a zombie)."""
     with open(f"/proc/{pid}/status") as f:
         kib = [int(line.split()[1]) for line in f if line.startswith(key)]
     return kib[0] * 1024 if kib else 0
