@@ -240,6 +240,54 @@ def test_the_charge_counts_memory_touched_at_the_candidates_import(tmp_path):
     )
 
 
+def test_a_root_worker_outside_the_sandbox_gets_no_cgroup(tmp_path):
+    """As root without the sandbox the worker runs as uid 0, which could write its own cgroup's files (and
+    reset the charge it is measured by): the judge makes none and says why, so the measured test ends
+    inconclusive; a candidate's code never runs before the decision."""
+    if os.geteuid() != 0:
+        pytest.skip("only root's worker runs as uid 0")
+    with judges_worker(tmp_path, "candidate", WORKER_CODE, False) as (worker, _):
+        why = worker.memory
+    assert isinstance(why, str) and "root" in why and "reset" in why, (
+        f"a root worker's cgroup was trusted: {why}"
+    )
+    assert not list(peak.CGROUP_V1.glob(f"**/dojo-worker-{os.getpid()}-*")), "a cgroup was made all the same"
+
+
+# a process that forks one child, which drops to an unused uid: bwrap's shape (root above, the worker below)
+DROPPED = """
+import os, sys, time
+if os.fork() == 0:
+    os.setgroups([]); os.setgid(2**20 + 4321); os.setuid(2**20 + 4321)
+    print("ready", flush=True)
+    time.sleep(30)
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("drops", [False, True], ids=["root", "dropped"])
+def test_could_reset_reads_the_uid_of_the_process_that_runs_the_code(drops):
+    """could_reset says why where the deepest process (the one that runs the worker's code) is uid 0, and
+    is "" where it dropped to another uid, whatever runs as root above it (bwrap)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a process cannot drop to another uid otherwise")
+    code = DROPPED if drops else 'print("ready", flush=True)\nimport time\ntime.sleep(30)'
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", "the child did not start"
+        why = peak.could_reset(child.pid)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    if drops:
+        assert why == "", f"the worker dropped to uid {2**20 + 4321}, yet: {why}"
+    else:
+        assert "root" in why, f"the worker runs as uid 0, yet could_reset says {why!r}"
+
+
 MEASURED_SUITE = """
 import pytest
 from dojo.testing import inconclusive

@@ -35,7 +35,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.endpoint: Endpoint | None = None
         self.starts = 0
-        self.memory: peak.Group | str = "the worker has not booted"  # its cgroup, or why it has none
+        self.memory: peak.Group | str = "the worker has not booted"  # its cgroup, or why none is trusted
 
     def start(self) -> None:
         if "fd" in self.spec and not self.starts:  # a worker forked before this process ran (check_katas)
@@ -64,7 +64,10 @@ class Worker:
             self.start()
             proxy = Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
             proxy.findings()  # a round trip: it has imported torch and serves; none of the candidate's code ran
-            self.memory = peak.adopt(
+            # a cgroup the worker could write (its charge reset, as its clear_refs) measures nothing; only
+            # check_katas runs the project's own code as root outside the sandbox (spec "project_code")
+            why = "" if self.spec.get("project_code") else peak.could_reset(self.proc.pid)
+            self.memory = why or peak.adopt(
                 self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}"
             )  # (peak._sweep)
         return Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))

@@ -3,10 +3,10 @@
 `watch()` resets the peak resident set (VmHWM: 5 to /proc/PID/clear_refs) of every process below this
 one (the worker, bwrap's around it; `itself` adds this one) and sums how far each rose (`Peak.rise`). A
 process started, ended or reaped in the block is in `Peak.others`; a refused reset or read leaves
-`Peak.unmeasurable`. Resident sets miss memory kept out of them (shared memory or tmpfs pages unmapped
-with madvise, files written, swap), so the judge also puts the worker in a memory cgroup of its own when
-it boots (`adopt`, cgroup v1, as root): `Peak.charged` is everything charged to it since, page cache and
-shared memory included, at its highest in the block. Where no cgroup can be made it says why.
+`Peak.unmeasurable`. Resident sets miss memory kept out of them (shared memory, files, swap), so the judge
+also puts the worker in a memory cgroup of its own at boot (`adopt`, cgroup v1, as root): `Peak.charged`
+is all charged to it since, at its highest in the block; none where the worker could write it (uid 0:
+`could_reset`) or none can be made, a sentence saying why instead.
 """
 
 from __future__ import annotations
@@ -125,6 +125,26 @@ def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]
             peak.charged = group.peak()
         except OSError as exc:
             peak.unmeasurable = f"the worker's cgroup cannot be read ({exc})"
+
+
+def could_reset(root: int) -> str:
+    """Why the worker at `root` could reset the charge it is measured by, or "" when it cannot: a process
+    that runs its code (one with no process below it, so not bwrap's around it) has uid 0 (real, effective,
+    saved or filesystem: root owns the cgroup's files) or any capability. For the judge, at boot, before any
+    of the candidate's code has run; a process it starts later has its uid (the sandbox sets no_new_privs)."""
+    tree = [root, *_below(root)]
+    try:
+        parents = {_stat(pid)[1] for pid in tree}
+        for pid in (pid for pid in tree if pid not in parents):
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            if "0" in status["Uid"].split():
+                return "the worker runs as root outside the sandbox, so it could reset the charge it is measured by"
+            if int(status["CapPrm"], 16):
+                return "the worker holds capabilities, so it could reset the charge it is measured by"
+    except (OSError, KeyError, ValueError) as exc:
+        return f"the worker's credentials cannot be read ({exc})"
+    return ""
 
 
 def _sweep(parent: Path) -> None:

@@ -64,7 +64,15 @@ class Run:
             "PYTHONPATH": str(targets.solutions_dir().parent),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        return {"cmd": cmd, "env": env, "cwd": str(targets.solutions_dir().parent), "output": os.devnull}
+        # the project's own code (reference, stub, mutants), which never writes its cgroup: the judge may trust
+        # a root worker's (dojo.grading.judging.peak.could_reset), or the measured test would decide nothing here
+        return {
+            "cmd": cmd,
+            "env": env,
+            "cwd": str(targets.solutions_dir().parent),
+            "output": os.devnull,
+            "project_code": True,
+        }
 
     @property
     def name(self) -> str:
