@@ -299,6 +299,7 @@ WORKER_MODULES = (
     "grading.judging.remote",
     "grading.judging.worker",
     "grading.confine.audit",
+    "grading.confine.seccomp",
     "toymodel",
 )
 

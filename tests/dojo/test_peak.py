@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from dojo import catalog
+from dojo import ROOT, catalog
 from dojo.grading import grade
 from dojo.grading.confine import sandbox
 from dojo.grading.judging import judge, peak
@@ -254,10 +254,14 @@ def test_a_root_worker_outside_the_sandbox_gets_no_cgroup(tmp_path):
     assert not list(peak.CGROUP_V1.glob(f"**/dojo-worker-{os.getpid()}-*")), "a cgroup was made all the same"
 
 
-# a process that forks one child, which drops to an unused uid: bwrap's shape (root above, the worker below)
+# a process that forks one child, which drops to an unused uid (and puts the socket filter on itself, or not):
+# bwrap's shape (root above, the worker below)
 DROPPED = """
 import os, sys, time
 if os.fork() == 0:
+    if FILTERED:  # before the uid drops: that uid cannot read this interpreter's library (under /root)
+        from dojo.grading.confine import seccomp
+        assert seccomp.install() == ""
     os.setgroups([]); os.setgid(2**20 + 4321); os.setuid(2**20 + 4321)
     print("ready", flush=True)
     time.sleep(30)
@@ -266,26 +270,35 @@ time.sleep(30)
 """
 
 
-@pytest.mark.parametrize("drops", [False, True], ids=["root", "dropped"])
-def test_could_reset_reads_the_uid_of_the_process_that_runs_the_code(drops):
-    """could_reset says why where the deepest process (the one that runs the worker's code) is uid 0, and
-    is "" where it dropped to another uid, whatever runs as root above it (bwrap)."""
+@pytest.mark.parametrize(
+    "drops,filtered,want",
+    [(False, True, "root"), (True, True, ""), (True, False, "socket filter")],
+    ids=["root", "dropped", "dropped-unfiltered"],
+)
+def test_untrusted_reads_the_process_that_runs_the_code(drops, filtered, want):
+    """untrusted says why where the deepest process (the one that runs the worker's code) is uid 0 or has no
+    socket filter, and is "" where it dropped to another uid and holds the filter, whatever runs as root
+    above it (bwrap)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: a process cannot drop to another uid otherwise")
-    code = DROPPED if drops else 'print("ready", flush=True)\nimport time\ntime.sleep(30)'
+    if drops:
+        code = f"FILTERED = {filtered}\n{DROPPED}"
+    else:
+        code = "from dojo.grading.confine import seccomp\nseccomp.install()\n"
+        code += 'print("ready", flush=True)\nimport time\ntime.sleep(30)'
     child = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT
     )
     try:
         assert child.stdout.readline().strip() == "ready", "the child did not start"
-        why = peak.could_reset(child.pid)
+        why = peak.untrusted(child.pid)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-    if drops:
-        assert why == "", f"the worker dropped to uid {2**20 + 4321}, yet: {why}"
+    if want:
+        assert want in why, f"uid 0: {not drops}, filtered: {filtered}; yet untrusted says {why!r}"
     else:
-        assert "root" in why, f"the worker runs as uid 0, yet could_reset says {why!r}"
+        assert why == "", f"the worker dropped to uid {2**20 + 4321} and holds the filter, yet: {why}"
 
 
 MEASURED_SUITE = """

@@ -787,6 +787,10 @@ def test_peak_memory_far_below_a_tq_by_tk_matrix(kata):
         got = attend(q, k, v, causal=True, block_q=64, block_k=64)
     if seen.unmeasurable:
         inconclusive(seen.unmeasurable)
+    assert type(got) is torch.Tensor, (  # judged, anything else stays in your process, to be computed later
+        f"flash_attention returned a {type(got).__name__}, not a torch.Tensor: the output must be computed "
+        "by the time the call returns"
+    )
     assert not seen.others, (
         f"a process started or ended during the flash_attention call (pids {seen.others}): its memory "
         "cannot be measured; compute in your own process"

@@ -64,9 +64,10 @@ class Worker:
             self.start()
             proxy = Proxy(self.endpoint, wire.Ref("worker", BOOT_ID, "worker"))
             proxy.findings()  # a round trip: it has imported torch and serves; none of the candidate's code ran
-            # a cgroup the worker could write (its charge reset, as its clear_refs) measures nothing; only
-            # check_katas runs the project's own code as root outside the sandbox (spec "project_code")
-            why = "" if self.spec.get("project_code") else peak.could_reset(self.proc.pid)
+            # a cgroup the worker could write (its charge reset, as its clear_refs), or one its socket buffers
+            # escape, measures nothing; only check_katas runs the project's own code as root outside the
+            # sandbox (spec "project_code")
+            why = "" if self.spec.get("project_code") else peak.untrusted(self.proc.pid)
             self.memory = why or peak.adopt(
                 self.proc.pid, f"dojo-worker-{os.getpid()}-{self.starts}"
             )  # (peak._sweep)

@@ -5,8 +5,8 @@ one (the worker, bwrap's around it; `itself` adds this one) and sums how far eac
 process started, ended or reaped in the block is in `Peak.others`; a refused reset or read leaves
 `Peak.unmeasurable`. Resident sets miss memory kept out of them (shared memory, files, swap), so the judge
 also puts the worker in a memory cgroup of its own at boot (`adopt`, cgroup v1, as root): `Peak.charged`
-is all charged to it since, at its highest in the block; none where the worker could write it (uid 0:
-`could_reset`) or none can be made, a sentence saying why instead.
+is all charged to it since, at its highest in the block; none where the charge cannot be trusted (uid 0, or
+no socket filter: `untrusted`) or none can be made, a sentence saying why instead.
 """
 
 from __future__ import annotations
@@ -127,11 +127,13 @@ def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]
             peak.unmeasurable = f"the worker's cgroup cannot be read ({exc})"
 
 
-def could_reset(root: int) -> str:
-    """Why the worker at `root` could reset the charge it is measured by, or "" when it cannot: a process
-    that runs its code (one with no process below it, so not bwrap's around it) has uid 0 (real, effective,
-    saved or filesystem: root owns the cgroup's files) or any capability. For the judge, at boot, before any
-    of the candidate's code has run; a process it starts later has its uid (the sandbox sets no_new_privs)."""
+def untrusted(root: int) -> str:
+    """Why the charge of the worker at `root` cannot be trusted, or "" when it can. Read from the process that
+    runs its code (one with no process below it, so not bwrap's around it): uid 0 (real, effective, saved or
+    filesystem: root owns the cgroup's files) or any capability could reset the charge it is measured by, and
+    without the socket filter (dojo.grading.confine.seccomp, Seccomp: 2) TCP and UDP buffers, charged to no
+    cgroup v1 group, could hold what it keeps. For the judge, at boot, before any of the candidate's code has
+    run; what that code starts later keeps its uid (the sandbox sets no_new_privs) and the filter."""
     tree = [root, *_below(root)]
     try:
         parents = {_stat(pid)[1] for pid in tree}
@@ -142,6 +144,11 @@ def could_reset(root: int) -> str:
                 return "the worker runs as root outside the sandbox, so it could reset the charge it is measured by"
             if int(status["CapPrm"], 16):
                 return "the worker holds capabilities, so it could reset the charge it is measured by"
+            if status.get("Seccomp", "").strip() != "2":
+                return (
+                    "the worker has no socket filter (dojo.grading.confine.seccomp), so TCP and UDP buffers, "
+                    "which no cgroup v1 memory group is charged, could hold what it keeps"
+                )
     except (OSError, KeyError, ValueError) as exc:
         return f"the worker's credentials cannot be read ({exc})"
     return ""

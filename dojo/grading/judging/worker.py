@@ -1,7 +1,8 @@
 """The judge's worker: the one process where judge mode imports and runs the candidate's module.
 
 `python -m dojo.grading.judging.worker FILE MODULE ALLOWED` (the judge starts it inside the sandbox,
-with its end of the connection as standard input) installs the audit hook, then serves the judge's
+with its end of the connection as standard input) puts a socket filter on itself
+(dojo.grading.confine.seccomp) and installs the audit hook, then serves the judge's
 requests (dojo.grading.judging.remote) on a `Boot` object: import the candidate's file, build
 reference parts by recipe ("solutions.model:tiny_model"), files, gradients, the judge's clock. It
 imports nothing of the suite: whatever the candidate's code does here reaches the judge only as data.
@@ -101,6 +102,9 @@ _REAL_CLOCK = time.perf_counter
 def serve(sock: socket.socket, path: str, name: str, allowed: list[str] | None = None) -> None:
     """Answer the judge on `sock` until it closes the connection. With `allowed` (the reference modules
     the kata may import), the audit hook watches the candidate's code from before its import."""
+    from dojo.grading.confine import seccomp
+
+    seccomp.install()  # sockets of AF_UNIX only, for good; the judge reads whether it holds (peak.untrusted)
     endpoint = Endpoint(sock, "worker", trusted=False)
     endpoint.candidate_file = path
     boot = Boot(path, name)

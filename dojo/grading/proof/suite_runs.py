@@ -65,7 +65,7 @@ class Run:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         # the project's own code (reference, stub, mutants), which never writes its cgroup: the judge may trust
-        # a root worker's (dojo.grading.judging.peak.could_reset), or the measured test would decide nothing here
+        # a root worker's (dojo.grading.judging.peak.untrusted), or the measured test would decide nothing here
         return {
             "cmd": cmd,
             "env": env,
