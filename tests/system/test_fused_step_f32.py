@@ -17,9 +17,17 @@ import torch.nn.functional as F
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
 from solutions.model import tiny_model
+from solutions.system.kernels import fused_step, streams
 from solutions.system.kernels.fused_step import ENV, FusedStepF32
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
+
+
+@pytest.fixture(autouse=True)
+def own_streams_file(tmp_path, monkeypatch):
+    """Each test measures its weight streams afresh, into its own file (not the build's)."""
+    monkeypatch.setattr(streams, "streams_file", lambda: tmp_path / "streams.json")
+    monkeypatch.setattr(streams, "_calibrated", {})
 
 
 def column_major(model):
@@ -101,6 +109,50 @@ def test_product_is_f_linear(kernel, layout):
                 assert err < 1e-5 * k**0.5 * float(want.abs().max() + 1), (
                     f"{isa}, {layout}-major ({n}, {k}) with {m} rows: off F.linear by {err:.3g}"
                 )
+
+
+def test_weight_streams_change_no_fp32_result(kernel):
+    """The fp32 product's weight streams a thread (1, 2 or 4, measured at load: solutions.system.kernels.streams)
+    only order the weight rows: at every row count 1-8, on every instruction set, each choice gives the
+    one-stream product bit for bit, row-major and column-major (which ignores it); a bad choice is refused."""
+    g = torch.Generator().manual_seed(1)
+    before = {rows: kernel.module.streams(rows, True) for rows in range(1, 9)}
+    try:
+        for w in (torch.randn(301, 96, generator=g), torch.randn(96, 301, generator=g).t()):
+            for rows in range(1, 9):
+                x = torch.randn(rows, 96, generator=g)
+                assert kernel.module.stream_choices(rows, True) == [1, 2, 4]
+                for isa in kernel.isas:
+                    kernel.module.set_streams(rows, 1, True)
+                    one = kernel.module.matmul_f32(x, w, isa)
+                    for choice in (2, 4):
+                        kernel.module.set_streams(rows, choice, True)
+                        assert torch.equal(kernel.module.matmul_f32(x, w, isa), one), (
+                            f"{isa}, {rows} rows: {choice} weight streams change the fp32 product"
+                        )
+        with pytest.raises(RuntimeError, match="the fp32 product over 3 rows reads 1, 2 or 4 streams"):
+            kernel.module.set_streams(3, 3, True)
+    finally:
+        for rows, choice in before.items():
+            kernel.module.set_streams(rows, choice, True)
+
+
+def test_fp32_streams_are_measured_at_load(kernel, monkeypatch):
+    """Building the fp32 step times every stream choice at every row count 1-8, keeps the fastest and
+    sets it, and saves the timings (read back, not measured, by the next build); describe() names it."""
+    monkeypatch.setattr(fused_step, "STREAMS_F32_BUDGET_S", float("inf"))  # the machine may be busy
+    step = fused_model().fused_step
+    assert {r: set(t) for r, t in step.measured_streams.items()} == {r: {1, 2, 4} for r in range(1, 9)}
+    assert step.streams == {r: min(t, key=t.get) for r, t in step.measured_streams.items()}
+    assert all(kernel.module.streams(r, True) == p for r, p in step.streams.items()), "the choice was not set"
+    assert "weight streams a thread by rows, by calibration: 1:" in step.describe()
+    monkeypatch.setattr(streams, "_calibrated", {})
+
+    def no_measuring(*args):
+        raise AssertionError("measured again although this machine's fp32 choices are saved")
+
+    monkeypatch.setattr(streams, "_measure", no_measuring)
+    assert fused_model().fused_step.measured_streams == step.measured_streams
 
 
 def test_product_refuses_what_it_cannot_take(kernel):

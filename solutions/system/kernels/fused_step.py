@@ -25,6 +25,8 @@ from solutions.kv_cache import KVCache
 from solutions.paged_kv import PagedView
 from solutions.system.kernels import native, paged_step, streams
 
+STREAMS_F32_BUDGET_S = 4.0  # an fp32 step reads 4 bytes a weight, about 10x the int4-q8 step: 8 row
+# counts x 3 choices x 3 rounds fit this on a quiet machine, once per machine
 RESCORE = (
     16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
 )
@@ -241,7 +243,7 @@ class FusedStep:
             kernel.isa,
         )
         prefetch = calibrate_prefetch(decoder, kernel, c)
-        measured = streams.calibrate_streams(decoder, kernel, c, calibration_key(kernel, c))
+        measured = streams.calibrate_streams(kernel, calibration_key(kernel, c), streams.q4_step(decoder, c))
         return cls(decoder, kernel, c.vocab_size, c.max_seq_len, prefetch, measured)
 
     def _settings(self) -> None:
@@ -335,8 +337,10 @@ class FusedStepF32:
     MAX_ROWS = 8
     __deepcopy__ = _not_copied
 
-    def __init__(self, decoder, kernel, model):
+    def __init__(self, decoder, kernel, model, measured_streams: dict[int, dict[int, float]] | None = None):
         self.decoder, self.kernel = decoder, kernel
+        self.measured_streams = measured_streams or {}  # rows -> streams -> median step seconds
+        self.streams = streams.fastest(self.measured_streams)  # rows -> the streams chosen
         self.vocab_size, self.max_seq_len = model.config.vocab_size, model.config.max_seq_len
         self.model = weakref.ref(model)  # (the model holds this step: no cycle)
         self.read = _reads(model)  # what the native step points into, as it was when built
@@ -387,10 +391,20 @@ class FusedStepF32:
             model.rope_signed_sin.contiguous(),
             kernel.isa,
         )
-        return cls(decoder, kernel, model)
+        key = calibration_key(kernel, c) + " fp32"
+        measured = streams.calibrate_streams(
+            kernel, key, streams.f32_step(decoder, c), f32=True, budget=STREAMS_F32_BUDGET_S
+        )
+        return cls(decoder, kernel, model, measured)
+
+    def _settings(self) -> None:
+        """Set this step's weight streams (process-wide, as FusedStep's)."""
+        streams.apply(self.kernel, self.streams, f32=True)
 
     def describe(self) -> str:
-        return f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
+        chosen = ", ".join(f"{r}: {p}" for r, p in self.streams.items())
+        where = f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
+        return where + (f"; weight streams a thread by rows, by calibration: {chosen}" if chosen else "")
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if ids.dim() != 1 or not _plain_step_cache(
@@ -399,6 +413,7 @@ class FusedStepF32:
             return None
         if not self.current():
             return None
+        self._settings()
         logits = self.decoder.step(
             ids.contiguous(), cache.storage, cache.length
         )  # (B, V); K, V written at pos
@@ -418,6 +433,7 @@ class FusedStepF32:
             return None
         if not self.current():
             return None
+        self._settings()
         pos, T = cache.length, ids.shape[1]
         logits = self.decoder.chunk(ids[0].contiguous(), cache.storage, pos)  # (T, V); K, V written at pos..
         cache.advance(T)

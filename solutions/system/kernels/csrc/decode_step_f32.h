@@ -53,8 +53,8 @@ inline void dots(const float* const* w, const float* x, int64_t k, float (*s)[4]
 // y[b * n + j] = dot(w row j, x row b) for j in [j0, j1) and B rows of x (B, k), each weight row read
 // from memory once for all B (rows of x four at a time while the weight rows sit in L1). The range is
 // cut into J runs read side by side (rows j, j + S, j + 2S, ... for S = a J-th of the range): J streams
-// of weights a thread, not one, keep more of memory's requests in flight (one stream per thread left a
-// quarter of the bandwidth unused on the Xeon measured), and J sums hide the FMA's latency for one row.
+// of weights a thread can keep more of memory's requests in flight than one, and J sums hide the FMA's
+// latency for one row; which J each B takes is measured where the model loads (g_streams_f32).
 template <int B, int J>
 void rows_f32(const MatF32& m, const float* x, float* y, int64_t j0, int64_t j1) {
   const int64_t k = m.k, n = m.n, S = (j1 - j0) / J;
@@ -104,9 +104,12 @@ template <int B>
 void gemv_rows(const MatF32& m, const float* x, float* y) {
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t chunk = (m.n + threads - 1) / threads;
+  const int streams = g_streams_f32[B].load(std::memory_order_relaxed);
   at::parallel_for(0, m.n, chunk, [&](int64_t j0, int64_t j1) {
     if (m.col) return cols_f32<B>(m, x, y, j0, j1);
-    rows_f32<B, 4>(m, x, y, j0, j1);
+    if (streams == 4) return rows_f32<B, 4>(m, x, y, j0, j1);
+    if (streams == 2) return rows_f32<B, 2>(m, x, y, j0, j1);
+    rows_f32<B, 1>(m, x, y, j0, j1);
   });
 }
 

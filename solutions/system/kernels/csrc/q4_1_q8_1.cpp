@@ -230,26 +230,29 @@ using TilesFn = void (*)(const uint8_t*, Acts, float*, int64_t, int64_t, int64_t
 // depends on the CPU, so solutions.system.kernels.fused_step measures each choice where the model loads
 // and sets the fastest (set_streams). Until then each count reads one stream. Any choice gives the same
 // sums bit for bit: it orders the tiles, not the arithmetic.
-std::atomic<int> g_streams[kMaxRows + 1] = {};  // 0: one stream
+// The fp32 step's products (decode_step_f32.h's rows_f32) read J weight rows side by side the same way,
+// J in 1, 2, 4 at every row count (their sums stay within 16 registers), measured likewise.
+std::atomic<int> g_streams[kMaxRows + 1] = {};      // 0: one stream
+std::atomic<int> g_streams_f32[kMaxRows + 1] = {};  // 0: one stream
 
-std::vector<int64_t> stream_choices(int64_t rows) {
+std::vector<int64_t> stream_choices(int64_t rows, bool f32) {
   TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "rows must be 1..", kMaxRows, ", got ", rows);
   std::vector<int64_t> out;
   for (int64_t p : {1, 2, 4})
-    if (p * rows <= kMaxRows) out.push_back(p);
+    if (f32 || p * rows <= kMaxRows) out.push_back(p);
   return out;
 }
 
-void set_streams(int64_t rows, int64_t p) {
-  const std::vector<int64_t> ok = stream_choices(rows);
-  TORCH_CHECK(std::find(ok.begin(), ok.end(), p) != ok.end(), "a tile loop over ", rows,
-              " rows reads 1, 2 or 4 streams with streams x rows <= ", kMaxRows, ", got ", p);
-  g_streams[rows].store(static_cast<int>(p));
+void set_streams(int64_t rows, int64_t p, bool f32) {
+  const std::vector<int64_t> ok = stream_choices(rows, f32);
+  TORCH_CHECK(std::find(ok.begin(), ok.end(), p) != ok.end(), f32 ? "the fp32 product" : "a tile loop",
+              " over ", rows, " rows reads 1, 2 or 4 streams", f32 ? "" : " with streams x rows <= 8", ", got ", p);
+  (f32 ? g_streams_f32 : g_streams)[rows].store(static_cast<int>(p));
 }
 
-int64_t streams(int64_t rows) {
+int64_t streams(int64_t rows, bool f32) {
   TORCH_CHECK(rows >= 1 && rows <= kMaxRows, "rows must be 1..", kMaxRows, ", got ", rows);
-  return std::max(1, g_streams[rows].load(std::memory_order_relaxed));
+  return std::max(1, (f32 ? g_streams_f32 : g_streams)[rows].load(std::memory_order_relaxed));
 }
 
 // The kernels, the product and the fused step, one namespace per instruction set, each compiled for
@@ -804,11 +807,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("set_prefetch", &set_prefetch, "how many tile-blocks ahead the product loops prefetch (0: none)",
              pybind11::arg("blocks"));
   module.def("prefetch", []() { return g_prefetch_blocks.load(); }, "the prefetch distance in tile-blocks");
-  module.def("set_streams", &set_streams, "how many weight streams a thread's tile loop reads at this many rows",
-             pybind11::arg("rows"), pybind11::arg("streams"));
-  module.def("streams", &streams, "the weight streams a tile loop reads at this many rows", pybind11::arg("rows"));
-  module.def("stream_choices", &stream_choices, "the stream counts a tile loop over this many rows can take",
-             pybind11::arg("rows"));
+  module.def("set_streams", &set_streams, "how many weight streams a thread's product reads at this many rows",
+             pybind11::arg("rows"), pybind11::arg("streams"), pybind11::arg("f32") = false);
+  module.def("streams", &streams, "the weight streams a product reads at this many rows", pybind11::arg("rows"),
+             pybind11::arg("f32") = false);
+  module.def("stream_choices", &stream_choices, "the stream counts a product over this many rows can take",
+             pybind11::arg("rows"), pybind11::arg("f32") = false);
   module.def("isas", &isas, "the instruction sets this CPU can run, fastest first");
   module.def("roof", &roof, "block sums a second on this thread at this instruction set: the tile loop's compute roof",
              pybind11::arg("isa"), pybind11::arg("seconds"));
