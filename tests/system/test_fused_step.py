@@ -242,7 +242,7 @@ def test_stream_calibration_is_measured_once_per_machine(kernel, tmp_path, monke
     assert all(t > 0 for by in first.values() for t in by.values())
     assert step.streams == {r: min(t, key=t.get) for r, t in first.items()}, "not the fastest choice kept"
     assert all(kernel.module.streams(r) == p for r, p in step.streams.items()), "the choice was not set"
-    assert "weight streams a thread, by calibration: 1 rows:" in step.describe()
+    assert "weight streams a thread by rows, by calibration: 1:" in step.describe()
     monkeypatch.setattr(streams, "_calibrated", {})
 
     def no_measuring(*args):

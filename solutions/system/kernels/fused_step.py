@@ -261,8 +261,8 @@ class FusedStep:
             times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
             where += f" (measured ms a step: {times})"
         if self.streams:
-            chosen = ", ".join(f"{r} rows: {p}" for r, p in self.streams.items())
-            where += f"; weight streams a thread, by calibration: {chosen}"
+            chosen = ", ".join(f"{r}: {p}" for r, p in self.streams.items())
+            where += f"; weight streams a thread by rows, by calibration: {chosen}"
         return where
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
