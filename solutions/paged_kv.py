@@ -153,6 +153,37 @@ class PagedKVCache:
         return list(self._seq(seq_id).table)
 
     @property
+    def slots(self) -> Tensor:
+        """Every layer's keys and values as (n_layers, k|v, slots, H_kv, D), slot = block * block_size +
+        offset (a view of the pool): for a writer outside this class, through `reserve` and `written`."""
+        return self._slots
+
+    def half_written(self, seq_id: int) -> bool:
+        """Whether some layers of the sequence hold a pass the others have not written yet."""
+        lens = self._seq(seq_id).lens
+        return min(lens) != max(lens)
+
+    def reserve(self, seq_ids: list[int], new_tokens: int) -> list[int] | None:
+        """For a writer outside this class that writes `new_tokens` more positions of every layer at once
+        (a native step, then `written`): each sequence's table made to cover them, a shared block they
+        start in copied first. Returns each sequence's length before them, or None, changing nothing,
+        when the pool lacks the blocks. Raises ValueError for an unknown or half-written sequence."""
+        seqs = [self._seq(s) for s in seq_ids]
+        if half := [s for s in seq_ids if self.half_written(s)]:
+            raise ValueError(f"sequences {half} hold a pass half written: finish it before reserving more")
+        if sum(self.blocks_needed(s, new_tokens) for s in seq_ids) > self.allocator.num_free:
+            return None
+        for seq in seqs:
+            self._reserve(seq, new_tokens)
+        return [seq.tokens for seq in seqs]
+
+    def written(self, seq_ids: list[int], new_tokens: int) -> None:
+        """Every layer of each sequence now holds `new_tokens` more positions (written through `slots`
+        after `reserve`)."""
+        for seq in [self._seq(s) for s in seq_ids]:
+            seq.lens[:] = [seq.tokens + new_tokens] * len(seq.lens)
+
+    @property
     def blocks_in_use(self) -> int:
         """Blocks off the free list (a block shared by several sequences counts once)."""
         return self.num_blocks - self.allocator.num_free

@@ -206,6 +206,30 @@ def test_paged_prefill_declines_what_it_does_not_take(model):
         model.prefill(ids, cache.view([0]))
 
 
+def test_reserve_and_written_are_an_outside_writers_append():
+    """PagedKVCache.reserve (what paged_step calls before the native step writes) covers the new positions,
+    copying a block it shares first, and returns the lengths before them; with too few free blocks it
+    returns None and changes nothing; a half-written pass is refused; written() then moves every layer on."""
+    cache = PagedKVCache(2, 1, 4, 3, 4)  # 2 layers, 3 blocks of 4 positions
+    cache.add_sequence(0)
+    assert cache.reserve([0], 5) == [0] and len(cache.block_table(0)) == 2
+    cache.written([0], 5)
+    assert cache.num_tokens(0) == 5 and not cache.half_written(0)
+    cache.fork(0, 1)  # shares both blocks; its next position starts in the shared second one
+    assert cache.reserve([1], 8) is None, "two more blocks (a copy and a new one) fit a pool of one free"
+    assert cache.block_table(1) == cache.block_table(0) and cache.allocator.num_free == 1
+    assert cache.reserve([1], 2) == [5]
+    assert cache.block_table(1)[0] == cache.block_table(0)[0], "the full first block stays shared"
+    assert cache.block_table(1)[1] != cache.block_table(0)[1], (
+        "the shared block it writes into was not copied"
+    )
+    cache.written([1], 2)
+    cache.update(1, 0, torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))  # layer 0 only: a pass half written
+    assert cache.half_written(1)
+    with pytest.raises(ValueError, match="half written"):
+        cache.reserve([1], 1)
+
+
 def test_slots_read_through_the_block_table(model):
     """slots(): position p of a sequence is block table[p // block_size] * block_size + p % block_size."""
     cache = filled(model, [6, 2], block_size=4)

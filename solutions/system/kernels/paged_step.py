@@ -45,12 +45,11 @@ def plain(view: PagedView, ids: Tensor, attention_mask: Tensor | None, max_seq_l
     rows = len(view.seq_ids)
     if not (ids.dim() == 1 and ids.shape[0] == rows or ids.dim() == 2 and rows == 1 and ids.shape[0] == 1):
         return False
-    if ids.numel() == 0 or cache.dtype != torch.float32 or cache._blocks.device.type != "cpu":
+    if ids.numel() == 0 or cache.dtype != torch.float32 or cache.slots.device.type != "cpu":
         return False
     new = ids.shape[1] if ids.dim() == 2 else 1
     for s in view.seq_ids:
-        lens = cache._seq(s).lens
-        if min(lens) != max(lens) or lens[0] + new > max_seq_len:
+        if cache.half_written(s) or cache.num_tokens(s) + new > max_seq_len:
             return False
     if attention_mask is not None and not torch.equal(attention_mask, view.attention_mask(new)):
         return False
@@ -62,16 +61,12 @@ def paged_step(decoder, ids: Tensor, view: PagedView) -> Tensor | None:
     view.seq_ids[i] in every layer; None, changing nothing, when the pool lacks the blocks (the readable
     path then raises OutOfBlocksError). `plain` must hold."""
     cache, seq_ids = view.cache, view.seq_ids
-    if sum(cache.blocks_needed(s, 1) for s in seq_ids) > cache.allocator.num_free:
+    lens = cache.reserve(seq_ids, 1)  # copies a shared last block first; a new block past the end
+    if lens is None:
         return None
-    seqs = [cache._seq(s) for s in seq_ids]
-    for seq in seqs:
-        cache._reserve(seq, 1)  # copies a shared last block first; a new block past the end
-    lens = [seq.tokens for seq in seqs]
     table = slots(cache, seq_ids, [n + 1 for n in lens])  # (B, max + 1)
-    logits = decoder.step_paged(ids.contiguous(), cache._slots, table, torch.tensor(lens))  # (B, V)
-    for seq, n in zip(seqs, lens):
-        seq.lens[:] = [n + 1] * len(seq.lens)
+    logits = decoder.step_paged(ids.contiguous(), cache.slots, table, torch.tensor(lens))  # (B, V)
+    cache.written(seq_ids, 1)
     return logits
 
 
@@ -81,18 +76,17 @@ def paged_prefill(decoder, ids: Tensor, view: PagedView, last_only: bool) -> Ten
     `plain` must hold."""
     cache, (seq_id,) = view.cache, view.seq_ids
     T = ids.shape[1]
-    if cache.blocks_needed(seq_id, T) > cache.allocator.num_free:
+    reserved = cache.reserve([seq_id], T)
+    if reserved is None:
         return None
-    seq = cache._seq(seq_id)
-    cache._reserve(seq, T)
-    start = seq.tokens
+    start = reserved[0]
     table = slots(cache, [seq_id], [start + T])[0]  # (start + T,)
     out = []
     for at in range(0, T, CHUNK):
         chunk = ids[0, at : at + CHUNK].contiguous()
         last = last_only and at + CHUNK < T  # an earlier chunk's logits are not asked for: its last row only
-        logits = decoder.prefill_paged(chunk, cache._slots, table, start + at, last_only or last)
+        logits = decoder.prefill_paged(chunk, cache.slots, table, start + at, last_only or last)
         if not last:
             out.append(logits)
-    seq.lens[:] = [start + T] * len(seq.lens)
+    cache.written([seq_id], T)
     return torch.cat(out)[None]  # (1, T or 1, V)
