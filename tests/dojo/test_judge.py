@@ -240,6 +240,35 @@ def test_the_judge_lends_only_public_attributes_read_only():
     b.close()
 
 
+def test_what_a_test_lent_is_revoked_when_it_ends():
+    """revoke_since drops every export made after the mark (the plugin marks before each test's call and
+    revokes after it): a later reference to a revoked object is a reference to nothing; one lent before
+    the mark (a module fixture's) stays."""
+    a, b = socket.socketpair()
+    judge = remote.Endpoint(a, "judge", trusted=True)
+
+    def kept(x):
+        return x
+
+    def counter(x):
+        return x * 2
+
+    before = judge._export(kept)
+    mark = judge.mark()
+    during = judge._export(counter)
+    assert judge._do("call", judge._resolve(during), [[2], {}]) == 4
+    judge.revoke_since(mark)
+    with pytest.raises(wire.WireError, match="nothing this side lent"):
+        judge._resolve(during)
+    assert judge._do("call", judge._resolve(before), [[3], {}]) == 3, (
+        "an object lent before the mark was dropped"
+    )
+    again = judge._export(counter)  # lent afresh, under a new id
+    assert again.id != during.id and judge._do("call", judge._resolve(again), [[1], {}]) == 2
+    a.close()
+    b.close()
+
+
 def test_the_judge_never_lends_a_way_into_its_own_process():
     """frames, code objects, tracebacks and the builtins module's functions are never lent; a
     generator the judge lends can be iterated but its attributes (gi_frame: a judge frame, whose

@@ -783,7 +783,8 @@ def test_peak_memory_far_below_a_tq_by_tk_matrix(kata):
         group = judge.worker().memory
         if isinstance(group, str):
             inconclusive(group)
-    with peak.watch(itself=not judge.active(), group=group) as seen:
+    # judged, the judge's own peak counts too: what the candidate's code could make it hold for it
+    with peak.watch(itself=True, group=group) as seen:
         got = attend(q, k, v, causal=True, block_q=64, block_k=64)
     if seen.unmeasurable:
         inconclusive(seen.unmeasurable)

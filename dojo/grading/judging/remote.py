@@ -167,6 +167,7 @@ class Endpoint:
         self._export_ids: dict[int, int] = {}  # id(obj) -> export id (the table keeps obj alive)
         self._proxies: dict[int, Proxy] = {}
         self._ids = itertools.count(1)
+        self._last_id = 0  # the newest export's id (`mark`)
         self._seq = itertools.count(1)
         self._error_classes: dict[tuple[int, str], type] = {}
         self.broken: str | None = None
@@ -189,10 +190,23 @@ class Endpoint:
             return wire.Ref(self.side, ident, type(self._exports[ident]).__name__)
         return self._register(obj)
 
+    def mark(self) -> int:
+        """Where the exports stand now: `revoke_since(mark)` drops those made after it."""
+        return self._last_id
+
+    def revoke_since(self, mark: int) -> None:
+        """Drop everything this side exported after `mark`: a later reference to it from the peer is a
+        reference to nothing, which breaks the connection. The judge revokes what each test lent when
+        the test ends, so nothing a test lent (a counter, an oracle, a callback) outlives it."""
+        for ident in [i for i in self._exports if i > mark]:
+            self._export_ids.pop(id(self._exports.pop(ident)), None)
+        self._lent.clear()
+        self._lent_keep.clear()
+
     def _register(self, obj: Any) -> wire.Ref:
         key = id(obj)
         if key not in self._export_ids:
-            ident = next(self._ids)
+            ident = self._last_id = next(self._ids)
             self._export_ids[key], self._exports[ident] = ident, obj
         kind = obj.__name__ if isinstance(obj, type) else type(obj).__name__
         if isinstance(obj, type) and issubclass(obj, BaseException):

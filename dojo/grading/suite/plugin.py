@@ -263,8 +263,20 @@ _TIMING_LOCK = pytest.StashKey()
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
+    endpoint = _judge_endpoint()
+    mark = endpoint.mark() if endpoint is not None else 0
     with _time_limit(item.config):
         yield
+    if endpoint is not None and endpoint is _judge_endpoint():  # (a worker restarted lent nothing old)
+        endpoint.revoke_since(mark)  # what the test lent the candidate's code ends with it
+
+
+def _judge_endpoint():
+    """The judge's end of its worker's connection, in a judged run whose worker is up; else None."""
+    from dojo.grading.judging import judge
+
+    current = judge._worker if judge.active() else None
+    return current.endpoint if current is not None else None
 
 
 def describe(item: pytest.Item) -> dict:
