@@ -20,6 +20,7 @@ import torch
 
 
 def measure(weights: str, rounds: int) -> dict:
+    from solutions.system.kernels import streams
     from solutions.system.loading.weights import load_smollm2
 
     model = load_smollm2(mode=weights)
@@ -33,19 +34,13 @@ def measure(weights: str, rounds: int) -> dict:
     mats.append(model.lm_head.fast)
     passes = 2 if mats[0].residual else 1
     sums_a_row = passes * sum(m.tiles.shape[0] * m.tiles.shape[1] for m in mats)  # block sums per row
-    pool = torch.zeros(c.n_layers, 2, 8, c.n_kv_heads, c.head_dim)
+    one_step = streams.q4_step(step.decoder, c)  # rows one sequence each, on a scratch pool
     times: dict[int, list[float]] = {rows: [] for rows in range(1, 9)}
     step._settings()
     for round_ in range(rounds + 1):  # round 0 untimed: the first touch of the weights
         for rows, seen in times.items():
-            args = (
-                torch.zeros(rows, dtype=torch.long),
-                pool,
-                torch.arange(rows)[:, None],
-                torch.zeros(rows, dtype=torch.long),
-            )
             began = time.perf_counter()
-            step.decoder.step_paged(*args)
+            one_step(rows)
             if round_:
                 seen.append(time.perf_counter() - began)
     roof = statistics.median(module.roof(step.kernel.isa, 0.2) for _ in range(3))

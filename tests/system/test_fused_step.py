@@ -201,6 +201,21 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
         kernel.module.set_prefetch(before)
 
 
+def read_back(monkeypatch, calibration, build):
+    """What `build()` gives as a later process would: `calibration`'s (fused_step's or streams') memory of
+    this process cleared and its measuring refused, so its figures must come from the saved file."""
+    monkeypatch.setattr(calibration, "_calibrated", {})
+
+    def no_measuring(*args):
+        raise AssertionError(
+            f"{calibration.__name__} measured again although this machine's figures are saved"
+        )
+
+    with monkeypatch.context() as m:
+        m.setattr(calibration, "_measure", no_measuring)
+        return build()
+
+
 def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, monkeypatch):
     """The first load measures every candidate distance and saves them; a later process (this one's
     memory cleared) reads the file instead of measuring; a damaged file is measured again and
@@ -210,14 +225,8 @@ def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, mon
     first = q8_model(tmp_path).fused_step.prefetch
     saved = fused_step.prefetch_file().read_text()
     assert set(first) == set(fused_step.PREFETCH_CANDIDATES) and all(t > 0 for t in first.values())
-    monkeypatch.setattr(fused_step, "_calibrated", {})
-
-    def no_measuring(*args):
-        raise AssertionError("measured again although this machine's distances are saved")
-
-    with monkeypatch.context() as m:
-        m.setattr(fused_step, "_measure", no_measuring)
-        assert q8_model(tmp_path).fused_step.prefetch == first
+    again = read_back(monkeypatch, fused_step, lambda: q8_model(tmp_path))
+    assert again.fused_step.prefetch == first
     fused_step.prefetch_file().write_text("{not json")
     monkeypatch.setattr(fused_step, "_calibrated", {})
     assert set(q8_model(tmp_path).fused_step.prefetch) == set(fused_step.PREFETCH_CANDIDATES)
@@ -243,14 +252,7 @@ def test_stream_calibration_is_measured_once_per_machine(kernel, tmp_path, monke
     assert step.streams == {r: min(t, key=t.get) for r, t in first.items()}, "not the fastest choice kept"
     assert all(kernel.module.streams(r) == p for r, p in step.streams.items()), "the choice was not set"
     assert "weight streams a thread by rows, by calibration: 1:" in step.describe()
-    monkeypatch.setattr(streams, "_calibrated", {})
-
-    def no_measuring(*args):
-        raise AssertionError("measured again although this machine's choices are saved")
-
-    with monkeypatch.context() as m:
-        m.setattr(streams, "_measure", no_measuring)
-        assert q8_model(tmp_path).fused_step.measured_streams == first
+    assert read_back(monkeypatch, streams, lambda: q8_model(tmp_path)).fused_step.measured_streams == first
     streams.streams_file().write_text('{"not": "a choice"}')
     monkeypatch.setattr(streams, "_calibrated", {})
     assert set(q8_model(tmp_path).fused_step.measured_streams) == {1, 2, 3, 4}

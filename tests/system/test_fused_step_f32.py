@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_fused_step import read_back  # pytest puts this folder on sys.path
 
 from solutions.generate import generate
 from solutions.kv_cache import KVCache
@@ -146,13 +147,7 @@ def test_fp32_streams_are_measured_at_load(kernel, monkeypatch):
     assert step.streams == {r: min(t, key=t.get) for r, t in step.measured_streams.items()}
     assert all(kernel.module.streams(r, True) == p for r, p in step.streams.items()), "the choice was not set"
     assert "weight streams a thread by rows, by calibration: 1:" in step.describe()
-    monkeypatch.setattr(streams, "_calibrated", {})
-
-    def no_measuring(*args):
-        raise AssertionError("measured again although this machine's fp32 choices are saved")
-
-    monkeypatch.setattr(streams, "_measure", no_measuring)
-    assert fused_model().fused_step.measured_streams == step.measured_streams
+    assert read_back(monkeypatch, streams, fused_model).fused_step.measured_streams == step.measured_streams
 
 
 def test_product_refuses_what_it_cannot_take(kernel):

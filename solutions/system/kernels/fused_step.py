@@ -4,8 +4,8 @@
 what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
 solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
 (None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
-distance once per machine and model shape (and solutions.system.kernels.streams its weight streams). A PagedView (dojo serve's batches and prefill chunks)
-goes to solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16
+distance once per machine and model shape (solutions.system.kernels.streams, its weight streams). A
+PagedView (dojo serve's batches and prefill chunks) goes to solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16
 and int4 modes, prompts of more than 8 tokens on a KVCache (2 in the int4-q8 modes).
 """
 
@@ -26,7 +26,7 @@ from solutions.paged_kv import PagedView
 from solutions.system.kernels import native, paged_step, streams
 
 STREAMS_F32_BUDGET_S = 4.0  # an fp32 step reads 4 bytes a weight, about 10x the int4-q8 step: 8 row
-# counts x 3 choices x 3 rounds fit this on a quiet machine, once per machine
+# counts x 3 choices x 4 rounds (the first untimed) fit this on a quiet machine, once per machine
 RESCORE = (
     16  # the LM head's top logits recomputed exactly, as solutions.system.kernels.weight_modes.RescoredHead
 )
@@ -260,10 +260,7 @@ class FusedStep:
         else:
             times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
             where += f" (measured ms a step: {times})"
-        if self.streams:
-            chosen = ", ".join(f"{r}: {p}" for r, p in self.streams.items())
-            where += f"; weight streams a thread by rows, by calibration: {chosen}"
-        return where
+        return where + streams.describe(self.streams)
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if isinstance(
@@ -402,9 +399,8 @@ class FusedStepF32:
         streams.apply(self.kernel, self.streams, f32=True)
 
     def describe(self) -> str:
-        chosen = ", ".join(f"{r}: {p}" for r, p in self.streams.items())
         where = f"fused native fp32 step on {self.kernel.isa}, 1-{self.MAX_ROWS} rows"
-        return where + (f"; weight streams a thread by rows, by calibration: {chosen}" if chosen else "")
+        return where + streams.describe(self.streams)
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:
         if ids.dim() != 1 or not _plain_step_cache(

@@ -77,6 +77,12 @@ def fastest(medians: dict[int, dict[int, float]]) -> dict[int, int]:
     return {rows: min(times, key=times.get) for rows, times in medians.items()}
 
 
+def describe(choice: dict[int, int]) -> str:
+    """The choice as a step's describe() names it ("" for none)."""
+    chosen = ", ".join(f"{r}: {p}" for r, p in choice.items())
+    return f"; weight streams a thread by rows, by calibration: {chosen}" if chosen else ""
+
+
 def apply(kernel, choice: dict[int, int], f32: bool = False) -> None:
     """Set the kernel's streams for each row count in `choice` (process-wide)."""
     for rows, streams in choice.items():
