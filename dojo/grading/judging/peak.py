@@ -98,11 +98,16 @@ def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]
     """Measure the block: every process below this one, and this one too with `itself` (practice mode,
     where the candidate's code runs here); with `group`, the worker's cgroup's peak charge too."""
     peak = Peak()
+    before, vanished = {}, set()  # vanished: ended between the listing and its reset (a process churning)
     try:
-        before = {pid: _reset(pid) for pid in _watched(itself)}
+        for pid in _watched(itself):
+            try:
+                before[pid] = _reset(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                vanished.add(pid)
         if group is not None:
             group.reset_peak()
-    except OSError as exc:
+    except OSError as exc:  # a refusal, not a process gone
         peak.unmeasurable = f"the peak memory cannot be reset here ({exc})"
     yield peak
     if peak.unmeasurable:
@@ -111,14 +116,14 @@ def watch(*, itself: bool = False, group: Group | None = None) -> Iterator[Peak]
     for pid in _watched(itself):
         try:
             after[pid] = _read(pid)
-        except FileNotFoundError:  # it ended as it was read: counted as ended below
-            pass
+        except (FileNotFoundError, ProcessLookupError):  # it ended as it was read: counted as ended below
+            vanished.add(pid)
         except OSError as exc:
             peak.unmeasurable = f"the peak memory cannot be read here ({exc})"
             return
     ended = [pid for pid in before if pid not in after or after[pid][2] == "Z"]  # gone, or a zombie
     reaped = [pid for pid in before if pid in after and after[pid][1] != before[pid][1]]
-    peak.others = sorted({*ended, *reaped, *(set(after) - set(before))})
+    peak.others = sorted({*ended, *reaped, *(set(after) - set(before)), *vanished})
     peak.rise = sum(max(0, after[pid][0] - before[pid][0]) for pid in before if pid in after)
     if group is not None:
         try:
