@@ -368,6 +368,26 @@ def test_parameters_it_cannot_honour_are_refused_by_name(extra, param, words):
     assert error["param"] == param and words in error["message"], error
 
 
+def test_connections_send_each_write_at_once():
+    """the server's connections have Nagle's algorithm off (TCP_NODELAY): with it on, a streamed
+    token on a kept-alive connection waited for the client's delayed ACK (40 ms on Linux)"""
+    import socket
+
+    from solutions.system.serving.server import bind
+
+    with bind("127.0.0.1", 0) as listener:
+        assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), (
+            "the listening socket has Nagle on"
+        )
+        with socket.create_connection(listener.getsockname()[:2]):
+            conn, _ = listener.accept()
+            with conn:
+                assert conn.proto == socket.IPPROTO_TCP, "asyncio sets TCP_NODELAY only where proto is TCP"
+                assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), (
+                    "an accepted connection has Nagle on: each streamed chunk can wait 40 ms"
+                )
+
+
 def test_a_body_past_the_limit_gets_413():
     """a request body over the size limit is refused with 413 and OpenAI's error shape, unread"""
     from starlette.testclient import TestClient
