@@ -17,7 +17,6 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -101,7 +100,7 @@ class _Request:
     id: int
     prompt: list[int]
     params: SamplingParams
-    emit: Callable[[object], None]  # hands a token id, None (done) or an exception to the stream
+    outlet: _Outlet  # where its stream's items go: token ids, None (done) or an exception
     chooser: Chooser
     generated: list[int] = field(default_factory=list)  # tokens chosen so far
     cached_tokens: int = 0  # prompt tokens found in the prefix cache (its first pass; not after a preemption)
@@ -235,9 +234,7 @@ class Engine:
         loop, queue = asyncio.get_running_loop(), asyncio.Queue()
         greedy, n = params.temperature == 0, params.top_logprobs
         chooser = Chooser(params.chain(), [list(prompt)], greedy=greedy, seed=params.seed, top_logprobs=n)
-        request = _Request(
-            next(self._ids), list(prompt), params, lambda item: _put(loop, queue, item), chooser, salt=salt
-        )
+        request = _Request(next(self._ids), list(prompt), params, _Outlet(loop, queue), chooser, salt=salt)
         with self._wake:
             if self._closing:
                 raise RuntimeError("the engine is closed")
@@ -322,13 +319,15 @@ class Engine:
         picks = choose_each([r.chooser for r, _ in sampling], [row for _, row in sampling])  # rows (V,)
         chosen = {str(r.id): token for (r, _), token in zip(sampling, picks)}
         finished = self.scheduler.complete(chosen, time.perf_counter())
+        out: list[tuple[_Outlet, object]] = []  # handed over together: one wake-up of each event loop
         for request, _ in sampling:
             request.generated.append(chosen[str(request.id)])
-            request.emit(chosen[str(request.id)])
+            out.append((request.outlet, chosen[str(request.id)]))
         for done in finished:
             request = self._requests[int(done.request_id)]
             self._retire(request)  # before the stream ends: a client that reads its end finds the blocks free
-            request.emit(None)
+            out.append((request.outlet, None))
+        _deliver(out)
 
     def _reuse(self, request: _Request, tokens: list[int], chunk) -> None:
         """Before a prefill chunk: take the cached blocks that continue the request's sequence, within the
@@ -356,13 +355,31 @@ class Engine:
 
     def _end_all(self, error: Exception) -> None:
         with self._wake:
-            for request in list(self._requests.values()) + list(self._inbox):
-                request.emit(error)
+            _deliver([(r.outlet, error) for r in list(self._requests.values()) + list(self._inbox)])
 
 
-def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item) -> None:
-    """Hand `item` to a stream from the model thread; a closed event loop has no one to hear it."""
-    try:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
-    except RuntimeError:
-        pass
+@dataclass(frozen=True, eq=False)
+class _Outlet:
+    """A stream's queue and the event loop that reads it (the one that submitted the request)."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+
+def _deliver(items: list[tuple[_Outlet, object]]) -> None:
+    """Hand each item to its stream from the model thread, in order, with one call_soon_threadsafe per
+    event loop, not one per token: each call wakes the loop's thread (a write to its self-pipe). A
+    closed loop has no one to hear it."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+    for outlet, item in items:
+        by_loop.setdefault(outlet.loop, []).append((outlet.queue, item))
+    for loop, puts in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_all, puts)
+        except RuntimeError:
+            pass
+
+
+def _put_all(puts: list[tuple[asyncio.Queue, object]]) -> None:
+    for queue, item in puts:
+        queue.put_nowait(item)
