@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -24,7 +25,7 @@ import torch
 
 from solutions.generate import generate
 from solutions.system.serving.engine import Engine
-from solutions.system.serving.server import MODEL_ID, REQUEST_LOG, Answer, build_app, running
+from solutions.system.serving.server import MODEL_ID, REQUEST_LOG, Answer, bind, build_app, running
 
 NEW = 12  # new tokens per request: enough to tell answers apart
 
@@ -371,10 +372,6 @@ def test_parameters_it_cannot_honour_are_refused_by_name(extra, param, words):
 def test_connections_send_each_write_at_once():
     """the server's connections have Nagle's algorithm off (TCP_NODELAY): with it on, a streamed
     token on a kept-alive connection waited for the client's delayed ACK (40 ms on Linux)"""
-    import socket
-
-    from solutions.system.serving.server import bind
-
     with bind("127.0.0.1", 0) as listener:
         assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), (
             "the listening socket has Nagle on"

@@ -320,9 +320,9 @@ class Engine:
         chosen = {str(r.id): token for (r, _), token in zip(sampling, picks)}
         finished = self.scheduler.complete(chosen, time.perf_counter())
         out: list[tuple[_Outlet, object]] = []  # handed over together: one wake-up of each event loop
-        for request, _ in sampling:
-            request.generated.append(chosen[str(request.id)])
-            out.append((request.outlet, chosen[str(request.id)]))
+        for (request, _), token in zip(sampling, picks):
+            request.generated.append(token)
+            out.append((request.outlet, token))
         for done in finished:
             request = self._requests[int(done.request_id)]
             self._retire(request)  # before the stream ends: a client that reads its end finds the blocks free
