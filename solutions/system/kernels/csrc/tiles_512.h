@@ -50,6 +50,7 @@ void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t 
     for (int p = 0; p < P; ++p)
       for (int r = 0; r < M; ++r) acc[p][r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 4  // unrolled, as the rows below, so that every sum keeps a register
       for (int p = 0; p < P; ++p) {
         const uint8_t* blk = w + ((t + p * S) * nb + b) * kTileBlockBytes;
         prefetch(blk, ahead);
@@ -61,6 +62,7 @@ void tiles(const uint8_t* w, Acts a, float* y, int64_t ldy, int64_t t0, int64_t 
           lo[g] = _mm512_and_si512(c, mask);
           hi[g] = _mm512_and_si512(_mm512_srli_epi16(c, 4), mask);
         }
+#pragma GCC unroll 8  // left to itself GCC kept 6-8 rows (or 2 streams) as a loop over sums on the stack
         for (int r = 0; r < M; ++r) {
           const int64_t at = r * a.k + b * kBlock;
           const __m512i s = block_sums<R>(lo, hi, a.q + at, R ? a.lo + at : nullptr);
