@@ -52,20 +52,50 @@ inline void attend_head(const float* qh, const float* K, const float* V, int64_t
   attend_head_at(qh, K, V, [hd](int64_t t) { return t * hd; }, T, hd, sc, o);
 }
 
+// Every query head of one row (q: head h at q + h * hd, reading kv head h / group: key t at K + at(t) + (h /
+// group) * head, its value `V - K` further) over T positions, into o (head h at o + h * hd), with sc (n_heads
+// x sc_stride) as scores. Each head's sums are attend_head_at's, in its order; the heads take turns at
+// each position, so the keys of a slot (every kv head's, side by side) are read as one stretch of memory.
+// A head at a time reads a strided third of each slot instead, and waits on memory: at 8 rows of 128
+// positions that attention took a third more of the step.
+template <typename At>
+inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float* K, const float* V, int64_t head,
+                          At at, int64_t T, int64_t hd, float* sc, int64_t sc_stride, float* o) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float top[kMaxHeads], total[kMaxHeads];
+  int64_t kv_at[kMaxHeads];  // head h's kv head, as an offset
+  for (int64_t h = 0; h < nh; ++h) top[h] = -std::numeric_limits<float>::infinity(), kv_at[h] = h / group * head;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = at(t);
+    for (int64_t h = 0; h < nh; ++h) {
+      float& score = sc[h * sc_stride + t];
+      score = dot_f32(q + h * hd, K + a + kv_at[h], hd) * scale;
+      top[h] = std::max(top[h], score);
+    }
+  }
+  for (int64_t h = 0; h < nh; ++h) total[h] = exp_sum(sc + h * sc_stride, T, top[h]);
+  std::fill(o, o + nh * hd, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = at(t);
+    for (int64_t h = 0; h < nh; ++h) axpy_f32(sc[h * sc_stride + t] / total[h], V + a + kv_at[h], o + h * hd, hd);
+  }
+}
+
 // Attention of each row's n_heads query heads (q: row r's at q + r * q_stride) over its positions
-// 0..lens[r] of layer l, into out (rows, n_heads * hd); rows x heads split over threads, scores t_max
-// floats for each.
+// 0..lens[r] of layer l, into out (rows, n_heads * hd); scores t_max floats for each head. Rows split over
+// threads, a row's heads together (attend_row_at): one row leaves the other threads idle here, and is still
+// as fast as its heads split over threads, which read strided memory (at 1,000 positions, faster).
 inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, const float* q, int64_t q_stride,
                    int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv;
   const float* keys = kv.base + l * kv.layer;
-  at::parallel_for(0, rows * nh, 1, [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t r = u / nh, h = u % nh, at = (h / group) * kv.head, stride = kv.slot;
+  at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t* slots = kv.slots + r * kv.width;
-      attend_head_at(q + r * q_stride + h * hd, keys + at, keys + kv.value + at,
-                     [slots, stride](int64_t t) { return slots[t] * stride; }, kv.lens[r] + 1, hd,
-                     scores + u * t_max, out + r * nh * hd + h * hd);
+      const int64_t stride = kv.slot;
+      attend_row_at(q + r * q_stride, nh, group, keys, keys + kv.value, kv.head,
+                    [slots, stride](int64_t t) { return slots[t] * stride; }, kv.lens[r] + 1, hd,
+                    scores + r * nh * t_max, t_max, out + r * nh * hd);
     }
   });
 }

@@ -54,6 +54,7 @@ constexpr int kBlockBytes = 20;                             // fp16 d, fp16 m, 1
 constexpr int kTileRows = 16;                               // output rows a tile interleaves
 constexpr int kTileBlockBytes = kTileRows * kBlockBytes;    // 320
 constexpr int64_t kMaxRows = 8;                             // activation rows one kernel pass takes
+constexpr int64_t kMaxHeads = 128;                          // query heads the step's attention takes
 constexpr int kLoSteps = 254;  // a residual's scale is d / 254: |residual| <= d / 2 fits in 127 steps
 
 // Activations quantized to Q8_1, row-major: q (M, K) int8; d, unit and s (M, K / 32). With the residual
@@ -530,6 +531,7 @@ class Decoder {
     };
     const int64_t hd = m.head_dim, qkv = (m.n_heads + 2 * m.n_kv) * hd;
     TORCH_CHECK(m.n_heads * hd == m.d, "n_heads * head_dim must be d");
+    TORCH_CHECK(m.n_heads <= kMaxHeads, "the fused step takes at most ", kMaxHeads, " query heads, got ", m.n_heads);
     m.layers = keep_layers<LayerW>(keep_, norms, mats, m.n_layers, 1, m.d, qkv, m.d_ff, mat);
     m.norm = keep_vector(keep_, norms.back(), m.d, "the final norm");
     m.head = mat(mats.back(), m.vocab, m.d, "the LM head");
