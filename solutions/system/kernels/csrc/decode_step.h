@@ -53,11 +53,11 @@ inline void attend_head(const float* qh, const float* K, const float* V, int64_t
 }
 
 // Every query head of one row (q: head h at q + h * hd, reading kv head h / group: key t at K + at(t) + (h /
-// group) * head, its value `V - K` further) over T positions, into o (head h at o + h * hd), with sc (n_heads
-// x sc_stride) as scores. Each head's sums are attend_head_at's, in its order; the heads take turns at
-// each position, so the keys of a slot (every kv head's, side by side) are read as one stretch of memory.
-// A head at a time reads a strided third of each slot instead, and waits on memory: at 8 rows of 128
-// positions that attention took a third more of the step.
+// group) * head, its value at the same offset from V) over T positions, into o (head h at o + h * hd), with
+// sc (n_heads x sc_stride) as scores. Each head's sums are attend_head_at's, in its order; the heads take
+// turns at each position, so a slot's keys (every kv head's, side by side) are read as one stretch of
+// memory. A head at a time reads a strided third of each slot instead and waits on those loads: at 8 rows
+// of 128 positions the step took 12-23% longer that way (docs/serving.md).
 template <typename At>
 inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float* K, const float* V, int64_t head,
                           At at, int64_t T, int64_t hd, float* sc, int64_t sc_stride, float* o) {
@@ -83,8 +83,9 @@ inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float
 
 // Attention of each row's n_heads query heads (q: row r's at q + r * q_stride) over its positions
 // 0..lens[r] of layer l, into out (rows, n_heads * hd); scores t_max floats for each head. Rows split over
-// threads, a row's heads together (attend_row_at): one row leaves the other threads idle here, and is still
-// as fast as its heads split over threads, which read strided memory (at 1,000 positions, faster).
+// threads, a row's heads together (attend_row_at). A lone row leaves the other threads idle meanwhile and
+// is still as fast as with its heads split over threads, which read strided memory (the same at 64-128
+// positions, faster at 1,000).
 inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, const float* q, int64_t q_stride,
                    int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv;
