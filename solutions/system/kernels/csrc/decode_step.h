@@ -18,10 +18,12 @@ inline void rms_norm(const float* x, const float* w, int64_t d, float eps, float
   for (int64_t i = 0; i < d; ++i) out[i] = x[i] * r * w[i];
 }
 
-// v (hd) rotated in place: v * cos + roll(v, hd / 2) * signed_sin, as model.apply_rope.
+// v (hd) rotated in place: v * cos + roll(v, hd / 2) * signed_sin, as model.apply_rope. The roll is two
+// halves, not an index modulo hd: a division an element made RoPE 40% of this file's serial work.
 inline void rope(float* v, const float* cos, const float* sin, int64_t hd, float* tmp) {
   const int64_t half = hd / 2;
-  for (int64_t i = 0; i < hd; ++i) tmp[i] = v[i] * cos[i] + v[(i + half) % hd] * sin[i];
+  for (int64_t i = 0; i < half; ++i) tmp[i] = v[i] * cos[i] + v[i + half] * sin[i];
+  for (int64_t i = half; i < hd; ++i) tmp[i] = v[i] * cos[i] + v[i - half] * sin[i];
   std::memcpy(v, tmp, hd * sizeof(float));
 }
 
