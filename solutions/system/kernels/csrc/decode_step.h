@@ -33,33 +33,13 @@ inline void project(const Matrix& w, const float* x, float* y, bool residual, Q8
   product(w.tiles, acts(q8, w.k), 1, w.n, w.k, y, residual);
 }
 
-// One query head qh (hd) over T keys and values, key t at K + at(t) (and value t at V + at(t)):
-// softmax(qh K^T / sqrt(hd)) V into o (hd), with sc (T) as scratch.
-template <typename At>
-inline void attend_head_at(const float* qh, const float* K, const float* V, At at, int64_t T, int64_t hd, float* sc,
-                           float* o) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float top = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < T; ++t) {
-    sc[t] = dot_f32(qh, K + at(t), hd) * scale;
-    top = std::max(top, sc[t]);
-  }
-  const float total = exp_sum(sc, T, top);
-  std::fill(o, o + hd, 0.0f);
-  for (int64_t t = 0; t < T; ++t) axpy_f32(sc[t] / total, V + at(t), o, hd);
-}
-
-// The same over keys and values stored one after another (T rows of hd).
-inline void attend_head(const float* qh, const float* K, const float* V, int64_t T, int64_t hd, float* sc, float* o) {
-  attend_head_at(qh, K, V, [hd](int64_t t) { return t * hd; }, T, hd, sc, o);
-}
-
 // Every query head of one row (q: head h at q + h * hd, reading kv head h / group: key t at K + at(t) + (h /
 // group) * head, its value at the same offset from V) over T positions, into o (head h at o + h * hd), with
-// sc (n_heads x sc_stride) as scores. Each head's sums are attend_head_at's, in its order; the heads take
-// turns at each position, so a slot's keys (every kv head's, side by side) are read as one stretch of
-// memory. A head at a time reads a strided third of each slot instead and waits on those loads: at 8 rows
-// of 128 positions the step took 12-23% longer that way (docs/serving.md).
+// sc (n_heads x sc_stride) as scores: softmax(q_h K^T / sqrt(hd)) V for each head h. The heads take turns
+// at each position (each head's sums in position order, as with one head alone), so a slot's keys (every
+// kv head's, side by side) are read as one stretch of memory. A head at a time reads a strided third of
+// each slot instead and waits on those loads: at 8 rows of 128 positions the step took 12-23% longer that
+// way (docs/serving.md).
 template <typename At>
 inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float* K, const float* V, int64_t head,
                           At at, int64_t T, int64_t hd, float* sc, int64_t sc_stride, float* o) {
@@ -83,6 +63,12 @@ inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float
   }
 }
 
+// One query head qh (hd) over T keys and values stored one after another (T rows of hd): softmax(qh K^T /
+// sqrt(hd)) V into o (hd), with sc (T) as scratch.
+inline void attend_head(const float* qh, const float* K, const float* V, int64_t T, int64_t hd, float* sc, float* o) {
+  attend_row_at(qh, 1, 1, K, V, 0, [hd](int64_t t) { return t * hd; }, T, hd, sc, T, o);
+}
+
 // Attention of each row's n_heads query heads (q: row r's at q + r * q_stride) over its positions
 // 0..lens[r] of layer l, into out (rows, n_heads * hd); scores t_max floats for each head. Rows split over
 // threads, a row's heads together (attend_row_at). A lone row leaves the other threads idle meanwhile and
@@ -92,10 +78,10 @@ inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, cons
                    int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv;
   const float* keys = kv.base + l * kv.layer;
+  const int64_t stride = kv.slot;
   at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t* slots = kv.slots + r * kv.width;
-      const int64_t stride = kv.slot;
       attend_row_at(q + r * q_stride, nh, group, keys, keys + kv.value, kv.head,
                     [slots, stride](int64_t t) { return slots[t] * stride; }, kv.lens[r] + 1, hd,
                     scores + r * nh * t_max, t_max, out + r * nh * hd);
