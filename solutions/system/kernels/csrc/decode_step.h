@@ -127,6 +127,37 @@ inline void project(const Matrix& w, const float* x, int64_t rows, float* y, boo
   product(w.tiles, acts(q8, w.k), rows, w.n, w.k, y, residual);
 }
 
+// Row lg's top `rescore` logits (a min-heap of (logit, id) kept while scanning the ids in order: an id
+// enters only above the heap's least), each recomputed exactly from the embedding's Q8_0 row against hr
+// (solutions.weight_modes.RescoredHead). `first_above` skips the logits the heap would refuse, so the
+// same ids enter as in a one-at-a-time scan. `top` is the caller's scratch.
+inline void rescore_row(const Model& m, float* lg, const float* hr, std::vector<std::pair<float, int64_t>>& top) {
+  const int64_t d = m.d;
+  top.clear();
+  if (m.rescore <= 0) return;
+  int64_t v = 0;
+  for (; v < m.vocab && static_cast<int64_t>(top.size()) < m.rescore; ++v) {
+    top.emplace_back(lg[v], v);
+    std::push_heap(top.begin(), top.end(), std::greater<>());
+  }
+  while ((v += first_above(lg + v, m.vocab - v, top.front().first)) < m.vocab) {
+    std::pop_heap(top.begin(), top.end(), std::greater<>());
+    top.back() = {lg[v], v};
+    std::push_heap(top.begin(), top.end(), std::greater<>());
+    ++v;
+  }
+  for (const auto& [value, id] : top) {
+    const uint8_t* row = m.embed + id * (d / kBlock) * 34;
+    float exact = 0.0f;
+    for (int64_t b = 0; b < d / kBlock; ++b) {
+      const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
+      const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
+      for (int j = 0; j < kBlock; ++j) exact += static_cast<float>(q[j]) * db * hr[b * kBlock + j];
+    }
+    lg[id] = exact;
+  }
+}
+
 // Logits (head_rows, vocab) after tokens (rows,), for the last head_rows rows: row r's keys and values go
 // to its position lens[r] (kv, a KvAt), and it attends to its positions 0..lens[r]. Every row writes
 // before any attends, so rows of one sequence at consecutive positions (a prefill chunk: one table,
@@ -180,30 +211,8 @@ void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const
   const int64_t first = rows - head_rows;  // the rows whose logits are asked for
   for (int64_t r = 0; r < head_rows; ++r) rms_norm(x + (first + r) * d, m.norm, d, m.eps, h + r * d);
   project(m.head, h, head_rows, logits, m.residual, s.q8);
-  for (int64_t r = 0; r < head_rows; ++r) {  // each row's top `rescore` logits, recomputed exactly from the embedding's Q8_0 rows
-    float* lg = logits + r * m.vocab;
-    const float* hr = h + r * d;
-    std::vector<std::pair<float, int64_t>>& top = s.top;
-    top.clear();
-    for (int64_t v = 0; v < m.vocab; ++v) {
-      if (static_cast<int64_t>(top.size()) < m.rescore) {
-        top.emplace_back(lg[v], v);
-        std::push_heap(top.begin(), top.end(), std::greater<>());
-      } else if (lg[v] > top.front().first) {
-        std::pop_heap(top.begin(), top.end(), std::greater<>());
-        top.back() = {lg[v], v};
-        std::push_heap(top.begin(), top.end(), std::greater<>());
-      }
-    }
-    for (const auto& [value, v] : top) {
-      const uint8_t* row = m.embed + v * (d / kBlock) * 34;
-      float exact = 0.0f;
-      for (int64_t b = 0; b < d / kBlock; ++b) {
-        const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
-        const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-        for (int j = 0; j < kBlock; ++j) exact += static_cast<float>(q[j]) * db * hr[b * kBlock + j];
-      }
-      lg[v] = exact;
-    }
-  }
+  at::parallel_for(0, head_rows, 1, [&](int64_t r0, int64_t r1) {  // rows split over threads
+    std::vector<std::pair<float, int64_t>> top;
+    for (int64_t r = r0; r < r1; ++r) rescore_row(m, logits + r * m.vocab, h + r * d, top);
+  });
 }

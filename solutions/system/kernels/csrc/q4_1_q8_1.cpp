@@ -164,7 +164,6 @@ struct KvAt {
 // A step's working memory, grown to the rows and positions of the largest step so far.
 struct Scratch {
   std::vector<float> x, h, qkv, att, out, gu, act, tmp, scores;
-  std::vector<std::pair<float, int64_t>> top;
   Q8Buf q8;
 };
 

@@ -199,6 +199,18 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
+// The first i in [0, n) with p[i] > thr (an ordered compare: NaN is never above), or n: the LM head's
+// rescoring skips 8 logits a compare while none would enter its heap.
+inline int64_t first_above(const float* p, int64_t n, float thr) {
+  const __m256 t = _mm256_set1_ps(thr);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    if (const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i), t, _CMP_GT_OQ))) return i + __builtin_ctz(k);
+  for (; i < n; ++i)
+    if (p[i] > thr) return i;
+  return n;
+}
+
 // out[i] = exp(v[i] - top) over n floats; returns their sum.
 inline float exp_sum(float* v, int64_t n, float top) {
   __m256 total = _mm256_setzero_ps();

@@ -174,6 +174,18 @@ inline __m512 exp_ps(__m512 x) {
   return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
 }
 
+// The first i in [0, n) with p[i] > thr (an ordered compare: NaN is never above), or n: the LM head's
+// rescoring skips 16 logits a compare while none would enter its heap.
+inline int64_t first_above(const float* p, int64_t n, float thr) {
+  const __m512 t = _mm512_set1_ps(thr);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    if (const __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(p + i), t, _CMP_GT_OQ)) return i + __builtin_ctz(k);
+  for (; i < n; ++i)
+    if (p[i] > thr) return i;
+  return n;
+}
+
 // out[i] = exp(v[i] - top) over n floats; returns their sum (softmax's numerators and denominator).
 inline float exp_sum(float* v, int64_t n, float top) {
   __m512 total = _mm512_setzero_ps();
