@@ -34,6 +34,7 @@ ENV = native.FUSED_ENV  # "0": never fuse (the readable path only), for comparin
 PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of measuring one
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
 PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
+BATCH_ROWS = 8  # the batch a distance is timed at beside one row (the kernel's most rows a pass)
 ROUNDS = 3  # interleaved rounds over the candidates, the median kept ...
 BUDGET_S = 1.0  # ... while the calibration has taken less than this: on a busy machine a step can take
 # a hundred times its quiet time, and the first start must not wait minutes (one round always runs)
@@ -58,6 +59,7 @@ def calibration_key(kernel, config) -> str:
             "isa": kernel.isa,
             "threads": torch.get_num_threads(),
             "model": repr(config),
+            "timed": f"1 and {BATCH_ROWS} rows",  # what a prefetch distance was timed on
         },
         sort_keys=True,
     )
@@ -66,8 +68,10 @@ def calibration_key(kernel, config) -> str:
 def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
     """The prefetch distance for this decoder: DOJO_PREFETCH's where it is set; else the one measured
     for this machine and model shape before (prefetch_file(); delete it to measure again); else
-    measured now: the fused step timed at each PREFETCH_CANDIDATES distance on a one-position
-    scratch cache, ROUNDS interleaved rounds within BUDGET_S, the fastest median kept, and saved
+    measured now: a 1-row and an 8-row fused step timed together at each PREFETCH_CANDIDATES
+    distance on one-position scratch caches (the best distance differs by row count: the batch's
+    tile loop takes longer a block, docs/serving.md), ROUNDS interleaved rounds within BUDGET_S,
+    the fastest median kept, and saved
     when all the rounds fit the budget (a machine too busy for that is measured again next time).
     Sets the distance (process-wide) and returns {distance: median seconds}. Raises ValueError for
     a DOJO_PREFETCH that is not a distance."""
@@ -95,6 +99,7 @@ def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
 def _measure(decoder, kernel, config) -> tuple[dict[int, float], bool]:
     """{distance: median seconds}, and whether all ROUNDS ran within BUDGET_S."""
     kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
+    batch = streams.q4_step(decoder, config)  # rows one sequence each, on a scratch pool
     start = time.perf_counter()
     decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
     times: dict[int, list[float]] = {d: [] for d in PREFETCH_CANDIDATES}
@@ -105,6 +110,7 @@ def _measure(decoder, kernel, config) -> tuple[dict[int, float], bool]:
             kernel.module.set_prefetch(distance)
             began = time.perf_counter()
             decoder.step(0, kv, 0)
+            batch(BATCH_ROWS)
             times[distance].append(time.perf_counter() - began)
     return {d: statistics.median(t) for d, t in times.items()}, len(times[0]) == ROUNDS
 
