@@ -20,7 +20,7 @@ from solutions.generate import generate
 from solutions.kv_cache import CacheFullError, KVCache
 from solutions.model import project, tiny_model
 from solutions.system.kernels import fused_step, streams
-from solutions.system.kernels.fused_step import ENV, PREFETCH_ENV, FusedStep
+from solutions.system.kernels.fused_step import ENV, KV_PREFETCH_ENV, PREFETCH_ENV, FusedStep
 from solutions.system.loading.weights import build_model, mode_state, open_gguf, read_config
 
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
@@ -176,9 +176,10 @@ def test_fused_step_declines_what_it_does_not_take(kernel, tmp_path):
 
 
 def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
-    """DOJO_FUSED=0 builds no fused step; the prefetch distance is measured at load (each candidate
-    timed) unless DOJO_PREFETCH fixes it, and a bad one is a clear error; the distance does not
-    change a logit."""
+    """DOJO_FUSED=0 builds no fused step; the prefetch distances (weights; paged keys and values) are
+    measured at load (each candidate timed) unless DOJO_PREFETCH and DOJO_KV_PREFETCH fix them, and a
+    bad one is a clear error; the weights' distance does not change a logit (test_paged_step.py
+    checks the other's)."""
     monkeypatch.setenv(ENV, "0")
     assert q8_model(tmp_path).fused_step is None
     monkeypatch.delenv(ENV)
@@ -186,19 +187,25 @@ def test_switches_and_prefetch_calibration(kernel, tmp_path, monkeypatch):
     assert (
         set(model.fused_step.prefetch) == {0, 4, 8, 16, 32, 64} and "measured" in model.fused_step.describe()
     )
-    before = kernel.module.prefetch()
+    assert set(model.fused_step.kv_prefetch) == set(fused_step.KV_PREFETCH_CANDIDATES)
+    before, kv_before = kernel.module.prefetch(), kernel.module.kv_prefetch()
     try:
         monkeypatch.setenv(PREFETCH_ENV, "0")
         at0 = steps(q8_model(tmp_path), 4, fused=True)[0]
         monkeypatch.setenv(PREFETCH_ENV, "64")
+        monkeypatch.setenv(KV_PREFETCH_ENV, "5")
         fixed = q8_model(tmp_path)
         assert fixed.fused_step.distance == 64 and PREFETCH_ENV in fixed.fused_step.describe()
+        assert fixed.fused_step.kv_distance == 5 and KV_PREFETCH_ENV in fixed.fused_step.describe()
         assert torch.equal(steps(fixed, 4, fused=True)[0], at0) and kernel.module.prefetch() == 64
-        monkeypatch.setenv(PREFETCH_ENV, "far")
-        with pytest.raises(ValueError, match="DOJO_PREFETCH='far'"):
-            q8_model(tmp_path)
+        for env, name in ((PREFETCH_ENV, "DOJO_PREFETCH"), (KV_PREFETCH_ENV, "DOJO_KV_PREFETCH")):
+            monkeypatch.setenv(env, "far")
+            with pytest.raises(ValueError, match=f"{name}='far' is not a prefetch distance"):
+                q8_model(tmp_path)
+            monkeypatch.setenv(env, "0")
     finally:
         kernel.module.set_prefetch(before)
+        kernel.module.set_kv_prefetch(kv_before)
 
 
 def read_back(monkeypatch, calibration, build):
@@ -222,20 +229,23 @@ def test_prefetch_calibration_is_measured_once_per_machine(kernel, tmp_path, mon
     rewritten; a different model shape is measured apart; a measurement cut short by the time
     budget (a busy machine) is used but not saved."""
     monkeypatch.setattr(fused_step, "BUDGET_S", float("inf"))  # this test's machine may be busy itself
-    first = q8_model(tmp_path).fused_step.prefetch
+    step = q8_model(tmp_path).fused_step
+    first, kv_first = step.prefetch, step.kv_prefetch
     saved = fused_step.prefetch_file().read_text()
     assert set(first) == set(fused_step.PREFETCH_CANDIDATES) and all(t > 0 for t in first.values())
+    assert set(kv_first) == set(fused_step.KV_PREFETCH_CANDIDATES) and all(t > 0 for t in kv_first.values())
     again = read_back(monkeypatch, fused_step, lambda: q8_model(tmp_path))
-    assert again.fused_step.prefetch == first
+    assert again.fused_step.prefetch == first and again.fused_step.kv_prefetch == kv_first
     fused_step.prefetch_file().write_text("{not json")
     monkeypatch.setattr(fused_step, "_calibrated", {})
     assert set(q8_model(tmp_path).fused_step.prefetch) == set(fused_step.PREFETCH_CANDIDATES)
     assert fused_step.prefetch_file().read_text() != "{not json"
-    q8_model(tmp_path, d_ff=192)
-    assert len(json.loads(fused_step.prefetch_file().read_text())) == 2 and saved
+    short = q8_model(tmp_path, d_ff=192, max_seq_len=40)  # a context shorter than the KV_POSITIONS timed
+    assert set(short.fused_step.kv_prefetch) == set(fused_step.KV_PREFETCH_CANDIDATES)
+    assert len(json.loads(fused_step.prefetch_file().read_text())) == 4 and saved  # 2 shapes x 2 distances
     monkeypatch.setattr(fused_step, "BUDGET_S", 0.0)  # as on a machine too busy for three rounds
     q8_model(tmp_path, d_ff=256)
-    assert len(json.loads(fused_step.prefetch_file().read_text())) == 2, "a rushed measurement was saved"
+    assert len(json.loads(fused_step.prefetch_file().read_text())) == 4, "a rushed measurement was saved"
 
 
 def test_stream_calibration_is_measured_once_per_machine(kernel, tmp_path, monkeypatch):

@@ -100,6 +100,26 @@ def test_a_row_does_not_depend_on_its_batch(model):
         assert torch.equal(own[0], batch[s]), f"sequence {s}'s logits change with the rows beside it"
 
 
+def test_kv_prefetch_distance_changes_no_logit(model, kernel):
+    """The paged attention's prefetch distance (measured at load) only moves memory traffic: a batch's
+    logits are bit for bit the same at 0, 1, 3 and 4096 positions ahead (past every row's end), and a
+    distance out of range is refused."""
+    step, results = model.fused_step, []
+    before = step.kv_distance
+    try:
+        for distance in (0, 1, 3, 4096):
+            step.kv_distance = distance  # set before each step, as the calibrated one is
+            results.append(decode(model, filled(model), torch.tensor([3, 7, 11, 13]), [0, 1, 2, 3]))
+            assert kernel.module.kv_prefetch() == distance, "the step did not set its distance"
+        for distance, got in zip((1, 3, 4096), results[1:]):
+            assert torch.equal(results[0], got), f"prefetching {distance} positions ahead changed a logit"
+        with pytest.raises(RuntimeError, match="0..4096 positions"):
+            kernel.module.set_kv_prefetch(-1)
+    finally:
+        step.kv_distance = before
+        kernel.module.set_kv_prefetch(before)
+
+
 def test_one_row_on_the_pool_is_the_contiguous_step(model):
     """A sequence on the paged cache and the same prompt on the contiguous KVCache: the same bits."""
     prompt = torch.randint(0, model.config.vocab_size, (1, 11), generator=torch.Generator().manual_seed(3))

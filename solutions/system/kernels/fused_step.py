@@ -3,10 +3,11 @@
 `FusedStep` (solutions/system/kernels/csrc/decode_step.h) and `FusedStepF32` (decode_step_f32.h) do
 what `Llama.decode_step` does, embedding row to LM head, in one native call, and compute what
 solutions/model.py computes. A step that is not plain (padding, another cache, no room) is declined
-(None) and the readable path runs. `calibrate_prefetch` measures the int4-q8 kernel's prefetch
-distance once per machine and model shape (solutions.system.kernels.streams, its weight streams). A
-PagedView (dojo serve's batches and prefill chunks) goes to solutions.system.kernels.paged_step. Not here: the fp32 step on the paged cache, the bf16
-and int4 modes, prompts of more than 8 tokens on a KVCache (2 in the int4-q8 modes).
+(None) and the readable path runs; a PagedView (dojo serve's batches and prefill chunks) goes to
+solutions.system.kernels.paged_step. `calibrate_prefetch` and `calibrate_kv_prefetch` measure the
+int4-q8 step's prefetch distances (weights; paged keys and values) once per machine and model shape
+(solutions.system.kernels.streams, its weight streams). Not here: the fp32 step on the paged cache,
+the bf16 and int4 modes, prompts of more than 8 tokens on a KVCache (2 in the int4-q8 modes).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ PREFETCH_ENV = "DOJO_PREFETCH"  # a prefetch distance in tile-blocks, instead of
 # Distances tried, in 320-byte tile-blocks (0 to 20 KB ahead): a doubling range to measure, not a tuning.
 PREFETCH_CANDIDATES = (0, 4, 8, 16, 32, 64)
 BATCH_ROWS = 8  # the batch a distance is timed at beside one row (the kernel's most rows a pass)
+KV_PREFETCH_ENV = "DOJO_KV_PREFETCH"  # the paged attention's distance in positions, instead of measuring
+# Distances tried, in positions of a row's keys and values (a doubling range, not a tuning), timed on
+# BATCH_ROWS rows of KV_POSITIONS positions each, their 16-slot blocks taken in turn as concurrent
+# sequences get them from the pool (the hardware prefetcher does not follow a row across blocks).
+KV_PREFETCH_CANDIDATES = (0, 2, 4, 8, 16, 32)
+KV_POSITIONS, KV_BLOCK = 128, 16
 ROUNDS = 3  # interleaved rounds over the candidates, the median kept ...
 BUDGET_S = 1.0  # ... while the calibration has taken less than this: on a busy machine a step can take
 # a hundred times its quiet time, and the first start must not wait minutes (one round always runs)
@@ -66,53 +73,94 @@ def calibration_key(kernel, config) -> str:
 
 
 def calibrate_prefetch(decoder, kernel, config) -> dict[int, float]:
-    """The prefetch distance for this decoder: DOJO_PREFETCH's where it is set; else the one measured
-    for this machine and model shape before (prefetch_file(); delete it to measure again); else
-    measured now: a 1-row and an 8-row fused step timed together at each PREFETCH_CANDIDATES
+    """The weights' prefetch distance for this decoder: DOJO_PREFETCH's where it is set; else the one
+    measured for this machine and model shape before (prefetch_file(); delete it to measure again);
+    else measured now: a 1-row and an 8-row fused step timed together at each PREFETCH_CANDIDATES
     distance on one-position scratch caches (the best distance differs by row count: the batch's
     tile loop takes longer a block, docs/serving.md), ROUNDS interleaved rounds within BUDGET_S,
-    the fastest median kept, and saved
-    when all the rounds fit the budget (a machine too busy for that is measured again next time).
-    Sets the distance (process-wide) and returns {distance: median seconds}. Raises ValueError for
-    a DOJO_PREFETCH that is not a distance."""
-    if (fixed := os.environ.get(PREFETCH_ENV)) is not None:
+    the fastest median kept, and saved when all the rounds fit the budget (a machine too busy for
+    that is measured again next time). Sets the distance (process-wide) and returns {distance:
+    median seconds}. Raises ValueError for a DOJO_PREFETCH that is not a distance."""
+    return _calibrate("weights", decoder, kernel, config)
+
+
+def calibrate_kv_prefetch(decoder, kernel, config) -> dict[int, float]:
+    """The paged attention's prefetch distance, in positions, as calibrate_prefetch finds the weights'
+    (with the weights' distance already set): DOJO_KV_PREFETCH's, else saved, else measured now by
+    timing an 8-row paged step at each KV_PREFETCH_CANDIDATES distance, each row attending to
+    KV_POSITIONS positions of a scratch pool."""
+    return _calibrate("kv", decoder, kernel, config)
+
+
+# What each distance is: its variable, the distances tried, its unit, the kernel's setter.
+_PARTS = {
+    "weights": (PREFETCH_ENV, PREFETCH_CANDIDATES, "tile-blocks", "set_prefetch"),
+    "kv": (KV_PREFETCH_ENV, KV_PREFETCH_CANDIDATES, "positions", "set_kv_prefetch"),
+}
+
+
+def _calibrate(part: str, decoder, kernel, config) -> dict[int, float]:
+    env, _, unit, setter = _PARTS[part]
+    set_distance = getattr(kernel.module, setter)
+    if (fixed := os.environ.get(env)) is not None:
         try:
-            kernel.module.set_prefetch(int(fixed))
+            set_distance(int(fixed))
         except (ValueError, RuntimeError) as exc:
-            raise ValueError(
-                f"{PREFETCH_ENV}={fixed!r} is not a prefetch distance in 0..4096 tile-blocks"
-            ) from exc
+            raise ValueError(f"{env}={fixed!r} is not a prefetch distance in 0..4096 {unit}") from exc
         return {int(fixed): float("nan")}
-    key = calibration_key(kernel, config)
+    key = calibration_key(kernel, config) + ("" if part == "weights" else f" {part}")
     medians = _calibrated.get(key) or _read_saved(key)
     if medians is None:
-        medians, complete = _measure(decoder, kernel, config)
+        medians, complete = _measure(part, decoder, kernel, config)
         if (
             complete
         ):  # all ROUNDS within the budget; else the machine was too busy to trust: measure next time
             _save(key, medians)
     _calibrated[key] = medians
-    kernel.module.set_prefetch(min(medians, key=medians.get))
+    set_distance(min(medians, key=medians.get))
     return medians
 
 
-def _measure(decoder, kernel, config) -> tuple[dict[int, float], bool]:
-    """{distance: median seconds}, and whether all ROUNDS ran within BUDGET_S."""
-    kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
-    batch = streams.q4_step(decoder, config)  # rows one sequence each, on a scratch pool
+def _measure(part: str, decoder, kernel, config) -> tuple[dict[int, float], bool]:
+    """{distance: median seconds} of `part`'s candidates, and whether all ROUNDS ran within BUDGET_S."""
+    _, candidates, _, setter = _PARTS[part]
+    step = _weights_step(decoder, config) if part == "weights" else _kv_step(decoder, config)
     start = time.perf_counter()
-    decoder.step(0, kv, 0)  # the first touch of every weight (page faults on a mapped cache) is not timed
-    times: dict[int, list[float]] = {d: [] for d in PREFETCH_CANDIDATES}
+    step()  # the first touch of every weight (page faults on a mapped cache) is not timed
+    times: dict[int, list[float]] = {d: [] for d in candidates}
     for round_ in range(ROUNDS):
         if round_ and time.perf_counter() - start > BUDGET_S:
             break
-        for distance in PREFETCH_CANDIDATES:
-            kernel.module.set_prefetch(distance)
+        for distance in candidates:
+            getattr(kernel.module, setter)(distance)
             began = time.perf_counter()
-            decoder.step(0, kv, 0)
-            batch(BATCH_ROWS)
+            step()
             times[distance].append(time.perf_counter() - began)
     return {d: statistics.median(t) for d, t in times.items()}, len(times[0]) == ROUNDS
+
+
+def _weights_step(decoder, config):
+    """A 1-row step and a BATCH_ROWS-row step, each row at position 0 of a scratch cache."""
+    kv = torch.zeros(2, config.n_layers, 1, config.n_kv_heads, 1, config.head_dim)
+    batch = streams.q4_step(decoder, config)  # rows one sequence each, on a scratch pool
+
+    def step() -> None:
+        decoder.step(0, kv, 0)
+        batch(BATCH_ROWS)
+
+    return step
+
+
+def _kv_step(decoder, config):
+    """A BATCH_ROWS-row paged step, each row attending to KV_POSITIONS positions (fewer where the context
+    is shorter) of a scratch pool whose KV_BLOCK-slot blocks go to the rows in turn."""
+    rows, positions = BATCH_ROWS, min(KV_POSITIONS, config.max_seq_len)
+    blocks = -(-positions // KV_BLOCK)
+    pool = torch.full((config.n_layers, 2, rows * blocks * KV_BLOCK, config.n_kv_heads, config.head_dim), 0.5)
+    t = torch.arange(positions)
+    slots = torch.stack([((t // KV_BLOCK) * rows + r) * KV_BLOCK + t % KV_BLOCK for r in range(rows)])
+    ids, lens = torch.zeros(rows, dtype=torch.long), torch.full((rows,), positions - 1)
+    return lambda: decoder.step_paged(ids, pool, slots, lens)  # slots (rows, positions)
 
 
 def _read_saved(key: str) -> dict[int, float] | None:
@@ -188,11 +236,14 @@ class FusedStep:
         max_seq_len: int,
         prefetch: dict[int, float],
         measured_streams: dict[int, dict[int, float]] | None = None,
+        kv_prefetch: dict[int, float] | None = None,
     ):
         self.decoder, self.kernel = decoder, kernel
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
         self.prefetch = prefetch  # the calibration: distance -> median step seconds
         self.distance = kernel.module.prefetch()  # the one it chose, set again before each step
+        self.kv_prefetch = kv_prefetch or {}  # the paged attention's: positions -> median step seconds
+        self.kv_distance = kernel.module.kv_prefetch()  # likewise
         self.measured_streams = measured_streams or {}  # rows -> streams -> median step seconds
         self.streams = streams.fastest(self.measured_streams)  # rows -> the streams chosen, set likewise
 
@@ -250,22 +301,28 @@ class FusedStep:
         )
         prefetch = calibrate_prefetch(decoder, kernel, c)
         measured = streams.calibrate_streams(kernel, calibration_key(kernel, c), streams.q4_step(decoder, c))
-        return cls(decoder, kernel, c.vocab_size, c.max_seq_len, prefetch, measured)
+        kv_prefetch = calibrate_kv_prefetch(decoder, kernel, c)  # with the weights' distance and streams set
+        return cls(decoder, kernel, c.vocab_size, c.max_seq_len, prefetch, measured, kv_prefetch)
 
     def _settings(self) -> None:
-        """Set this step's prefetch distance and streams: the settings are process-wide, and another
+        """Set this step's prefetch distances and streams: the settings are process-wide, and another
         model, or another instruction set, may want others."""
         self.kernel.module.set_prefetch(self.distance)
+        self.kernel.module.set_kv_prefetch(self.kv_distance)
         streams.apply(self.kernel, self.streams)
 
     def describe(self) -> str:
-        """The step, its prefetch distance and weight streams, with what the calibrations measured."""
+        """The step, its prefetch distances and weight streams, with what the calibrations measured."""
+
+        def measured(medians: dict[int, float], env: str) -> str:
+            if len(medians) == 1:
+                return f" ({env})"
+            return " (measured ms a step: " + ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in medians.items()) + ")"
+
         where = f"fused native step on {self.kernel.isa}, prefetching {self.distance} tile-blocks ahead"
-        if len(self.prefetch) == 1:
-            where += f" ({PREFETCH_ENV})"
-        else:
-            times = ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in self.prefetch.items())
-            where += f" (measured ms a step: {times})"
+        where += measured(self.prefetch, PREFETCH_ENV)
+        where += f"; paged attention prefetching {self.kv_distance} positions ahead"
+        where += measured(self.kv_prefetch, KV_PREFETCH_ENV)
         return where + streams.describe(self.streams)
 
     def __call__(self, ids: Tensor, cache, attention_mask: Tensor | None) -> Tensor | None:

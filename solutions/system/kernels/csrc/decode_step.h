@@ -33,22 +33,33 @@ inline void project(const Matrix& w, const float* x, float* y, bool residual, Q8
   product(w.tiles, acts(q8, w.k), 1, w.n, w.k, y, residual);
 }
 
+// The cache lines of one slot's keys or values (bytes from p), asked for before their use.
+inline void prefetch_slot(const float* p, int64_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  for (int64_t line = 0; line < bytes; line += 64)
+    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(at + line)));
+}
+
 // Every query head of one row (q: head h at q + h * hd, reading kv head h / group: key t at K + at(t) + (h /
 // group) * head, its value at the same offset from V) over T positions, into o (head h at o + h * hd), with
 // sc (n_heads x sc_stride) as scores: softmax(q_h K^T / sqrt(hd)) V for each head h. The heads take turns
 // at each position (each head's sums in position order, as with one head alone), so a slot's keys (every
 // kv head's, side by side) are read as one stretch of memory. A head at a time reads a strided third of
 // each slot instead and waits on those loads: at 8 rows of 128 positions the step took 12-23% longer that
-// way (docs/serving.md).
+// way (docs/serving.md). With `ahead` > 0 it asks for the keys `ahead` positions before it reads them,
+// then the values (the first ones while the last keys are read): prefetches move no result.
 template <typename At>
 inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float* K, const float* V, int64_t head,
-                          At at, int64_t T, int64_t hd, float* sc, int64_t sc_stride, float* o) {
+                          At at, int64_t T, int64_t hd, float* sc, int64_t sc_stride, float* o, int64_t ahead = 0) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t span = ((nh / group - 1) * head + hd) * 4;  // bytes of a slot's keys (every kv head's)
   float top[kMaxHeads], total[kMaxHeads];
   int64_t kv_at[kMaxHeads];  // head h's kv head, as an offset
   for (int64_t h = 0; h < nh; ++h) top[h] = -std::numeric_limits<float>::infinity(), kv_at[h] = h / group * head;
+  for (int64_t t = 0; ahead && t < std::min(ahead, T); ++t) prefetch_slot(K + at(t), span);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t a = at(t);
+    if (ahead) prefetch_slot(t + ahead < T ? K + at(t + ahead) : V + at((t + ahead - T) % T), span);
     for (int64_t h = 0; h < nh; ++h) {
       float& score = sc[h * sc_stride + t];
       score = dot_f32(q + h * hd, K + a + kv_at[h], hd) * scale;
@@ -59,6 +70,7 @@ inline void attend_row_at(const float* q, int64_t nh, int64_t group, const float
   std::fill(o, o + nh * hd, 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t a = at(t);
+    if (ahead && t + ahead < T) prefetch_slot(V + at(t + ahead), span);
     for (int64_t h = 0; h < nh; ++h) axpy_f32(sc[h * sc_stride + t] / total[h], V + a + kv_at[h], o + h * hd, hd);
   }
 }
@@ -78,13 +90,13 @@ inline void attend(const Model& m, const KvAt& kv, int64_t l, int64_t rows, cons
                    int64_t t_max, float* scores, float* out) {
   const int64_t hd = m.head_dim, nh = m.n_heads, group = m.n_heads / m.n_kv;
   const float* keys = kv.base + l * kv.layer;
-  const int64_t stride = kv.slot;
+  const int64_t stride = kv.slot, ahead = g_kv_prefetch.load(std::memory_order_relaxed);
   at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t* slots = kv.slots + r * kv.width;
       attend_row_at(q + r * q_stride, nh, group, keys, keys + kv.value, kv.head,
                     [slots, stride](int64_t t) { return slots[t] * stride; }, kv.lens[r] + 1, hd,
-                    scores + r * nh * t_max, t_max, out + r * nh * hd);
+                    scores + r * nh * t_max, t_max, out + r * nh * hd, ahead);
     }
   });
 }

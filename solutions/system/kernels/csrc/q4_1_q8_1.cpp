@@ -214,6 +214,18 @@ void set_prefetch(int64_t blocks) {
   g_prefetch_blocks.store(blocks);
 }
 
+// How many positions ahead of the one it reads the paged step's attention asks for a row's keys (then
+// its values): 0 asks for none. A row's slots lie in blocks scattered over the pool, which the hardware
+// prefetcher does not follow, and at 8 rows the keys and values no longer stay in cache between steps.
+// Measured where the model loads, as the weights' distance is (solutions.system.kernels.fused_step).
+std::atomic<int64_t> g_kv_prefetch{0};
+
+void set_kv_prefetch(int64_t positions) {
+  TORCH_CHECK(positions >= 0 && positions <= 4096,
+              "the key and value prefetch distance must be 0..4096 positions, got ", positions);
+  g_kv_prefetch.store(positions);
+}
+
 // The 5 cache lines of the tile-block `ahead` blocks after blk, asked for before their use (the address
 // is formed as an integer: it may lie past the weights' end, where a prefetch does nothing). A volatile
 // asm, not _mm_prefetch: at -O3 GCC 12 emitted no prefetch at all from _mm_prefetch or __builtin_prefetch
@@ -811,6 +823,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("set_prefetch", &set_prefetch, "how many tile-blocks ahead the product loops prefetch (0: none)",
              pybind11::arg("blocks"));
   module.def("prefetch", []() { return g_prefetch_blocks.load(); }, "the prefetch distance in tile-blocks");
+  module.def("set_kv_prefetch", &set_kv_prefetch,
+             "how many positions ahead the paged step's attention prefetches keys and values (0: none)",
+             pybind11::arg("positions"));
+  module.def("kv_prefetch", []() { return g_kv_prefetch.load(); }, "the key and value prefetch distance");
   module.def("set_streams", &set_streams, "how many weight streams a thread's product reads at this many rows",
              pybind11::arg("rows"), pybind11::arg("streams"), pybind11::arg("f32") = false);
   module.def("streams", &streams, "the weight streams a product reads at this many rows", pybind11::arg("rows"),
