@@ -139,11 +139,22 @@ inline void project(const Matrix& w, const float* x, int64_t rows, float* y, boo
   product(w.tiles, acts(q8, w.k), rows, w.n, w.k, y, residual);
 }
 
+// Row `id` of the Q8_0 embedding (per 32-block: fp16 d, then 32 int8) as fp32 q * d, into out (d).
+inline void embed_row(const Model& m, int64_t id, float* out) {
+  const uint8_t* row = m.embed + id * (m.d / kBlock) * 34;
+  for (int64_t b = 0; b < m.d / kBlock; ++b) {
+    const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
+    const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
+    for (int j = 0; j < kBlock; ++j) out[b * kBlock + j] = static_cast<float>(q[j]) * db;
+  }
+}
+
 // Row lg's top `rescore` logits (a min-heap of (logit, id) kept while scanning the ids in order: an id
 // enters only above the heap's least), each recomputed exactly from the embedding's Q8_0 row against hr
 // (solutions.weight_modes.RescoredHead). `first_above` skips the logits the heap would refuse, so the
-// same ids enter as in a one-at-a-time scan. `top` is the caller's scratch.
-inline void rescore_row(const Model& m, float* lg, const float* hr, std::vector<std::pair<float, int64_t>>& top) {
+// same ids enter as in a one-at-a-time scan. `top` and `row` (d floats) are the caller's scratch.
+inline void rescore_row(const Model& m, float* lg, const float* hr, std::vector<std::pair<float, int64_t>>& top,
+                        float* row) {
   const int64_t d = m.d;
   top.clear();
   if (m.rescore <= 0) return;
@@ -159,13 +170,9 @@ inline void rescore_row(const Model& m, float* lg, const float* hr, std::vector<
     ++v;
   }
   for (const auto& [value, id] : top) {
-    const uint8_t* row = m.embed + id * (d / kBlock) * 34;
+    embed_row(m, id, row);
     float exact = 0.0f;
-    for (int64_t b = 0; b < d / kBlock; ++b) {
-      const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
-      const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-      for (int j = 0; j < kBlock; ++j) exact += static_cast<float>(q[j]) * db * hr[b * kBlock + j];
-    }
+    for (int64_t i = 0; i < d; ++i) exact += row[i] * hr[i];  // in order, one product a term
     lg[id] = exact;
   }
 }
@@ -183,14 +190,7 @@ void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const
   int64_t t_max = 0;
   for (int64_t r = 0; r < rows; ++r) t_max = std::max(t_max, kv.lens[r] + 1);
   float *x = s.x.data(), *h = s.h.data(), *qkv = s.qkv.data(), *out = s.out.data();
-  for (int64_t r = 0; r < rows; ++r) {  // the Q8_0 embedding row: per 32-block, fp16 d then 32 int8
-    const uint8_t* row = m.embed + tokens[r] * (d / kBlock) * 34;
-    for (int64_t b = 0; b < d / kBlock; ++b) {
-      const float db = _cvtsh_ss(*reinterpret_cast<const uint16_t*>(row + b * 34));
-      const int8_t* q = reinterpret_cast<const int8_t*>(row + b * 34 + 2);
-      for (int j = 0; j < kBlock; ++j) x[r * d + b * kBlock + j] = static_cast<float>(q[j]) * db;
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r) embed_row(m, tokens[r], x + r * d);
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const LayerW& w = m.layers[l];
     for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * d, w.attn_norm, d, m.eps, h + r * d);
@@ -225,6 +225,7 @@ void step(const Model& m, Scratch& s, const int64_t* tokens, int64_t rows, const
   project(m.head, h, head_rows, logits, m.residual, s.q8);
   at::parallel_for(0, head_rows, 1, [&](int64_t r0, int64_t r1) {  // rows split over threads
     std::vector<std::pair<float, int64_t>> top;
-    for (int64_t r = r0; r < r1; ++r) rescore_row(m, logits + r * m.vocab, h + r * d, top);
+    std::vector<float> row(d);
+    for (int64_t r = r0; r < r1; ++r) rescore_row(m, logits + r * m.vocab, h + r * d, top, row.data());
   });
 }
