@@ -317,7 +317,9 @@ class FusedStep:
         def measured(medians: dict[int, float], env: str) -> str:
             if len(medians) == 1:
                 return f" ({env})"
-            return " (measured ms a step: " + ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in medians.items()) + ")"
+            return (
+                " (measured ms a step: " + ", ".join(f"{d}: {t * 1e3:.1f}" for d, t in medians.items()) + ")"
+            )
 
         where = f"fused native step on {self.kernel.isa}, prefetching {self.distance} tile-blocks ahead"
         where += measured(self.prefetch, PREFETCH_ENV)
